@@ -1,0 +1,119 @@
+// The TrainingJob API (spawnpoint.dev/v1alpha1), shared by the operator and the agent:
+// typed spec, defaulting, validation, and (de)serialisation from YAML and JSON.
+// All functions are pure and thread-safe. Errors name where the problem is: for YAML the
+// file, line and column plus the field path ("job.yaml:12:20: spec.loader.prefetchFactor:
+// must be >= 1, got 0"); for JSON the field path.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace spawnpoint::api {
+
+inline constexpr const char* kGroup = "spawnpoint.dev";
+inline constexpr const char* kVersion = "v1alpha1";
+inline constexpr const char* kApiVersion = "spawnpoint.dev/v1alpha1";
+inline constexpr const char* kKind = "TrainingJob";
+
+enum class GpuAssignment { kShared, kExclusive };
+enum class Backend { kAuto, kNccl, kGloo };
+enum class CleanPodPolicy { kNone, kRunning, kAll };
+
+struct LoaderSpec {
+  std::optional<int> workers_per_rank;  // nullopt means "auto"
+  int prefetch_factor = 2;
+  bool persistent_workers = true;
+  bool pin_memory = true;
+  int timeout_seconds = 120;
+  uint64_t seed = 0;
+  std::string start_method = "spawn";
+  std::vector<std::string> worker_command;
+};
+
+struct RestartPolicy {
+  int max_restarts = 3;
+  int backoff_seconds = 10;
+  std::vector<int> retryable_exit_codes;  // empty: 128-255 are retryable
+};
+
+struct RunPolicy {
+  bool suspend = false;
+  std::optional<int64_t> active_deadline_seconds;
+  std::optional<int64_t> ttl_seconds_after_finished;
+  CleanPodPolicy clean_pod_policy = CleanPodPolicy::kRunning;
+};
+
+struct EnvVar {
+  std::string name;
+  std::string value;  // only literal values; valueFrom entries are kept in the template JSON
+};
+
+// The container that runs the job: the one named "trainer", else the first.
+struct TrainerContainer {
+  std::string name;
+  std::string image;
+  std::vector<std::string> command;
+  std::vector<std::string> args;
+  std::vector<EnvVar> env;
+  std::string working_dir;
+};
+
+struct TrainingJobSpec {
+  int nodes = 1;
+  int gpus_per_node = 0;
+  int procs_per_node = 1;
+  std::string gpu_resource = "nvidia.com/gpu";
+  GpuAssignment gpu_assignment = GpuAssignment::kShared;
+  Backend backend = Backend::kAuto;
+  nlohmann::json pod_template;  // the PodTemplateSpec as given (defaults not expanded)
+  TrainerContainer trainer;     // extracted from pod_template
+  LoaderSpec loader;
+  RestartPolicy restart_policy;
+  int rendezvous_port = 29500;
+  std::string shm_size = "8Gi";
+  int64_t shm_size_bytes = 8LL << 30;
+  RunPolicy run_policy;
+};
+
+struct TrainingJob {
+  std::string name;
+  std::string namespace_ = "default";
+  nlohmann::json metadata;  // as given
+  TrainingJobSpec spec;
+  nlohmann::json status;    // as given (the operator owns its typed form)
+  std::string source;       // "file.yaml" or "file.yaml (document 2)", for messages
+};
+
+// Ranks on one node: gpusPerNode when > 0, else procsPerNode.
+int RanksPerNode(const TrainingJobSpec& spec);
+int WorldSize(const TrainingJobSpec& spec);
+// kAuto resolves to NCCL with GPUs (or RCCL under the same name on AMD), else Gloo.
+Backend EffectiveBackend(const TrainingJobSpec& spec);
+const char* BackendName(Backend backend);
+
+// Parses a Kubernetes quantity ("8Gi", "512Mi", "1G", "1000000", "1.5Gi") into bytes.
+StatusOr<int64_t> ParseQuantity(std::string_view text);
+
+// Parses every document of a YAML stream (JSON is YAML) and returns the TrainingJobs in
+// it, defaulted and validated. Documents of other kinds are an error (naming kind and
+// document). `source` names the input in messages (usually the file path).
+StatusOr<std::vector<TrainingJob>> ParseTrainingJobs(std::string_view text,
+                                                     const std::string& source);
+// Reads the file and calls ParseTrainingJobs; an unreadable file is an error naming it.
+StatusOr<std::vector<TrainingJob>> LoadTrainingJobsFile(const std::string& path);
+
+// From an API object (as the operator receives it): defaulted and validated; errors name
+// the field path.
+StatusOr<TrainingJob> TrainingJobFromJson(const nlohmann::json& object);
+// The full object, spec with defaults filled in; status as stored.
+nlohmann::json TrainingJobToJson(const TrainingJob& job);
+
+}  // namespace spawnpoint::api
