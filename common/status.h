@@ -13,13 +13,13 @@ namespace spawnpoint {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,   // bad user input (a manifest, a flag): exit code 2, never retried
+  kInvalidArgument,  // bad user input (a manifest, a flag): exit code 2, never retried
   kNotFound,
   kAlreadyExists,
   kFailedPrecondition,  // the world is not as required (no GPU, /dev/shm too small)
   kResourceExhausted,
-  kUnavailable,       // retryable (429, 5xx, connection refused)
-  kConflict,          // 409: requeue
+  kUnavailable,  // retryable (429, 5xx, connection refused)
+  kConflict,     // 409: requeue
   kDeadlineExceeded,
   kInternal,
 };
@@ -45,7 +45,9 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status FailedPrecondition(std::string m) {
   return {StatusCode::kFailedPrecondition, std::move(m)};
@@ -56,7 +58,7 @@ inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  StatusOr(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   StatusOr(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
     assert(!status_.ok() && "StatusOr constructed from an OK Status");
   }
@@ -78,15 +80,16 @@ class [[nodiscard]] StatusOr {
 
 }  // namespace spawnpoint
 
-#define SP_RETURN_IF_ERROR(expr)          \
-  do {                                    \
-    ::spawnpoint::Status _st = (expr);    \
-    if (!_st.ok()) return _st;            \
+#define SP_RETURN_IF_ERROR(expr)       \
+  do {                                 \
+    ::spawnpoint::Status _st = (expr); \
+    if (!_st.ok()) return _st;         \
   } while (0)
 
 #define SP_CONCAT_INNER(a, b) a##b
 #define SP_CONCAT(a, b) SP_CONCAT_INNER(a, b)
-#define SP_ASSIGN_OR_RETURN(lhs, expr) SP_ASSIGN_OR_RETURN_IMPL(SP_CONCAT(_sor_, __LINE__), lhs, expr)
+#define SP_ASSIGN_OR_RETURN(lhs, expr) \
+  SP_ASSIGN_OR_RETURN_IMPL(SP_CONCAT(_sor_, __LINE__), lhs, expr)
 #define SP_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                             \
   if (!tmp.ok()) return tmp.status();            \

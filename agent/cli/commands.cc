@@ -1,0 +1,389 @@
+#include "agent/cli/commands.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "agent/cli/preflight.h"
+#include "agent/plan/node_plan.h"
+#include "agent/process/spawner.h"
+#include "agent/supervisor/gang.h"
+#include "agent/supervisor/restart_policy.h"
+
+namespace spawnpoint::agent {
+namespace {
+
+using std::chrono::milliseconds;
+using SteadyClock = std::chrono::steady_clock;
+
+void Say(const std::string& line) {
+  std::string s = "[spawnpoint] " + line + "\n";
+  (void)!write(2, s.data(), s.size());
+}
+
+int ExitCodeFor(const Status& status) {
+  return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+int Fail(const Status& status) {
+  Say("error: " + status.message());
+  return ExitCodeFor(status);
+}
+
+StatusOr<api::TrainingJob> LoadJob(const AgentOptions& o) {
+  SP_ASSIGN_OR_RETURN(std::vector<api::TrainingJob> jobs, api::LoadTrainingJobsFile(o.file));
+  if (!o.job_name.empty()) {
+    for (auto& j : jobs) {
+      if (j.name == o.job_name) return j;
+    }
+    std::string names;
+    for (auto& j : jobs) names += (names.empty() ? "" : ", ") + j.name;
+    return InvalidArgument(o.file + ": no TrainingJob named \"" + o.job_name +
+                           "\"; found: " + names);
+  }
+  if (jobs.size() > 1) {
+    std::string names;
+    for (auto& j : jobs) names += (names.empty() ? "" : ", ") + j.name;
+    return InvalidArgument(o.file + " has " + std::to_string(jobs.size()) + " TrainingJobs (" +
+                           names + "): choose one with --job NAME");
+  }
+  return jobs.front();
+}
+
+struct Node {
+  api::TrainingJob job;
+  std::string gpu_backend;
+  std::vector<devices::GpuDevice> gpus;
+  devices::CpuTopology cpus;
+};
+
+StatusOr<Node> DiscoverNode(const AgentOptions& o) {
+  Node n;
+  SP_ASSIGN_OR_RETURN(n.job, LoadJob(o));
+  // A CPU-only job needs no GPU backend: do not even load NVML.
+  const std::string kind = n.job.spec.gpus_per_node == 0 ? "none" : o.gpu_backend;
+  SP_ASSIGN_OR_RETURN(auto backend, devices::SelectGpuBackend(kind, o.nvml_library, o.sysfs_root,
+                                                              n.job.spec.gpu_resource));
+  n.gpu_backend = backend->Describe();
+  SP_ASSIGN_OR_RETURN(n.gpus, backend->Discover());
+  SP_ASSIGN_OR_RETURN(n.cpus, devices::ReadCpuTopology(o.sysfs_root, devices::AllowedCpus()));
+  return n;
+}
+
+PlanRequest MakeRequest(const AgentOptions& o, const Node& n, int node_rank, int restart_count,
+                        int master_port) {
+  PlanRequest r;
+  r.job = &n.job;
+  r.node_rank = node_rank;
+  r.nnodes = o.nnodes;
+  r.master_addr = o.master_addr.empty() ? "127.0.0.1" : o.master_addr;
+  r.master_port = master_port;
+  r.restart_count = restart_count;
+  r.max_restarts = o.max_restarts;
+  r.base_env = CurrentEnvironment();
+  r.gpus = n.gpus;
+  r.gpu_backend = n.gpu_backend;
+  r.cpus = n.cpus;
+  return r;
+}
+
+// The command must be runnable before anything starts: a typo fails now, not per rank.
+Status CheckCommand(const RankPlan& rank) {
+  std::string name = rank.argv.front();
+  if (!rank.working_dir.empty() && name.find('/') != std::string::npos && name[0] != '/') {
+    name = rank.working_dir + "/" + name;
+  }
+  auto path = rank.env.count("PATH") ? rank.env.at("PATH") : std::string("/usr/bin:/bin");
+  auto resolved = ResolveExecutable(name, path);
+  if (!resolved.ok()) {
+    return InvalidArgument("the trainer container's " + resolved.status().message());
+  }
+  return Status::Ok();
+}
+
+StatusOr<int> FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Internal("socket() failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  if (port <= 0) return Internal("cannot find a free port");
+  return port;
+}
+
+std::string Elapsed(SteadyClock::time_point start) {
+  auto s = std::chrono::duration_cast<std::chrono::seconds>(SteadyClock::now() - start).count();
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", s / 3600, (s / 60) % 60, s % 60);
+  return buf;
+}
+
+bool ShouldWriteTerminationLog(const AgentOptions& o) {
+  if (o.termination_log.empty()) return false;
+  if (o.termination_log_explicit) return true;
+  struct stat st {};
+  return stat(o.termination_log.c_str(), &st) == 0;  // the kubelet creates it in pods
+}
+
+void WriteTerminationLog(const AgentOptions& o, const nlohmann::json& message) {
+  if (!ShouldWriteTerminationLog(o)) return;
+  std::ofstream out(o.termination_log, std::ios::trunc);
+  // Kubernetes keeps at most 4096 bytes of it.
+  std::string text = message.dump();
+  if (text.size() > 4000) text = text.substr(0, 4000);
+  out << text << "\n";
+  if (!out) Say("warning: cannot write the termination log " + o.termination_log);
+}
+
+// Runs attempts of one gang under the job's restart policy. `make_members` builds the
+// members of attempt `restart_count`; `read_failure` may refine the failing member's
+// report (a node agent's own termination log names the rank).
+int RunWithRestarts(const AgentOptions& o, const api::TrainingJob& job, bool owns_gang,
+                    const std::string& what, SignalWatcher* signals,
+                    const std::function<StatusOr<std::vector<GangMember>>(int)>& make_members,
+                    const std::function<void(RankFailure&)>& refine_failure) {
+  auto spawner = MakeVforkSpawner();
+  const auto start = SteadyClock::now();
+  api::RestartPolicy policy = job.spec.restart_policy;
+  if (o.max_restarts >= 0) policy.max_restarts = o.max_restarts;
+  int restart = o.restart_count;
+  int local_restarts = 0;
+  while (true) {
+    auto members = make_members(restart);
+    if (!members.ok()) return Fail(members.status());
+    GangOptions go;
+    go.grace_period = o.grace_period;
+    go.status_interval = o.status_interval;
+    go.memory_events_path = o.memory_events;
+    go.what = what;
+    go.on_status = [&](int up, int total) {
+      Say(job.name + ": " + std::to_string(up) + "/" + std::to_string(total) + " " + what +
+          " up, restarts " + std::to_string(restart) + ", elapsed " + Elapsed(start));
+    };
+    Gang gang(spawner.get(), signals, go);
+    GangResult result = gang.Run(std::move(*members));
+    if (result.outcome == GangOutcome::kSucceeded) {
+      Say(job.name + ": all " + what + " succeeded, restarts " + std::to_string(restart) +
+          ", elapsed " + Elapsed(start));
+      return 0;
+    }
+    if (result.outcome == GangOutcome::kInterrupted) {
+      Say(job.name + ": stopped by " + SignalName(result.interrupt_signal));
+      WriteTerminationLog(o,
+                          {{"reason", "Terminated"},
+                           {"exitCode", result.ExitCode()},
+                           {"message", "agent stopped by " + SignalName(result.interrupt_signal)}});
+      return result.ExitCode();
+    }
+    RankFailure failure = *result.failure;
+    if (refine_failure) refine_failure(failure);
+    const int code = failure.status.ShellCode();
+    if (owns_gang && ShouldRestart(policy, local_restarts, code)) {
+      ++local_restarts;
+      ++restart;
+      const milliseconds wait = RestartBackoff(policy, local_restarts);
+      Say(job.name + ": restart " + std::to_string(local_restarts) + " of " +
+          std::to_string(policy.max_restarts) + " in " +
+          std::to_string(wait.count() / 1000.0).substr(0, 4) + "s after: " + failure.Line());
+      if (int sig = signals->WaitForTermination(wait); sig != 0) {
+        Say(job.name + ": stopped by " + SignalName(sig) + " during restart backoff");
+        return 128 + sig;
+      }
+      continue;
+    }
+    std::string why = !owns_gang ? "the gang spans several nodes: the operator restarts it"
+                      : !IsRetryableExitCode(policy, code)
+                          ? "exit code " + std::to_string(code) + " is not retryable"
+                          : "maxRestarts (" + std::to_string(policy.max_restarts) + ") reached";
+    Say(job.name + ": failed: " + failure.Line() + " (not restarted: " + why + ")");
+    nlohmann::json msg = failure.ToJson();
+    msg["restarts"] = restart;
+    WriteTerminationLog(o, msg);
+    return code;
+  }
+}
+
+int RunLocalNodes(const AgentOptions& o, const Node& n, SignalWatcher* signals) {
+  const int nnodes = o.nnodes > 0 ? o.nnodes : n.job.spec.nodes;
+  int port = o.master_port >= 0 ? o.master_port : n.job.spec.rendezvous_port;
+  if (port == 0) {
+    auto p = FreePort();
+    if (!p.ok()) return Fail(p.status());
+    port = *p;
+  }
+  // Validate every node's plan now, so bad input fails before any agent starts.
+  for (int i = 0; i < nnodes; ++i) {
+    auto plan = MakeNodePlan(MakeRequest(o, n, i, o.restart_count, port));
+    if (!plan.ok()) return Fail(plan.status());
+  }
+  char tmpl[] = "/tmp/spawnpoint-nodes-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) return Fail(Internal("mkdtemp failed"));
+  const std::string dir = tmpl;
+  std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  Say(n.job.name + ": running " + std::to_string(nnodes) + " nodes locally, rendezvous on " +
+      (o.master_addr.empty() ? "127.0.0.1" : o.master_addr) + ":" + std::to_string(port));
+
+  auto make_members = [&](int restart) -> StatusOr<std::vector<GangMember>> {
+    std::vector<GangMember> members;
+    for (int i = 0; i < nnodes; ++i) {
+      std::string log = dir + "/node-" + std::to_string(i) + ".json";
+      unlink(log.c_str());
+      GangMember m;
+      m.label = "node " + std::to_string(i);
+      m.rank = -1;
+      m.node_rank = i;
+      m.prefix_output = false;  // node agents prefix their ranks' lines themselves
+      m.spawn.argv = {self,
+                      "run",
+                      "-f",
+                      o.file,
+                      "--node-rank",
+                      std::to_string(i),
+                      "--nnodes",
+                      std::to_string(nnodes),
+                      "--master-addr",
+                      o.master_addr.empty() ? "127.0.0.1" : o.master_addr,
+                      "--master-port",
+                      std::to_string(port),
+                      "--max-restarts",
+                      "0",
+                      "--restart-count",
+                      std::to_string(restart),
+                      "--termination-log",
+                      log,
+                      "--grace-period",
+                      std::to_string(o.grace_period.count() / 1000.0),
+                      "--status-interval",
+                      std::to_string(o.status_interval.count() / 1000.0),
+                      "--gpu-backend",
+                      o.gpu_backend,
+                      "--sysfs-root",
+                      o.sysfs_root,
+                      "--shm-path",
+                      o.shm_path,
+                      "--cgroup-memory-events",
+                      o.memory_events};
+      if (!o.nvml_library.empty()) {
+        m.spawn.argv.push_back("--nvml-library");
+        m.spawn.argv.push_back(o.nvml_library);
+      }
+      if (!o.job_name.empty()) {
+        m.spawn.argv.push_back("--job");
+        m.spawn.argv.push_back(o.job_name);
+      }
+      for (const auto& [k, v] : CurrentEnvironment()) m.spawn.env.push_back(k + "=" + v);
+      members.push_back(std::move(m));
+    }
+    return members;
+  };
+  auto refine = [&](RankFailure& f) {
+    std::ifstream in(dir + "/node-" + std::to_string(f.node_rank) + ".json");
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.contains("rank")) return;
+    f.rank = j.value("rank", f.rank);
+    f.local_rank = j.value("localRank", f.local_rank);
+    f.cause.message = j.value("message", f.cause.message);
+    std::string reason = j.value("reason", "");
+    for (auto r : {ExitReason::kUserError, ExitReason::kOomKilled, ExitReason::kShmExhausted,
+                   ExitReason::kKilled, ExitReason::kTerminated, ExitReason::kCrashed}) {
+      if (reason == ExitReasonName(r)) f.cause.reason = r;
+    }
+  };
+  int code = RunWithRestarts(o, n.job, /*owns_gang=*/true, "nodes", signals, make_members, refine);
+  std::filesystem::remove_all(dir);
+  return code;
+}
+
+}  // namespace
+
+int PlanCommand(const AgentOptions& o) {
+  auto node = DiscoverNode(o);
+  if (!node.ok()) return Fail(node.status());
+  const int nnodes = o.nnodes > 0 ? o.nnodes : node->job.spec.nodes;
+  const int port = o.master_port >= 0 ? o.master_port : node->job.spec.rendezvous_port;
+  nlohmann::json out = nlohmann::json::array();
+  std::vector<int> node_ranks;
+  if (o.node_rank >= 0) {
+    node_ranks.push_back(o.node_rank);
+  } else {
+    for (int i = 0; i < nnodes; ++i) node_ranks.push_back(i);
+  }
+  for (int i : node_ranks) {
+    auto plan = MakeNodePlan(MakeRequest(o, *node, i, o.restart_count, port));
+    if (!plan.ok()) return Fail(plan.status());
+    if (Status s = CheckCommand(plan->ranks.front()); !s.ok()) return Fail(s);
+    out.push_back(NodePlanToJson(*plan, o.full_env));
+  }
+  std::cout << (o.node_rank >= 0 ? out[0] : out).dump(2) << std::endl;
+  return 0;
+}
+
+int RunCommand(const AgentOptions& o, SignalWatcher* signals) {
+  auto node = DiscoverNode(o);
+  if (!node.ok()) return Fail(node.status());
+  if (Status s = BecomeSubreaper(); !s.ok()) Say("warning: " + s.message());
+  const int nnodes = o.nnodes > 0 ? o.nnodes : node->job.spec.nodes;
+  if (nnodes > 1 && o.node_rank < 0) return RunLocalNodes(o, *node, signals);
+
+  int port = o.master_port >= 0 ? o.master_port : node->job.spec.rendezvous_port;
+  if (port == 0) {
+    auto p = FreePort();
+    if (!p.ok()) return Fail(p.status());
+    port = *p;
+  }
+  const int node_rank = std::max(0, o.node_rank);
+  auto first = MakeNodePlan(MakeRequest(o, *node, node_rank, o.restart_count, port));
+  if (!first.ok()) return Fail(first.status());
+  if (Status s = CheckCommand(first->ranks.front()); !s.ok()) return Fail(s);
+  const int cpus_per_rank = static_cast<int>(first->ranks.front().devices.cpus.size());
+  if (Status s =
+          CheckSharedMemory(node->job.spec, first->ranks_per_node, cpus_per_rank, o.shm_path);
+      !s.ok()) {
+    return Fail(s);
+  }
+  Say(node->job.name + ": node " + std::to_string(node_rank) + "/" + std::to_string(nnodes) + ", " +
+      std::to_string(first->ranks_per_node) + " ranks of " + std::to_string(first->world_size) +
+      ", backend " + first->backend + ", GPUs: " + node->gpu_backend + ", rendezvous " +
+      first->master_addr + ":" + std::to_string(port));
+
+  auto make_members = [&](int restart) -> StatusOr<std::vector<GangMember>> {
+    SP_ASSIGN_OR_RETURN(NodePlan plan,
+                        MakeNodePlan(MakeRequest(o, *node, node_rank, restart, port)));
+    std::vector<GangMember> members;
+    for (const auto& r : plan.ranks) {
+      GangMember m;
+      m.label = "rank " + std::to_string(r.rank);
+      m.rank = r.rank;
+      m.local_rank = r.local_rank;
+      m.node_rank = node_rank;
+      m.spawn.argv = r.argv;
+      m.spawn.env = r.EnvList();
+      m.spawn.working_dir = r.working_dir;
+      m.spawn.cpus = r.devices.cpus;
+      members.push_back(std::move(m));
+    }
+    return members;
+  };
+  return RunWithRestarts(o, node->job, /*owns_gang=*/nnodes == 1, "ranks", signals, make_members,
+                         nullptr);
+}
+
+}  // namespace spawnpoint::agent

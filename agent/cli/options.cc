@@ -1,0 +1,180 @@
+#include "agent/cli/options.h"
+
+#include <charconv>
+#include <functional>
+#include <map>
+
+namespace spawnpoint::agent {
+namespace {
+
+StatusOr<long long> ParseInt(const std::string& flag, const std::string& value, long long min,
+                             long long max) {
+  long long v = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || ptr != value.data() + value.size() || v < min || v > max) {
+    return InvalidArgument(flag + ": expected an integer in " + std::to_string(min) + ".." +
+                           std::to_string(max) + ", got \"" + value + "\"");
+  }
+  return v;
+}
+
+StatusOr<std::chrono::milliseconds> ParseSeconds(const std::string& flag,
+                                                 const std::string& value) {
+  try {
+    size_t used = 0;
+    double s = std::stod(value, &used);
+    if (used == value.size() && s >= 0 && s <= 86400) {
+      return std::chrono::milliseconds(static_cast<long long>(s * 1000));
+    }
+  } catch (...) {
+  }
+  return InvalidArgument(flag + ": expected seconds (a number from 0 to 86400), got \"" + value +
+                         "\"");
+}
+
+}  // namespace
+
+std::string AgentUsage() {
+  return R"(usage: spawnpoint-agent COMMAND [flags]
+
+Runs a TrainingJob's ranks on this node as spawned (never forked) processes.
+
+commands:
+  run  -f FILE    run this node's share of the job (every node's, locally, when the job
+                  has several nodes and --node-rank is not given)
+  plan -f FILE    print, as JSON, what run would start: argv, environment, devices and
+                  CPU set per rank; starts nothing
+  version         print the version
+
+flags:
+  -f, --file FILE            the TrainingJob manifest (YAML or JSON)
+  --job NAME                 which TrainingJob, when FILE has several
+  --node-rank R              this node's rank (0..nodes-1)
+  --nnodes N                 number of nodes (default: spec.nodes)
+  --master-addr A            rendezvous address (default 127.0.0.1)
+  --master-port P            rendezvous port (default spec.rendezvous.port; 0 picks a free one)
+  --grace-period SECONDS     SIGTERM to SIGKILL grace for stopping ranks (default 30)
+  --status-interval SECONDS  how often the status line is printed (default 10)
+  --termination-log PATH     where the failure is written for Kubernetes
+                             (default /dev/termination-log, written only if it exists)
+  --max-restarts N           override spec.restartPolicy.maxRestarts
+  --restart-count N          attempts already made (sets TORCHELASTIC_RESTART_COUNT)
+  --gpu-backend KIND         auto | nvml | amd | none (default auto)
+  --nvml-library PATH        the NVML library to load (default libnvidia-ml.so.1)
+  --sysfs-root DIR           sysfs to read GPUs and NUMA topology from (default /sys)
+  --shm-path DIR             the shared-memory mount to check (default /dev/shm)
+  --cgroup-memory-events F   cgroup v2 memory.events, to recognise OOM kills
+  --full-env                 plan: include the inherited environment
+  -h, --help                 this text
+)";
+}
+
+StatusOr<AgentOptions> ParseAgentArgs(const std::vector<std::string>& args) {
+  AgentOptions o;
+  if (args.empty()) return InvalidArgument("missing command (run, plan, version); see --help");
+  const std::string& cmd = args[0];
+  if (cmd == "run") {
+    o.command = AgentCommand::kRun;
+  } else if (cmd == "plan") {
+    o.command = AgentCommand::kPlan;
+  } else if (cmd == "help" || cmd == "-h" || cmd == "--help") {
+    o.command = AgentCommand::kHelp;
+    return o;
+  } else if (cmd == "version" || cmd == "--version") {
+    o.command = AgentCommand::kVersion;
+    return o;
+  } else {
+    return InvalidArgument("unknown command \"" + cmd + "\"; allowed: run, plan, version, help");
+  }
+
+  using Setter = std::function<Status(const std::string&, const std::string&)>;
+  auto str = [](std::string* field) -> Setter {
+    return [field](const std::string&, const std::string& v) {
+      *field = v;
+      return Status::Ok();
+    };
+  };
+  auto integer = [](int* field, long long min, long long max) -> Setter {
+    return [=](const std::string& flag, const std::string& v) {
+      SP_ASSIGN_OR_RETURN(long long n, ParseInt(flag, v, min, max));
+      *field = static_cast<int>(n);
+      return Status::Ok();
+    };
+  };
+  auto seconds = [](std::chrono::milliseconds* field) -> Setter {
+    return [=](const std::string& flag, const std::string& v) {
+      SP_ASSIGN_OR_RETURN(*field, ParseSeconds(flag, v));
+      return Status::Ok();
+    };
+  };
+  const std::map<std::string, Setter> valued = {
+      {"--file", str(&o.file)},
+      {"-f", str(&o.file)},
+      {"--job", str(&o.job_name)},
+      {"--node-rank", integer(&o.node_rank, 0, 100000)},
+      {"--nnodes", integer(&o.nnodes, 1, 100000)},
+      {"--master-addr", str(&o.master_addr)},
+      {"--master-port", integer(&o.master_port, 0, 65535)},
+      {"--restart-count", integer(&o.restart_count, 0, 1000000)},
+      {"--max-restarts", integer(&o.max_restarts, 0, 1000000)},
+      {"--grace-period", seconds(&o.grace_period)},
+      {"--status-interval", seconds(&o.status_interval)},
+      {"--termination-log",
+       [&](const std::string&, const std::string& v) {
+         o.termination_log = v;
+         o.termination_log_explicit = true;
+         return Status::Ok();
+       }},
+      {"--gpu-backend",
+       [&](const std::string& flag, const std::string& v) {
+         if (v != "auto" && v != "nvml" && v != "amd" && v != "none") {
+           return InvalidArgument(flag + ": expected auto, nvml, amd or none, got \"" + v + "\"");
+         }
+         o.gpu_backend = v;
+         return Status::Ok();
+       }},
+      {"--nvml-library", str(&o.nvml_library)},
+      {"--sysfs-root", str(&o.sysfs_root)},
+      {"--shm-path", str(&o.shm_path)},
+      {"--cgroup-memory-events", str(&o.memory_events)},
+  };
+
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string flag = args[i];
+    std::string value;
+    bool has_value = false;
+    if (flag.rfind("--", 0) == 0) {
+      size_t eq = flag.find('=');
+      if (eq != std::string::npos) {
+        value = flag.substr(eq + 1);
+        flag = flag.substr(0, eq);
+        has_value = true;
+      }
+    }
+    if (flag == "-h" || flag == "--help") {
+      o.command = AgentCommand::kHelp;
+      return o;
+    }
+    if (flag == "--full-env") {
+      o.full_env = true;
+      continue;
+    }
+    auto it = valued.find(flag);
+    if (it == valued.end()) {
+      return InvalidArgument("unknown flag \"" + flag + "\" for " + cmd + "; see --help");
+    }
+    if (!has_value) {
+      if (i + 1 >= args.size()) return InvalidArgument(flag + ": missing value");
+      value = args[++i];
+    }
+    SP_RETURN_IF_ERROR(it->second(flag, value));
+  }
+  if (o.file.empty()) return InvalidArgument(cmd + ": -f FILE is required");
+  if (o.nnodes > 0 && o.node_rank >= o.nnodes) {
+    return InvalidArgument("--node-rank " + std::to_string(o.node_rank) +
+                           " must be below --nnodes " + std::to_string(o.nnodes));
+  }
+  return o;
+}
+
+}  // namespace spawnpoint::agent

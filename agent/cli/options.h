@@ -1,0 +1,40 @@
+// Command-line options of spawnpoint-agent. Parsing is pure; errors are one line naming
+// the flag and what is allowed (the caller exits 2).
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace spawnpoint::agent {
+
+enum class AgentCommand { kRun, kPlan, kHelp, kVersion };
+
+struct AgentOptions {
+  AgentCommand command = AgentCommand::kHelp;
+  std::string file;
+  std::string job_name;  // --job: which TrainingJob of a multi-document file
+  int node_rank = -1;    // -1: not given
+  int nnodes = 0;        // 0: the job's
+  std::string master_addr;
+  int master_port = -1;  // -1: the job's rendezvous.port; 0: pick a free port
+  int restart_count = 0;
+  int max_restarts = -1;  // -1: the job's
+  std::chrono::milliseconds grace_period{30'000};
+  std::chrono::milliseconds status_interval{10'000};
+  std::string termination_log = "/dev/termination-log";
+  bool termination_log_explicit = false;
+  std::string gpu_backend = "auto";
+  std::string nvml_library;
+  std::string sysfs_root = "/sys";
+  std::string shm_path = "/dev/shm";
+  std::string memory_events = "/sys/fs/cgroup/memory.events";
+  bool full_env = false;  // plan: print the inherited environment too
+};
+
+StatusOr<AgentOptions> ParseAgentArgs(const std::vector<std::string>& args);
+std::string AgentUsage();
+
+}  // namespace spawnpoint::agent

@@ -1,0 +1,169 @@
+#include "agent/plan/node_plan.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+extern char** environ;
+
+namespace spawnpoint::agent {
+namespace {
+
+std::string Bool(bool b) { return b ? "1" : "0"; }
+
+}  // namespace
+
+std::vector<std::string> RankPlan::EnvList() const {
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+std::map<std::string, std::string> CurrentEnvironment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv(*e);
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+StatusOr<NodePlan> MakeNodePlan(const PlanRequest& request) {
+  const api::TrainingJob& job = *request.job;
+  const api::TrainingJobSpec& spec = job.spec;
+  NodePlan plan;
+  plan.job_name = job.name;
+  plan.job_namespace = job.namespace_;
+  plan.nnodes = request.nnodes > 0 ? request.nnodes : spec.nodes;
+  plan.node_rank = request.node_rank;
+  if (plan.node_rank < 0 || plan.node_rank >= plan.nnodes) {
+    return InvalidArgument("--node-rank " + std::to_string(plan.node_rank) +
+                           " is out of range: the job has " + std::to_string(plan.nnodes) +
+                           " nodes (0.." + std::to_string(plan.nnodes - 1) + ")");
+  }
+  plan.ranks_per_node = api::RanksPerNode(spec);
+  plan.world_size = plan.ranks_per_node * plan.nnodes;
+  plan.master_addr = request.master_addr;
+  plan.master_port = request.master_port > 0 ? request.master_port : spec.rendezvous_port;
+  plan.backend = api::BackendName(api::EffectiveBackend(spec));
+  plan.gpu_backend = request.gpu_backend;
+  plan.restart_count = request.restart_count;
+
+  SP_ASSIGN_OR_RETURN(
+      std::vector<devices::RankDevices> assigned,
+      devices::AssignRanks(request.gpus, request.cpus, plan.ranks_per_node, spec.gpus_per_node,
+                           spec.gpu_assignment, request.gpu_backend));
+
+  std::vector<std::string> command = spec.trainer.command;
+  command.insert(command.end(), spec.trainer.args.begin(), spec.trainer.args.end());
+  if (command.empty()) {
+    return InvalidArgument(job.source + ": the trainer container has no command or args");
+  }
+
+  const int max_restarts =
+      request.max_restarts >= 0 ? request.max_restarts : spec.restart_policy.max_restarts;
+  for (int local = 0; local < plan.ranks_per_node; ++local) {
+    RankPlan r;
+    r.local_rank = local;
+    r.rank = plan.node_rank * plan.ranks_per_node + local;
+    r.argv = command;
+    r.working_dir = spec.trainer.working_dir;
+    r.devices = assigned[local];
+
+    std::map<std::string, std::string> own;  // what the manifest and the agent set
+    for (const auto& e : spec.trainer.env) own[e.name] = e.value;
+    const bool user_omp = own.count("OMP_NUM_THREADS") || request.base_env.count("OMP_NUM_THREADS");
+
+    std::map<std::string, std::string> set = {
+        {"RANK", std::to_string(r.rank)},
+        {"LOCAL_RANK", std::to_string(local)},
+        {"WORLD_SIZE", std::to_string(plan.world_size)},
+        {"LOCAL_WORLD_SIZE", std::to_string(plan.ranks_per_node)},
+        {"GROUP_RANK", std::to_string(plan.node_rank)},
+        {"NODE_RANK", std::to_string(plan.node_rank)},
+        {"GROUP_WORLD_SIZE", std::to_string(plan.nnodes)},
+        {"ROLE_RANK", std::to_string(r.rank)},
+        {"ROLE_WORLD_SIZE", std::to_string(plan.world_size)},
+        {"ROLE_NAME", "default"},
+        {"NNODES", std::to_string(plan.nnodes)},
+        {"MASTER_ADDR", plan.master_addr},
+        {"MASTER_PORT", std::to_string(plan.master_port)},
+        {"TORCHELASTIC_RESTART_COUNT", std::to_string(plan.restart_count)},
+        {"TORCHELASTIC_MAX_RESTARTS", std::to_string(max_restarts)},
+        {"TORCHELASTIC_RUN_ID", job.namespace_ + "/" + job.name},
+        {"SPAWNPOINT_JOB_NAME", job.name},
+        {"SPAWNPOINT_JOB_NAMESPACE", job.namespace_},
+        {"SPAWNPOINT_BACKEND", plan.backend},
+        {"SPAWNPOINT_LOADER_WORKERS",
+         spec.loader.workers_per_rank ? std::to_string(*spec.loader.workers_per_rank) : "auto"},
+        {"SPAWNPOINT_LOADER_PREFETCH_FACTOR", std::to_string(spec.loader.prefetch_factor)},
+        {"SPAWNPOINT_LOADER_PERSISTENT_WORKERS", Bool(spec.loader.persistent_workers)},
+        {"SPAWNPOINT_LOADER_PIN_MEMORY", Bool(spec.loader.pin_memory)},
+        {"SPAWNPOINT_LOADER_TIMEOUT_SECONDS", std::to_string(spec.loader.timeout_seconds)},
+        {"SPAWNPOINT_LOADER_SEED", std::to_string(spec.loader.seed)},
+        {"SPAWNPOINT_LOADER_START_METHOD", spec.loader.start_method},
+        {"SPAWNPOINT_LOADER_CPUS", std::to_string(r.devices.cpus.size())},
+    };
+    if (!user_omp)
+      set["OMP_NUM_THREADS"] = std::to_string(std::max<size_t>(1, r.devices.cpus.size()));
+    for (const auto& [k, v] : devices::DeviceEnvironment(r.devices)) set[k] = v;
+
+    r.env = request.base_env;
+    for (const auto& [k, v] : own) r.env[k] = v;
+    for (const auto& [k, v] : set) {
+      r.env[k] = v;
+      own[k] = v;
+    }
+    for (const auto& [k, v] : own) r.spawnpoint_env.push_back(k);
+    plan.ranks.push_back(std::move(r));
+  }
+  return plan;
+}
+
+nlohmann::json NodePlanToJson(const NodePlan& plan, bool full_env) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& r : plan.ranks) {
+    nlohmann::json env = nlohmann::json::object();
+    if (full_env) {
+      for (const auto& [k, v] : r.env) env[k] = v;
+    } else {
+      for (const auto& k : r.spawnpoint_env) env[k] = r.env.at(k);
+    }
+    nlohmann::json gpus = nlohmann::json::array();
+    for (const auto& g : r.devices.visible) {
+      gpus.push_back({{"index", g.index},
+                      {"uuid", g.uuid},
+                      {"pciBusId", g.pci_bus_id},
+                      {"name", g.name},
+                      {"vendor", g.vendor},
+                      {"numaNode", g.numa_node}});
+    }
+    nlohmann::json rank = {{"rank", r.rank},
+                           {"localRank", r.local_rank},
+                           {"argv", r.argv},
+                           {"env", env},
+                           {"devices", gpus},
+                           {"cpus", r.devices.cpus},
+                           {"numaNode", r.devices.numa_node}};
+    if (!r.devices.visible.empty()) rank["deviceOrdinal"] = r.devices.device_ordinal;
+    if (!r.working_dir.empty()) rank["workingDir"] = r.working_dir;
+    ranks.push_back(rank);
+  }
+  return {{"job", plan.job_name},
+          {"namespace", plan.job_namespace},
+          {"nodeRank", plan.node_rank},
+          {"nnodes", plan.nnodes},
+          {"ranksPerNode", plan.ranks_per_node},
+          {"worldSize", plan.world_size},
+          {"masterAddr", plan.master_addr},
+          {"masterPort", plan.master_port},
+          {"backend", plan.backend},
+          {"gpuBackend", plan.gpu_backend},
+          {"restartCount", plan.restart_count},
+          {"ranks", ranks}};
+}
+
+}  // namespace spawnpoint::agent

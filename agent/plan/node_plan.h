@@ -1,0 +1,71 @@
+// The node plan: what `spawnpoint-agent run` will start on one node of a TrainingJob,
+// computed without starting anything (so `spawnpoint-agent plan` prints exactly what
+// `run` does). Per rank: argv, environment (torchrun's names, device and loader
+// variables), visible GPUs and CPU set. Pure function of its inputs; thread-safe.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/devices/assignment.h"
+#include "agent/devices/gpu_backend.h"
+#include "agent/devices/topology.h"
+#include "api/training_job.h"
+#include "common/status.h"
+
+namespace spawnpoint::agent {
+
+struct PlanRequest {
+  const api::TrainingJob* job = nullptr;
+  int node_rank = 0;
+  int nnodes = 0;  // 0: the job's spec.nodes
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0: the job's spec.rendezvous.port
+  int restart_count = 0;
+  int max_restarts = -1;  // what TORCHELASTIC_MAX_RESTARTS says; -1: the job's
+  std::map<std::string, std::string> base_env;  // the agent's own environment
+  std::vector<devices::GpuDevice> gpus;
+  std::string gpu_backend = "none";
+  devices::CpuTopology cpus;
+};
+
+struct RankPlan {
+  int rank = 0;
+  int local_rank = 0;
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;   // the complete environment of the rank
+  std::vector<std::string> spawnpoint_env;  // names the agent set (for the plan output)
+  std::string working_dir;
+  devices::RankDevices devices;
+
+  std::vector<std::string> EnvList() const;  // "NAME=value"
+};
+
+struct NodePlan {
+  std::string job_name;
+  std::string job_namespace;
+  int node_rank = 0;
+  int nnodes = 1;
+  int ranks_per_node = 1;
+  int world_size = 1;
+  std::string master_addr;
+  int master_port = 0;
+  std::string backend;
+  std::string gpu_backend;
+  int restart_count = 0;
+  std::vector<RankPlan> ranks;
+};
+
+StatusOr<NodePlan> MakeNodePlan(const PlanRequest& request);
+
+// The plan as JSON; `full_env` includes inherited variables, otherwise only the ones the
+// agent and the manifest set.
+nlohmann::json NodePlanToJson(const NodePlan& plan, bool full_env);
+
+// The process environment as a map.
+std::map<std::string, std::string> CurrentEnvironment();
+
+}  // namespace spawnpoint::agent

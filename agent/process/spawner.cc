@@ -1,0 +1,257 @@
+#include "agent/process/spawner.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+
+namespace spawnpoint::agent {
+namespace {
+
+// Everything the child needs, prepared by the parent so the child never allocates.
+struct ChildArgs {
+  const char* path;
+  char* const* argv;
+  char* const* envp;
+  const char* working_dir;  // null: stay
+  cpu_set_t* cpus;          // null: inherit
+  size_t cpus_size;
+  bool new_process_group;
+  int death_signal;
+  pid_t parent_pid;
+  int stdin_fd, stdout_fd, stderr_fd;
+  const std::pair<int, int>* inherit;
+  size_t inherit_count;
+  int highest_kept_fd;
+  // Written by the child (shared memory under CLONE_VM): which step failed and errno.
+  volatile int failed_step;
+  volatile int child_errno;
+};
+
+enum FailedStep {
+  kNone = 0,
+  kSetpgid,
+  kDeathSignal,
+  kParentGone,
+  kAffinity,
+  kStdio,
+  kChdir,
+  kExec
+};
+
+const char* StepName(int step) {
+  switch (step) {
+    case kSetpgid:
+      return "setpgid";
+    case kDeathSignal:
+      return "prctl(PR_SET_PDEATHSIG)";
+    case kParentGone:
+      return "parent exited during spawn";
+    case kAffinity:
+      return "sched_setaffinity";
+    case kStdio:
+      return "dup2";
+    case kChdir:
+      return "chdir";
+    case kExec:
+      return "execve";
+  }
+  return "unknown step";
+}
+
+[[noreturn]] void ChildFail(ChildArgs* a, int step) {
+  a->child_errno = errno;
+  a->failed_step = step;
+  _exit(127);
+}
+
+// Runs in the child on its own stack, sharing memory with the suspended parent thread:
+// async-signal-safe system calls only, no allocation, no locks.
+int ChildMain(void* raw) {
+  auto* a = static_cast<ChildArgs*>(raw);
+  // Handlers are the parent's copies: reset them so no agent code runs in the child, and
+  // dispositions the agent ignores (SIGPIPE) do not leak into the job's processes.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction old {};
+    if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler != SIG_DFL) {
+      sigaction(sig, &dfl, nullptr);
+    }
+  }
+  if (a->new_process_group && setpgid(0, 0) != 0) ChildFail(a, kSetpgid);
+  if (a->death_signal != 0) {
+    if (prctl(PR_SET_PDEATHSIG, a->death_signal) != 0) ChildFail(a, kDeathSignal);
+    if (getppid() != a->parent_pid) ChildFail(a, kParentGone);
+  }
+  if (a->cpus != nullptr && sched_setaffinity(0, a->cpus_size, a->cpus) != 0) {
+    ChildFail(a, kAffinity);
+  }
+  if (a->stdin_fd >= 0 && dup2(a->stdin_fd, 0) < 0) ChildFail(a, kStdio);
+  if (a->stdout_fd >= 0 && dup2(a->stdout_fd, 1) < 0) ChildFail(a, kStdio);
+  if (a->stderr_fd >= 0 && dup2(a->stderr_fd, 2) < 0) ChildFail(a, kStdio);
+  for (size_t i = 0; i < a->inherit_count; ++i) {
+    if (dup2(a->inherit[i].first, a->inherit[i].second) < 0) ChildFail(a, kStdio);
+  }
+  // Close what the agent did not mean to hand over (descriptors opened without
+  // O_CLOEXEC by libraries); the fd table is the child's own copy.
+  int first = 3;
+  for (size_t i = 0; i < a->inherit_count; ++i) {
+    int target = a->inherit[i].second;
+    if (target >= first) {
+      if (target > first) syscall(SYS_close_range, first, target - 1, 0);
+      first = target + 1;
+    }
+  }
+  syscall(SYS_close_range, first, ~0U, 0);
+  if (a->working_dir != nullptr && chdir(a->working_dir) != 0) ChildFail(a, kChdir);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  execve(a->path, a->argv, a->envp);
+  ChildFail(a, kExec);
+}
+
+std::vector<char*> CStrings(const std::vector<std::string>& v) {
+  std::vector<char*> out;
+  out.reserve(v.size() + 1);
+  for (const auto& s : v) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+std::string EnvValue(const std::vector<std::string>& env, const std::string& name) {
+  const std::string prefix = name + "=";
+  for (const auto& e : env) {
+    if (e.compare(0, prefix.size(), prefix) == 0) return e.substr(prefix.size());
+  }
+  return "";
+}
+
+class VforkSpawner : public ProcessSpawner {
+ public:
+  StatusOr<pid_t> Spawn(const SpawnOptions& options) override {
+    if (options.argv.empty() || options.argv[0].empty()) {
+      return InvalidArgument("spawn: empty command");
+    }
+    std::string path_env = EnvValue(options.env, "PATH");
+    if (path_env.empty()) {
+      const char* own = getenv("PATH");
+      path_env = own ? own : "/usr/local/bin:/usr/bin:/bin";
+    }
+    SP_ASSIGN_OR_RETURN(std::string path, ResolveExecutable(options.argv[0], path_env));
+
+    std::vector<char*> argv = CStrings(options.argv);
+    std::vector<char*> envp = CStrings(options.env);
+
+    cpu_set_t* cpus = nullptr;
+    size_t cpus_size = 0;
+    int max_cpu =
+        options.cpus.empty() ? 0 : *std::max_element(options.cpus.begin(), options.cpus.end());
+    if (!options.cpus.empty()) {
+      cpus = CPU_ALLOC(max_cpu + 1);
+      cpus_size = CPU_ALLOC_SIZE(max_cpu + 1);
+      CPU_ZERO_S(cpus_size, cpus);
+      for (int c : options.cpus) CPU_SET_S(c, cpus_size, cpus);
+    }
+
+    int devnull = -1;
+    if (options.stdin_fd < 0) devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+    std::vector<std::pair<int, int>> inherit = options.inherit_fds;
+    std::sort(inherit.begin(), inherit.end(),
+              [](const auto& x, const auto& y) { return x.second < y.second; });
+
+    ChildArgs args{};
+    args.path = path.c_str();
+    args.argv = argv.data();
+    args.envp = envp.data();
+    args.working_dir = options.working_dir.empty() ? nullptr : options.working_dir.c_str();
+    args.cpus = cpus;
+    args.cpus_size = cpus_size;
+    args.new_process_group = options.new_process_group;
+    args.death_signal = options.death_signal;
+    args.parent_pid = getpid();
+    args.stdin_fd = options.stdin_fd >= 0 ? options.stdin_fd : devnull;
+    args.stdout_fd = options.stdout_fd;
+    args.stderr_fd = options.stderr_fd;
+    args.inherit = inherit.data();
+    args.inherit_count = inherit.size();
+    args.failed_step = kNone;
+    args.child_errno = 0;
+
+    constexpr size_t kStackSize = 256 * 1024;
+    void* stack = mmap(nullptr, kStackSize, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED) {
+      if (cpus) CPU_FREE(cpus);
+      if (devnull >= 0) close(devnull);
+      return Internal(std::string("spawn: cannot allocate a stack: ") + strerror(errno));
+    }
+    // Block every signal so no handler runs on the child's stack before it resets them.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    const int saved_errno = errno;
+    pid_t pid = clone(ChildMain, static_cast<char*>(stack) + kStackSize,
+                      CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
+    const int clone_errno = errno;
+    errno = saved_errno;
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    munmap(stack, kStackSize);
+    if (cpus) CPU_FREE(cpus);
+    if (devnull >= 0) close(devnull);
+
+    if (pid < 0) {
+      return Unavailable(std::string("spawn ") + path + ": clone: " + strerror(clone_errno));
+    }
+    if (args.failed_step != kNone) {
+      int status = 0;
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      std::ostringstream msg;
+      msg << "cannot start " << path << ": " << StepName(args.failed_step) << ": "
+          << strerror(args.child_errno);
+      return FailedPrecondition(msg.str());
+    }
+    return pid;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ProcessSpawner> MakeVforkSpawner() { return std::make_unique<VforkSpawner>(); }
+
+StatusOr<std::string> ResolveExecutable(const std::string& name, const std::string& path_env) {
+  auto executable = [](const std::string& p) {
+    struct stat st {};
+    return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0;
+  };
+  if (name.find('/') != std::string::npos) {
+    if (!executable(name)) {
+      return NotFound(
+          "command " + name + ": " +
+          (access(name.c_str(), F_OK) == 0 ? "not an executable file" : "no such file"));
+    }
+    return name;
+  }
+  std::stringstream dirs(path_env);
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (executable(candidate)) return candidate;
+  }
+  return NotFound("command " + name + " not found in PATH=" + path_env);
+}
+
+}  // namespace spawnpoint::agent

@@ -1,0 +1,51 @@
+// ProcessSpawner: the seam through which the agent starts every process (ranks, node
+// agents, loader workers). The production implementation never forks: it uses a
+// vfork-style clone(CLONE_VM | CLONE_VFORK), exactly as glibc's posix_spawn does, whose
+// child makes only async-signal-safe system calls (setpgid, PR_SET_PDEATHSIG,
+// sched_setaffinity, dup2, chdir) before execve. A process holding a GPU context or
+// threads is therefore never duplicated. Spawn() is thread-safe, but call it from a
+// thread that lives as long as the children: PR_SET_PDEATHSIG fires when the spawning
+// thread exits.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace spawnpoint::agent {
+
+struct SpawnOptions {
+  std::vector<std::string> argv;  // argv[0] is resolved against PATH of `env` if it has no '/'
+  std::vector<std::string> env;   // "NAME=value", the child's whole environment
+  std::string working_dir;        // empty: the spawner's
+  std::vector<int> cpus;          // empty: inherit the affinity
+  bool new_process_group = true;  // the child leads its own group, so a kill reaches its children
+  int death_signal = 9;           // sent to the child if the agent dies; 0 = none
+  int stdin_fd = -1;              // -1: /dev/null
+  int stdout_fd = -1;             // -1: inherit
+  int stderr_fd = -1;             // -1: inherit
+  // Further descriptors the child keeps, as (fd in the agent, fd number in the child);
+  // every other descriptor above 2 is closed in the child.
+  std::vector<std::pair<int, int>> inherit_fds;
+};
+
+class ProcessSpawner {
+ public:
+  virtual ~ProcessSpawner() = default;
+  // Starts the process; returns its pid once it has exec'd. An executable that cannot be
+  // run is an error naming it (the child is reaped before returning).
+  virtual StatusOr<pid_t> Spawn(const SpawnOptions& options) = 0;
+};
+
+std::unique_ptr<ProcessSpawner> MakeVforkSpawner();
+
+// Resolves a command name against a PATH value the way execvp does; names with a '/' are
+// returned as given. Errors name the command and the PATH searched.
+StatusOr<std::string> ResolveExecutable(const std::string& name, const std::string& path_env);
+
+}  // namespace spawnpoint::agent

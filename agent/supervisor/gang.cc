@@ -1,0 +1,335 @@
+#include "agent/supervisor/gang.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace spawnpoint::agent {
+namespace {
+
+using Ms = std::chrono::milliseconds;
+using SteadyClock = std::chrono::steady_clock;
+
+void WriteAll(int fd, const std::string& data) {
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = write(fd, data.data() + off, data.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // a closed terminal must not stop supervision
+    off += static_cast<size_t>(n);
+  }
+}
+
+// Splits a child's byte stream into lines and writes each, prefixed, in one write() so
+// lines from different ranks never interleave mid-line.
+struct OutputStream {
+  int fd = -1;  // read end of the pipe; -1 once closed
+  int sink = 1;
+  std::string prefix;
+  std::string partial;
+
+  static constexpr size_t kMaxLine = 64 * 1024;
+
+  void Emit(const std::string& line) { WriteAll(sink, prefix + line + "\n"); }
+
+  // Returns false at end of stream.
+  bool ReadAvailable() {
+    char buf[65536];
+    while (true) {
+      ssize_t n = read(fd, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) return true;
+      if (n <= 0) {
+        Flush();
+        return false;
+      }
+      partial.append(buf, static_cast<size_t>(n));
+      size_t start = 0;
+      for (size_t nl; (nl = partial.find('\n', start)) != std::string::npos; start = nl + 1) {
+        Emit(partial.substr(start, nl - start));
+      }
+      partial.erase(0, start);
+      if (partial.size() > kMaxLine) Flush();
+    }
+  }
+
+  void Flush() {
+    if (!partial.empty()) Emit(partial);
+    partial.clear();
+  }
+
+  void Close() {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+};
+
+struct Running {
+  GangMember* member = nullptr;
+  pid_t pid = 0;
+  bool exited = false;
+  ExitStatus status;
+};
+
+bool GroupAlive(pid_t pgid) { return kill(-pgid, 0) == 0; }
+
+}  // namespace
+
+int GangResult::ExitCode() const {
+  switch (outcome) {
+    case GangOutcome::kSucceeded:
+      return 0;
+    case GangOutcome::kFailed:
+      return failure ? failure->status.ShellCode() : 1;
+    case GangOutcome::kInterrupted:
+      return 128 + interrupt_signal;
+  }
+  return 1;
+}
+
+Status BecomeSubreaper() {
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+    return Internal(std::string("prctl(PR_SET_CHILD_SUBREAPER): ") + strerror(errno));
+  }
+  return Status::Ok();
+}
+
+std::vector<pid_t> OrphanedChildren(const std::vector<pid_t>& known) {
+  std::vector<pid_t> out;
+  const pid_t self = getpid();
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) return out;
+  while (dirent* e = readdir(dir)) {
+    char* end = nullptr;
+    long pid = strtol(e->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0) continue;
+    std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // The command name may contain spaces and parentheses: fields resume after the last ')'.
+    size_t close_paren = line.rfind(')');
+    if (close_paren == std::string::npos) continue;
+    std::istringstream rest(line.substr(close_paren + 1));
+    std::string state;
+    long ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == self && std::find(known.begin(), known.end(), pid) == known.end()) {
+      out.push_back(static_cast<pid_t>(pid));
+    }
+  }
+  closedir(dir);
+  return out;
+}
+
+Gang::Gang(ProcessSpawner* spawner, SignalWatcher* signals, GangOptions options)
+    : spawner_(spawner), signals_(signals), options_(std::move(options)) {}
+
+GangResult Gang::Run(std::vector<GangMember> members) {
+  GangResult result;
+  const auto oom_before = ReadOomKillCount(options_.memory_events_path);
+  std::vector<Running> running;
+  std::vector<OutputStream> streams;
+  running.reserve(members.size());
+
+  bool stopping = false;
+  bool killed = false;
+  SteadyClock::time_point kill_deadline{};
+
+  auto begin_stop = [&](int sig) {
+    if (!stopping) {
+      stopping = true;
+      kill_deadline = SteadyClock::now() + options_.grace_period;
+    }
+    for (auto& r : running) {
+      if (!r.exited) kill(-r.pid, sig);
+    }
+  };
+  auto record_failure = [&](Running& r, ExitStatus status) {
+    if (result.failure || result.outcome == GangOutcome::kInterrupted) return;
+    RankFailure f;
+    f.rank = r.member->rank;
+    f.local_rank = r.member->local_rank;
+    f.node_rank = r.member->node_rank;
+    f.pid = r.pid;
+    f.status = status;
+    f.cause = ClassifyExit(status, oom_before, ReadOomKillCount(options_.memory_events_path));
+    result.outcome = GangOutcome::kFailed;
+    result.failure = f;
+  };
+
+  // Start every member; a member that cannot start fails the gang like one that died.
+  for (auto& m : members) {
+    int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+    if (m.prefix_output) {
+      if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
+        WriteAll(options_.error_fd, std::string("[spawnpoint] pipe: ") + strerror(errno) + "\n");
+        break;
+      }
+      m.spawn.stdout_fd = out_pipe[1];
+      m.spawn.stderr_fd = err_pipe[1];
+    }
+    auto pid = spawner_->Spawn(m.spawn);
+    if (m.prefix_output) {
+      close(out_pipe[1]);
+      close(err_pipe[1]);
+    }
+    if (!pid.ok()) {
+      if (m.prefix_output) {
+        close(out_pipe[0]);
+        close(err_pipe[0]);
+      }
+      WriteAll(options_.error_fd, "[spawnpoint] " + m.label + ": " + pid.status().message() + "\n");
+      Running r{&m, 0, true, {}};
+      record_failure(r, ExitStatus{127, 0});
+      result.failure->cause = {ExitReason::kUserError, pid.status().message()};
+      break;
+    }
+    running.push_back(Running{&m, *pid, false, {}});
+    if (m.prefix_output) {
+      for (auto [fd, sink] : {std::pair{out_pipe[0], options_.output_fd},
+                              std::pair{err_pipe[0], options_.error_fd}}) {
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+        streams.push_back(OutputStream{fd, sink, "[" + m.label + "] ", ""});
+      }
+    }
+  }
+  if (result.failure) begin_stop(SIGTERM);
+
+  auto up_count = [&] {
+    return static_cast<int>(
+        std::count_if(running.begin(), running.end(), [](const Running& r) { return !r.exited; }));
+  };
+  auto next_status = SteadyClock::now() + options_.status_interval;
+  if (options_.on_status) options_.on_status(up_count(), static_cast<int>(members.size()));
+
+  auto reap = [&] {
+    while (true) {
+      int wstatus = 0;
+      pid_t pid = waitpid(-1, &wstatus, WNOHANG);
+      if (pid <= 0) break;
+      auto it = std::find_if(running.begin(), running.end(),
+                             [&](const Running& r) { return r.pid == pid; });
+      if (it == running.end()) continue;  // an orphaned descendant: reaped, nothing to report
+      it->exited = true;
+      it->status = ExitStatus::FromWaitStatus(wstatus);
+      if (!it->status.Success() && !stopping) {
+        record_failure(*it, it->status);
+        WriteAll(options_.error_fd, "[spawnpoint] " + result.failure->Line() + "\n");
+        begin_stop(SIGTERM);
+      }
+    }
+  };
+
+  while (up_count() > 0) {
+    std::vector<pollfd> fds;
+    fds.push_back({signals_->fd(), POLLIN, 0});
+    for (auto& s : streams) {
+      if (s.fd >= 0) fds.push_back({s.fd, POLLIN, 0});
+    }
+    auto now = SteadyClock::now();
+    auto wake = next_status;
+    if (stopping && !killed) wake = std::min(wake, kill_deadline);
+    int timeout = static_cast<int>(
+        std::max<int64_t>(0, std::chrono::duration_cast<Ms>(wake - now).count()) + 1);
+    int n = poll(fds.data(), fds.size(), timeout);
+    if (n < 0 && errno != EINTR) break;
+
+    for (auto& s : streams) {
+      if (s.fd >= 0) {
+        for (auto& p : fds) {
+          if (p.fd == s.fd && (p.revents & (POLLIN | POLLHUP | POLLERR))) {
+            if (!s.ReadAvailable()) s.Close();
+          }
+        }
+      }
+    }
+    for (int sig : signals_->Drain()) {
+      if (sig == SIGCHLD) continue;
+      if (IsTerminationSignal(sig)) {
+        if (stopping && result.outcome == GangOutcome::kInterrupted && sig == SIGINT) {
+          // A second Ctrl-C: do not wait out the grace period.
+          kill_deadline = SteadyClock::now();
+        }
+        if (result.outcome != GangOutcome::kInterrupted && !result.failure) {
+          result.outcome = GangOutcome::kInterrupted;
+          result.interrupt_signal = sig;
+        }
+        WriteAll(options_.error_fd, "[spawnpoint] received " + SignalName(sig) + ", stopping " +
+                                        std::to_string(up_count()) + " " + options_.what + "\n");
+        begin_stop(SIGTERM);
+      }
+    }
+    reap();
+
+    now = SteadyClock::now();
+    if (stopping && !killed && now >= kill_deadline) {
+      killed = true;
+      if (up_count() > 0) {
+        WriteAll(options_.error_fd, "[spawnpoint] grace period over: SIGKILL to " +
+                                        std::to_string(up_count()) + " " + options_.what + "\n");
+      }
+      begin_stop(SIGKILL);
+    }
+    if (now >= next_status) {
+      next_status = now + options_.status_interval;
+      if (options_.on_status) options_.on_status(up_count(), static_cast<int>(members.size()));
+    }
+  }
+
+  // Every member has exited. Their pipes may still be held by descendants: read what is
+  // there now, then stop the descendants and reap them.
+  for (auto& s : streams) {
+    if (s.fd >= 0) {
+      s.ReadAvailable();
+      s.Flush();
+    }
+  }
+  std::vector<pid_t> groups;
+  for (auto& r : running) groups.push_back(r.pid);
+  auto leftovers_alive = [&] {
+    bool any = false;
+    for (pid_t g : groups) any = any || GroupAlive(g);
+    return any || !OrphanedChildren({}).empty();
+  };
+  auto signal_leftovers = [&](int sig) {
+    for (pid_t g : groups) kill(-g, sig);
+    for (pid_t p : OrphanedChildren({})) kill(p, sig);
+  };
+  if (leftovers_alive()) {
+    signal_leftovers(SIGTERM);
+    const auto deadline = SteadyClock::now() + std::min<Ms>(options_.grace_period, Ms(5000));
+    int sig = SIGTERM;
+    while (leftovers_alive()) {
+      if (SteadyClock::now() >= deadline) sig = SIGKILL;
+      signal_leftovers(sig);
+      pollfd p{signals_->fd(), POLLIN, 0};
+      poll(&p, 1, 20);
+      for (int sig : signals_->Drain()) {
+        if (IsTerminationSignal(sig)) signals_->Requeue(sig);  // for whoever runs next
+      }
+      while (waitpid(-1, nullptr, WNOHANG) > 0) {
+      }
+    }
+  }
+  for (auto& s : streams) {
+    if (s.fd >= 0) {
+      s.ReadAvailable();
+      s.Flush();
+      s.Close();
+    }
+  }
+  return result;
+}
+
+}  // namespace spawnpoint::agent

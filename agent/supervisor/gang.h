@@ -1,0 +1,71 @@
+// Gang runs one attempt of a set of processes that live and die together, as DDP ranks
+// must: it spawns every member, forwards their output line by line with a prefix, and
+// fails fast. When a member exits non-zero or dies, the others get SIGTERM and, after the
+// grace period, SIGKILL; the same happens when the agent is asked to stop. When it
+// returns, every member and every descendant they left behind (the agent is a child
+// subreaper) has been reaped: no orphan, no zombie. Run() blocks the calling thread,
+// which must be the one that created the SignalWatcher. Not thread-safe.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/process/spawner.h"
+#include "agent/supervisor/exit_cause.h"
+#include "agent/supervisor/signals.h"
+
+namespace spawnpoint::agent {
+
+struct GangMember {
+  std::string label;  // output prefix, e.g. "rank 3"
+  int rank = 0;
+  int local_rank = 0;
+  int node_rank = 0;
+  SpawnOptions spawn;  // stdout/stderr are replaced by pipes when prefix_output is set
+  bool prefix_output = true;
+};
+
+struct GangOptions {
+  std::chrono::milliseconds grace_period{30'000};
+  std::chrono::milliseconds status_interval{10'000};
+  std::string memory_events_path = "/sys/fs/cgroup/memory.events";
+  int output_fd = 1;           // rank stdout goes here, prefixed
+  int error_fd = 2;            // rank stderr and the agent's own lines go here
+  std::string what = "ranks";  // how members are named in the status line
+  // Called on every status tick with (members up, elapsed); the caller prints it.
+  std::function<void(int up, int total)> on_status;
+};
+
+enum class GangOutcome { kSucceeded, kFailed, kInterrupted };
+
+struct GangResult {
+  GangOutcome outcome = GangOutcome::kSucceeded;
+  std::optional<RankFailure> failure;  // the first member to fail
+  int interrupt_signal = 0;
+  int ExitCode() const;  // 0, the failing member's shell code, or 128 + signal
+};
+
+class Gang {
+ public:
+  Gang(ProcessSpawner* spawner, SignalWatcher* signals, GangOptions options);
+  GangResult Run(std::vector<GangMember> members);
+
+ private:
+  ProcessSpawner* spawner_;
+  SignalWatcher* signals_;
+  GangOptions options_;
+};
+
+// Marks the calling process as a child subreaper, so orphaned descendants are re-parented
+// to it and can be reaped. Idempotent.
+Status BecomeSubreaper();
+
+// Pids whose parent is this process (read from /proc), excluding `known`.
+std::vector<pid_t> OrphanedChildren(const std::vector<pid_t>& known);
+
+}  // namespace spawnpoint::agent

@@ -1,0 +1,44 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "agent/cli/options.h"
+
+namespace spawnpoint::agent {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(AgentOptionsTest, ParsesRunFlags) {
+  auto o = ParseAgentArgs({"run", "-f", "job.yaml", "--node-rank", "1", "--nnodes=2",
+                           "--master-addr", "10.0.0.1", "--master-port", "29501", "--grace-period",
+                           "2.5", "--gpu-backend", "none"});
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  EXPECT_EQ(o->command, AgentCommand::kRun);
+  EXPECT_EQ(o->file, "job.yaml");
+  EXPECT_EQ(o->node_rank, 1);
+  EXPECT_EQ(o->nnodes, 2);
+  EXPECT_EQ(o->master_addr, "10.0.0.1");
+  EXPECT_EQ(o->master_port, 29501);
+  EXPECT_EQ(o->grace_period, std::chrono::milliseconds(2500));
+  EXPECT_EQ(o->gpu_backend, "none");
+}
+
+TEST(AgentOptionsTest, RejectsBadFlagsWithTheFlagNamed) {
+  auto unknown = ParseAgentArgs({"run", "-f", "x", "--nodes", "2"});
+  EXPECT_THAT(unknown.status().message(), HasSubstr("unknown flag \"--nodes\""));
+  auto port = ParseAgentArgs({"run", "-f", "x", "--master-port", "70000"});
+  EXPECT_THAT(port.status().message(), HasSubstr("--master-port: expected an integer in 0..65535"));
+  auto backend = ParseAgentArgs({"plan", "-f", "x", "--gpu-backend", "cuda"});
+  EXPECT_THAT(backend.status().message(), HasSubstr("expected auto, nvml, amd or none"));
+  auto missing = ParseAgentArgs({"run"});
+  EXPECT_THAT(missing.status().message(), HasSubstr("-f FILE is required"));
+  auto rank = ParseAgentArgs({"run", "-f", "x", "--node-rank", "2", "--nnodes", "2"});
+  EXPECT_THAT(rank.status().message(), HasSubstr("--node-rank 2 must be below --nnodes 2"));
+  auto cmd = ParseAgentArgs({"launch"});
+  EXPECT_THAT(cmd.status().message(), HasSubstr("unknown command \"launch\""));
+  auto value = ParseAgentArgs({"run", "-f"});
+  EXPECT_THAT(value.status().message(), HasSubstr("-f: missing value"));
+}
+
+}  // namespace
+}  // namespace spawnpoint::agent

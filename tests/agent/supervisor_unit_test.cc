@@ -1,0 +1,125 @@
+#include <signal.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "agent/cli/preflight.h"
+#include "agent/supervisor/exit_cause.h"
+#include "agent/supervisor/restart_policy.h"
+#include "tests/support/test_process.h"
+
+namespace spawnpoint::agent {
+namespace {
+
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
+
+TEST(RestartPolicyTest, BackoffDoublesFromBackoffSecondsAndIsCapped) {
+  api::RestartPolicy p;
+  p.backoff_seconds = 10;
+  EXPECT_EQ(RestartBackoff(p, 1), milliseconds(10'000));
+  EXPECT_EQ(RestartBackoff(p, 2), milliseconds(20'000));
+  EXPECT_EQ(RestartBackoff(p, 3), milliseconds(40'000));
+  EXPECT_EQ(RestartBackoff(p, 6), milliseconds(300'000));
+  EXPECT_EQ(RestartBackoff(p, 60), milliseconds(300'000));
+  p.backoff_seconds = 0;
+  EXPECT_EQ(RestartBackoff(p, 3), milliseconds(0));
+}
+
+TEST(RestartPolicyTest, SignalsAreRetryableByDefaultAndUserErrorsAreNot) {
+  api::RestartPolicy p;
+  EXPECT_TRUE(IsRetryableExitCode(p, 137));
+  EXPECT_TRUE(IsRetryableExitCode(p, 128));
+  EXPECT_TRUE(IsRetryableExitCode(p, 255));
+  EXPECT_FALSE(IsRetryableExitCode(p, 1));
+  EXPECT_FALSE(IsRetryableExitCode(p, 127));
+  p.retryable_exit_codes = {3};
+  EXPECT_TRUE(IsRetryableExitCode(p, 3));
+  EXPECT_FALSE(IsRetryableExitCode(p, 137));
+}
+
+TEST(RestartPolicyTest, RestartsStopAtMaxRestarts) {
+  api::RestartPolicy p;
+  p.max_restarts = 2;
+  EXPECT_TRUE(ShouldRestart(p, 0, 137));
+  EXPECT_TRUE(ShouldRestart(p, 1, 137));
+  EXPECT_FALSE(ShouldRestart(p, 2, 137));
+  EXPECT_FALSE(ShouldRestart(p, 0, 1));
+}
+
+TEST(ExitCauseTest, ClassifiesEachWayARankEnds) {
+  EXPECT_EQ(ClassifyExit({0, 0}, {}, {}).reason, ExitReason::kSucceeded);
+  auto user = ClassifyExit({3, 0}, {}, {});
+  EXPECT_EQ(user.reason, ExitReason::kUserError);
+  EXPECT_THAT(user.message, HasSubstr("exited with code 3"));
+  EXPECT_EQ(ClassifyExit({0, SIGKILL}, 2, 2).reason, ExitReason::kKilled);
+  EXPECT_EQ(ClassifyExit({0, SIGKILL}, {}, {}).reason, ExitReason::kKilled);
+  auto oom = ClassifyExit({0, SIGKILL}, 2, 3);
+  EXPECT_EQ(oom.reason, ExitReason::kOomKilled);
+  EXPECT_THAT(oom.message, HasSubstr("from 2 to 3"));
+  auto bus = ClassifyExit({0, SIGBUS}, {}, {});
+  EXPECT_EQ(bus.reason, ExitReason::kShmExhausted);
+  EXPECT_THAT(bus.message, HasSubstr("spec.shmSize"));
+  EXPECT_EQ(ClassifyExit({0, SIGTERM}, {}, {}).reason, ExitReason::kTerminated);
+  auto segv = ClassifyExit({0, SIGSEGV}, {}, {});
+  EXPECT_EQ(segv.reason, ExitReason::kCrashed);
+  EXPECT_THAT(segv.message, HasSubstr("SIGSEGV"));
+}
+
+TEST(ExitCauseTest, ShellCodeIs128PlusSignal) {
+  EXPECT_EQ((ExitStatus{0, SIGKILL}).ShellCode(), 137);
+  EXPECT_EQ((ExitStatus{3, 0}).ShellCode(), 3);
+}
+
+TEST(ExitCauseTest, ReadsTheOomKillCounter) {
+  testing::TempDir dir;
+  testing::WriteFile(dir.File("memory.events"),
+                     "low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 0\n");
+  EXPECT_EQ(ReadOomKillCount(dir.File("memory.events")), 2);
+  EXPECT_EQ(ReadOomKillCount(dir.File("missing")), std::nullopt);
+}
+
+TEST(ExitCauseTest, FailureJsonCarriesWhatTheOperatorNeeds) {
+  RankFailure f;
+  f.rank = 5;
+  f.local_rank = 1;
+  f.node_rank = 1;
+  f.status = {0, SIGKILL};
+  f.cause = ClassifyExit(f.status, 0, 1);
+  auto j = f.ToJson();
+  EXPECT_EQ(j["rank"], 5);
+  EXPECT_EQ(j["nodeRank"], 1);
+  EXPECT_EQ(j["exitCode"], 137);
+  EXPECT_EQ(j["reason"], "OOMKilled");
+  EXPECT_EQ(j["signal"], "SIGKILL");
+  EXPECT_THAT(f.Line(), HasSubstr("rank 5 (local rank 1, node 1"));
+}
+
+TEST(PreflightTest, SharedMemoryNeedScalesWithTheLoaderAndIsCappedByShmSize) {
+  api::TrainingJobSpec spec;
+  spec.loader.workers_per_rank = 4;
+  spec.loader.prefetch_factor = 2;
+  spec.shm_size_bytes = 8LL << 30;
+  EXPECT_EQ(SharedMemoryNeeded(spec, 2, 8), 2u * 4 * 2 * kAssumedBatchSlotBytes);
+  spec.shm_size_bytes = 64LL << 20;
+  EXPECT_EQ(SharedMemoryNeeded(spec, 2, 8), 64u << 20);
+  spec.shm_size_bytes = 8LL << 30;
+  spec.loader.workers_per_rank.reset();  // auto: min(8, cpus per rank)
+  EXPECT_EQ(SharedMemoryNeeded(spec, 1, 3), 3u * 2 * kAssumedBatchSlotBytes);
+}
+
+TEST(PreflightTest, FormatsBytesLikeKubernetesQuantities) {
+  EXPECT_EQ(FormatBytes(64ull << 20), "64Mi");
+  EXPECT_EQ(FormatBytes(3ull << 29), "1.5Gi");
+  EXPECT_EQ(FormatBytes(100), "100");
+}
+
+TEST(PreflightTest, MissingMountIsAClearError) {
+  api::TrainingJobSpec spec;
+  auto s = CheckSharedMemory(spec, 2, 1, "/nonexistent/shm");
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("/nonexistent/shm is not usable"));
+}
+
+}  // namespace
+}  // namespace spawnpoint::agent
