@@ -1,0 +1,819 @@
+#include "api/training_job.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <utility>
+
+#include "api/field_path.h"
+#include "api/yaml_to_json.h"
+
+namespace spawnpoint::api {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kIntMax = std::numeric_limits<int>::max();
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+// Pod names are "<job>-node-<index>" and must stay within a 63-character DNS label.
+constexpr size_t kMaxNameLength = 52;
+
+constexpr std::string_view kTopFields[] = {"apiVersion", "kind", "metadata", "spec", "status"};
+constexpr std::string_view kSpecFields[] = {
+    "nodes",    "gpusPerNode", "procsPerNode",  "gpuResource", "gpuAssignment", "backend",
+    "template", "loader",      "restartPolicy", "rendezvous",  "shmSize",       "runPolicy"};
+constexpr std::string_view kLoaderFields[] = {
+    "workersPerRank", "prefetchFactor", "persistentWorkers", "pinMemory",
+    "timeoutSeconds", "seed",           "startMethod",       "workerCommand"};
+constexpr std::string_view kRestartFields[] = {"maxRestarts", "backoffSeconds",
+                                               "retryableExitCodes"};
+constexpr std::string_view kRendezvousFields[] = {"port"};
+constexpr std::string_view kRunPolicyFields[] = {"suspend", "activeDeadlineSeconds",
+                                                 "ttlSecondsAfterFinished", "cleanPodPolicy"};
+
+struct KnownObject {
+  std::string_view path;
+  std::span<const std::string_view> fields;
+};
+// Every object whose fields are checked; also used to tell a user that a field they put in
+// the wrong place belongs elsewhere.
+const KnownObject kKnownObjects[] = {
+    {"", kTopFields},
+    {"spec", kSpecFields},
+    {"spec.loader", kLoaderFields},
+    {"spec.restartPolicy", kRestartFields},
+    {"spec.rendezvous", kRendezvousFields},
+    {"spec.runPolicy", kRunPolicyFields},
+};
+
+// Lowercase without '_' and '-', so that prefetch_factor and PrefetchFactor match
+// prefetchFactor.
+std::string Normalize(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '_' || c == '-') continue;
+    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The candidate `word` was most likely meant to be, if any is close enough.
+std::optional<std::string_view> Suggest(std::string_view word,
+                                        std::span<const std::string_view> candidates) {
+  std::string w = Normalize(word);
+  std::optional<std::string_view> best;
+  size_t best_distance = std::numeric_limits<size_t>::max();
+  for (std::string_view candidate : candidates) {
+    std::string c = Normalize(candidate);
+    size_t distance = EditDistance(w, c);
+    size_t limit = w.size() <= 4 ? 1 : w.size() <= 8 ? 2 : 3;
+    // "workers" for "workersPerRank": a clear prefix is as good as a typo.
+    bool prefix = w.size() >= 4 && c.starts_with(w);
+    if ((distance <= limit || prefix) && distance < best_distance) {
+      best = candidate;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+// " (did you mean spec.loader.prefetchFactor?)" when `key`, found in the object at `here`,
+// is a field of another object; else "".
+std::string MisplacedFieldHint(std::string_view key, std::string_view here) {
+  std::string normalized = Normalize(key);
+  for (const KnownObject& known : kKnownObjects) {
+    if (known.path == here) continue;
+    for (std::string_view field : known.fields) {
+      if (Normalize(field) != normalized) continue;
+      std::string where = known.path.empty() ? "" : std::string(known.path) + ".";
+      return " (did you mean " + where + std::string(field) + "?)";
+    }
+  }
+  return "";
+}
+
+std::string Join(std::span<const std::string_view> items) {
+  std::string out;
+  for (std::string_view item : items) {
+    if (!out.empty()) out += ", ";
+    out += item;
+  }
+  return out;
+}
+
+// JSON string syntax; invalid UTF-8 from the input is shown as U+FFFD rather than throwing.
+std::string Quote(std::string_view s) {
+  return json(std::string(s)).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// "string \"two\"", "number 2.5", "boolean true", "null", "a list", "an object".
+std::string Describe(const json& value) {
+  switch (value.type()) {
+    case json::value_t::string: {
+      std::string s = value.get<std::string>();
+      if (s.size() > 60) s = s.substr(0, 57) + "...";
+      return "string " + Quote(s);
+    }
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+    case json::value_t::number_float:
+      return "number " + value.dump();
+    case json::value_t::boolean:
+      return std::string("boolean ") + (value.get<bool>() ? "true" : "false");
+    case json::value_t::null:
+      return "null";
+    case json::value_t::array:
+      return "a list";
+    case json::value_t::object:
+      return "an object";
+    default:
+      return "an unsupported value";
+  }
+}
+
+bool IsLower(char c) { return c >= 'a' && c <= 'z'; }
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+// RFC 1123 label when first_may_be_digit, else RFC 1035: [a-z0-9]([-a-z0-9]*[a-z0-9])?
+bool IsDnsLabel(std::string_view s, bool first_may_be_digit) {
+  if (s.empty()) return false;
+  if (!IsLower(s.front()) && !(first_may_be_digit && IsDigit(s.front()))) return false;
+  if (!IsLower(s.back()) && !IsDigit(s.back())) return false;
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return IsLower(c) || IsDigit(c) || c == '-'; });
+}
+
+// A member of an object, with its path. `value` is null when the member is absent or null:
+// Kubernetes treats an explicit null like an omitted field.
+struct Field {
+  const json* value;
+  FieldPath path;
+};
+
+Field Get(const json& object, const FieldPath& object_path, std::string_view key) {
+  auto it = object.find(key);
+  const json* value = (it == object.end() || it->is_null()) ? nullptr : &*it;
+  return {value, object_path / key};
+}
+
+// Indexed by the enums' values.
+constexpr std::string_view kGpuAssignmentNames[] = {"shared", "exclusive"};
+constexpr std::string_view kBackendNames[] = {"auto", "nccl", "gloo"};
+constexpr std::string_view kCleanPodPolicyNames[] = {"None", "Running", "All"};
+constexpr std::string_view kGpuResources[] = {"nvidia.com/gpu", "amd.com/gpu"};
+
+// Decodes one TrainingJob object. Returns the first problem found; error_path() and
+// error_at_key() then say where it is, so YAML callers can turn it into a line and column.
+class Decoder {
+ public:
+  // `document` is the document's number in a YAML stream (0 when decoding an API object);
+  // `from_yaml` adds hints that only make sense in YAML text.
+  Decoder(int document, bool from_yaml) : document_(document), from_yaml_(from_yaml) {}
+
+  Status Decode(const json& object, TrainingJob* job);
+
+  const FieldPath& error_path() const { return error_path_; }
+  bool error_at_key() const { return error_at_key_; }
+
+ private:
+  Status Fail(const FieldPath& path, const std::string& what, bool at_key = false) {
+    error_path_ = path;
+    error_at_key_ = at_key;
+    return InvalidArgument(path.empty() ? what : path.Dotted() + ": " + what);
+  }
+  Status WrongType(const Field& field, const std::string& expected) {
+    // "; got" keeps the value apart from a list of allowed values.
+    std::string separator = expected.find(',') == std::string::npos ? ", got " : "; got ";
+    std::string message = "must be " + expected + separator + Describe(*field.value);
+    if (from_yaml_ && expected.starts_with("a string") && field.value->is_primitive() &&
+        !field.value->is_null()) {
+      message += " (quote it to make it a string)";
+    }
+    return Fail(field.path, message);
+  }
+
+  Status CheckObject(const json& value, const FieldPath& path, const std::string& what,
+                     std::span<const std::string_view> allowed);
+  Status CheckFields(const json& object, const FieldPath& path,
+                     std::span<const std::string_view> allowed);
+  Status RequireObject(const Field& field, const std::string& what);
+
+  Status ReadInt64(const Field& field, int64_t min, int64_t max, int64_t* out);
+  template <typename T>
+  Status ReadInt(const Field& field, int64_t min, int64_t max, T* out) {
+    if (!field.value) return Status::Ok();
+    int64_t value = 0;
+    SP_RETURN_IF_ERROR(ReadInt64(field, min, max, &value));
+    *out = static_cast<T>(value);
+    return Status::Ok();
+  }
+  Status ReadOptionalInt64(const Field& field, int64_t min, std::optional<int64_t>* out);
+  Status ReadBool(const Field& field, bool* out);
+  Status ReadString(const Field& field, std::string* out);
+  Status ReadStringList(const Field& field, std::vector<std::string>* out);
+  // A string that must be one of `allowed`; *index is its position there.
+  Status ReadChoice(const Field& field, std::span<const std::string_view> allowed, size_t* index);
+  template <typename E>
+  Status ReadEnum(const Field& field, std::span<const std::string_view> names, E* out) {
+    if (!field.value) return Status::Ok();
+    size_t index = 0;
+    SP_RETURN_IF_ERROR(ReadChoice(field, names, &index));
+    *out = static_cast<E>(index);
+    return Status::Ok();
+  }
+
+  Status DecodeHeader(const json& object);
+  Status DecodeMetadata(const json& object, TrainingJob* job);
+  Status DecodeSpec(const Field& spec_field, TrainingJobSpec* spec);
+  Status DecodeTemplate(const Field& field, TrainingJobSpec* spec);
+  Status DecodeTrainer(const json& container, const FieldPath& path, TrainerContainer* trainer);
+  Status DecodeLoader(const Field& field, LoaderSpec* loader);
+  Status DecodeRestartPolicy(const Field& field, RestartPolicy* policy);
+  Status DecodeRendezvous(const Field& field, int* port);
+  Status DecodeShmSize(const Field& field, TrainingJobSpec* spec);
+  Status DecodeRunPolicy(const Field& field, RunPolicy* policy);
+
+  int document_;
+  bool from_yaml_;
+  FieldPath error_path_;
+  bool error_at_key_ = false;
+};
+
+Status Decoder::CheckObject(const json& value, const FieldPath& path, const std::string& what,
+                            std::span<const std::string_view> allowed) {
+  if (!value.is_object()) {
+    return Fail(path, "must be an object (" + what + "), got " + Describe(value));
+  }
+  return CheckFields(value, path, allowed);
+}
+
+Status Decoder::CheckFields(const json& object, const FieldPath& path,
+                            std::span<const std::string_view> allowed) {
+  for (const auto& [key, unused] : object.items()) {
+    if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+    std::string hint = MisplacedFieldHint(key, path.Dotted());
+    if (hint.empty()) {
+      if (auto guess = Suggest(key, allowed)) hint = " (did you mean " + Quote(*guess) + "?)";
+    }
+    return Fail(path / key, "unknown field" + hint + "; allowed: " + Join(allowed),
+                /*at_key=*/true);
+  }
+  return Status::Ok();
+}
+
+Status Decoder::ReadInt64(const Field& field, int64_t min, int64_t max, int64_t* out) {
+  const json& v = *field.value;
+  int64_t value = 0;
+  bool above_int64 = false;
+  if (v.is_number_unsigned()) {
+    uint64_t u = v.get<uint64_t>();
+    above_int64 = u > static_cast<uint64_t>(kInt64Max);
+    value = above_int64 ? kInt64Max : static_cast<int64_t>(u);
+  } else if (v.is_number_integer()) {
+    value = v.get<int64_t>();
+  } else if (v.is_number_float() && std::isfinite(v.get<double>()) &&
+             v.get<double>() == std::trunc(v.get<double>()) && std::abs(v.get<double>()) < 9.2e18) {
+    // 2.0 is an integer to kubectl too (YAML floats become JSON numbers).
+    value = static_cast<int64_t>(v.get<double>());
+  } else {
+    return WrongType(field, "an integer");
+  }
+  if (value < min || value > max || above_int64) {
+    std::string got = v.dump();
+    if (max != kInt64Max && max != kIntMax) {
+      return Fail(field.path, "must be between " + std::to_string(min) + " and " +
+                                  std::to_string(max) + ", got " + got);
+    }
+    if (value < min) return Fail(field.path, "must be >= " + std::to_string(min) + ", got " + got);
+    return Fail(field.path, "must be <= " + std::to_string(max) + ", got " + got);
+  }
+  *out = value;
+  return Status::Ok();
+}
+
+Status Decoder::ReadOptionalInt64(const Field& field, int64_t min, std::optional<int64_t>* out) {
+  if (!field.value) {
+    *out = std::nullopt;
+    return Status::Ok();
+  }
+  int64_t value = 0;
+  SP_RETURN_IF_ERROR(ReadInt64(field, min, kInt64Max, &value));
+  *out = value;
+  return Status::Ok();
+}
+
+Status Decoder::ReadBool(const Field& field, bool* out) {
+  if (!field.value) return Status::Ok();
+  if (!field.value->is_boolean()) return WrongType(field, "a boolean (true or false)");
+  *out = field.value->get<bool>();
+  return Status::Ok();
+}
+
+Status Decoder::ReadString(const Field& field, std::string* out) {
+  if (!field.value) return Status::Ok();
+  if (!field.value->is_string()) return WrongType(field, "a string");
+  *out = field.value->get<std::string>();
+  return Status::Ok();
+}
+
+Status Decoder::ReadStringList(const Field& field, std::vector<std::string>* out) {
+  if (!field.value) return Status::Ok();
+  if (!field.value->is_array()) return WrongType(field, "a list of strings");
+  out->clear();
+  for (size_t i = 0; i < field.value->size(); ++i) {
+    std::string item;
+    SP_RETURN_IF_ERROR(ReadString({&(*field.value)[i], field.path.Index(i)}, &item));
+    out->push_back(std::move(item));
+  }
+  return Status::Ok();
+}
+
+Status Decoder::ReadChoice(const Field& field, std::span<const std::string_view> allowed,
+                           size_t* index) {
+  std::string expected = "one of " + Join(allowed);
+  if (!field.value->is_string()) return WrongType(field, expected);
+  std::string value = field.value->get<std::string>();
+  auto it = std::find(allowed.begin(), allowed.end(), value);
+  if (it != allowed.end()) {
+    *index = static_cast<size_t>(it - allowed.begin());
+    return Status::Ok();
+  }
+  std::string hint;
+  if (auto guess = Suggest(value, allowed)) hint = " (did you mean " + Quote(*guess) + "?)";
+  return Fail(field.path, "must be " + expected + "; got " + Quote(value) + hint);
+}
+
+Status Decoder::RequireObject(const Field& field, const std::string& what) {
+  if (!field.value) return Fail(field.path, "required; " + what);
+  if (!field.value->is_object()) return WrongType(field, "an object (" + what + ")");
+  return Status::Ok();
+}
+
+Status Decoder::Decode(const json& object, TrainingJob* job) {
+  if (!object.is_object()) {
+    return Fail(FieldPath(), std::string("a TrainingJob must be an object with apiVersion: ") +
+                                 kApiVersion + ", kind: " + kKind + ", metadata and spec; got " +
+                                 Describe(object));
+  }
+  SP_RETURN_IF_ERROR(DecodeHeader(object));
+  SP_RETURN_IF_ERROR(CheckFields(object, FieldPath(), kTopFields));
+  SP_RETURN_IF_ERROR(DecodeMetadata(object, job));
+  SP_RETURN_IF_ERROR(DecodeSpec(Get(object, FieldPath(), "spec"), &job->spec));
+  auto status = object.find("status");
+  job->status = status == object.end() ? json() : *status;
+  return Status::Ok();
+}
+
+Status Decoder::DecodeHeader(const json& object) {
+  // kind first: for a Deployment in the stream "not a TrainingJob" is the useful message.
+  Field kind = Get(object, FieldPath(), "kind");
+  std::string expected_kind = std::string("must be ") + Quote(kKind);
+  if (!kind.value) return Fail(kind.path, "required; " + expected_kind);
+  if (!kind.value->is_string()) return WrongType(kind, "the string " + Quote(kKind));
+  std::string kind_name = kind.value->get<std::string>();
+  if (kind_name != kKind) {
+    if (document_ > 0) {
+      return Fail(kind.path, "document " + std::to_string(document_) + " is a " + Quote(kind_name) +
+                                 "; only kind " + Quote(kKind) + " (apiVersion " + kApiVersion +
+                                 ") is allowed here");
+    }
+    return Fail(kind.path, expected_kind + ", got " + Quote(kind_name));
+  }
+  Field api_version = Get(object, FieldPath(), "apiVersion");
+  std::string expected_version = std::string("must be ") + Quote(kApiVersion);
+  if (!api_version.value) return Fail(api_version.path, "required; " + expected_version);
+  if (!api_version.value->is_string()) {
+    return WrongType(api_version, "the string " + Quote(kApiVersion));
+  }
+  if (api_version.value->get<std::string>() != kApiVersion) {
+    return Fail(api_version.path,
+                expected_version + ", got " + Quote(api_version.value->get<std::string>()));
+  }
+  return Status::Ok();
+}
+
+Status Decoder::DecodeMetadata(const json& object, TrainingJob* job) {
+  Field metadata = Get(object, FieldPath(), "metadata");
+  SP_RETURN_IF_ERROR(RequireObject(metadata, "ObjectMeta with at least a name"));
+  job->metadata = *metadata.value;
+
+  const std::string name_rule =
+      "lowercase letters, digits and '-', starting with a letter and ending with a letter or "
+      "digit, at most " +
+      std::to_string(kMaxNameLength) + " characters (e.g. \"resnet-ddp\")";
+  Field name = Get(*metadata.value, metadata.path, "name");
+  if (!name.value) return Fail(name.path, "required; " + name_rule);
+  if (!name.value->is_string()) return WrongType(name, "a string of " + name_rule);
+  job->name = name.value->get<std::string>();
+  if (job->name.size() > kMaxNameLength) {
+    return Fail(name.path, "must be at most " + std::to_string(kMaxNameLength) +
+                               " characters (pod names add \"-node-NNN\" and must fit in 63), "
+                               "got " +
+                               std::to_string(job->name.size()));
+  }
+  if (!IsDnsLabel(job->name, /*first_may_be_digit=*/false)) {
+    return Fail(name.path, "must consist of " + name_rule + ", got " + Quote(job->name));
+  }
+
+  Field ns = Get(*metadata.value, metadata.path, "namespace");
+  job->namespace_ = "default";
+  SP_RETURN_IF_ERROR(ReadString(ns, &job->namespace_));
+  if (ns.value && (job->namespace_.size() > 63 || !IsDnsLabel(job->namespace_, true))) {
+    return Fail(ns.path,
+                "must be a DNS label: lowercase letters, digits and '-', starting and ending with "
+                "a letter or digit, at most 63 characters; got " +
+                    Quote(job->namespace_));
+  }
+  return Status::Ok();
+}
+
+Status Decoder::DecodeSpec(const Field& spec_field, TrainingJobSpec* spec) {
+  SP_RETURN_IF_ERROR(RequireObject(spec_field, "the TrainingJobSpec"));
+  const json& s = *spec_field.value;
+  const FieldPath& path = spec_field.path;
+  SP_RETURN_IF_ERROR(CheckFields(s, path, kSpecFields));
+
+  SP_RETURN_IF_ERROR(ReadInt(Get(s, path, "nodes"), 1, kIntMax, &spec->nodes));
+  SP_RETURN_IF_ERROR(ReadInt(Get(s, path, "gpusPerNode"), 0, kIntMax, &spec->gpus_per_node));
+  SP_RETURN_IF_ERROR(ReadInt(Get(s, path, "procsPerNode"), 1, kIntMax, &spec->procs_per_node));
+  if (static_cast<int64_t>(spec->nodes) * RanksPerNode(*spec) > kIntMax) {
+    return Fail(path / "nodes",
+                "the world size (nodes x ranks per node = " + std::to_string(spec->nodes) + " x " +
+                    std::to_string(RanksPerNode(*spec)) +
+                    ") must be <= " + std::to_string(kIntMax));
+  }
+
+  Field gpu_resource = Get(s, path, "gpuResource");
+  if (gpu_resource.value) {
+    size_t index = 0;
+    SP_RETURN_IF_ERROR(ReadChoice(gpu_resource, kGpuResources, &index));
+    spec->gpu_resource = kGpuResources[index];
+  }
+  SP_RETURN_IF_ERROR(
+      ReadEnum(Get(s, path, "gpuAssignment"), kGpuAssignmentNames, &spec->gpu_assignment));
+  Field backend = Get(s, path, "backend");
+  SP_RETURN_IF_ERROR(ReadEnum(backend, kBackendNames, &spec->backend));
+  if (spec->backend == Backend::kNccl && spec->gpus_per_node == 0) {
+    return Fail(backend.path,
+                "\"nccl\" needs GPUs but spec.gpusPerNode is 0; use \"gloo\" or \"auto\" for CPU "
+                "ranks, or set gpusPerNode >= 1");
+  }
+
+  SP_RETURN_IF_ERROR(DecodeTemplate(Get(s, path, "template"), spec));
+  SP_RETURN_IF_ERROR(DecodeLoader(Get(s, path, "loader"), &spec->loader));
+  SP_RETURN_IF_ERROR(DecodeRestartPolicy(Get(s, path, "restartPolicy"), &spec->restart_policy));
+  SP_RETURN_IF_ERROR(DecodeRendezvous(Get(s, path, "rendezvous"), &spec->rendezvous_port));
+  SP_RETURN_IF_ERROR(DecodeShmSize(Get(s, path, "shmSize"), spec));
+  SP_RETURN_IF_ERROR(DecodeRunPolicy(Get(s, path, "runPolicy"), &spec->run_policy));
+  return Status::Ok();
+}
+
+Status Decoder::DecodeTemplate(const Field& field, TrainingJobSpec* spec) {
+  SP_RETURN_IF_ERROR(
+      RequireObject(field, "a PodTemplateSpec whose spec.containers holds the trainer container"));
+  spec->pod_template = *field.value;
+  Field pod_spec = Get(*field.value, field.path, "spec");
+  SP_RETURN_IF_ERROR(RequireObject(pod_spec, "a PodSpec with the trainer in containers"));
+  Field containers = Get(*pod_spec.value, pod_spec.path, "containers");
+  const std::string need = "a list of containers; the one named \"trainer\" (or the first) runs";
+  if (!containers.value) return Fail(containers.path, "required; " + need);
+  if (!containers.value->is_array()) return WrongType(containers, need);
+  if (containers.value->empty()) {
+    return Fail(containers.path,
+                "must hold at least one container (the one named \"trainer\", or "
+                "the first, runs the job)");
+  }
+  size_t trainer = 0;
+  for (size_t i = 0; i < containers.value->size(); ++i) {
+    const json& container = (*containers.value)[i];
+    if (!container.is_object()) {
+      return WrongType({&container, containers.path.Index(i)}, "an object (a Container)");
+    }
+    auto name = container.find("name");
+    if (name != container.end() && name->is_string() && *name == "trainer") {
+      trainer = i;
+      break;
+    }
+  }
+  return DecodeTrainer((*containers.value)[trainer], containers.path.Index(trainer),
+                       &spec->trainer);
+}
+
+Status Decoder::DecodeTrainer(const json& container, const FieldPath& path,
+                              TrainerContainer* trainer) {
+  SP_RETURN_IF_ERROR(ReadString(Get(container, path, "name"), &trainer->name));
+  SP_RETURN_IF_ERROR(ReadString(Get(container, path, "image"), &trainer->image));
+  SP_RETURN_IF_ERROR(ReadStringList(Get(container, path, "command"), &trainer->command));
+  SP_RETURN_IF_ERROR(ReadStringList(Get(container, path, "args"), &trainer->args));
+  SP_RETURN_IF_ERROR(ReadString(Get(container, path, "workingDir"), &trainer->working_dir));
+  if (trainer->command.empty() && trainer->args.empty()) {
+    return Fail(path,
+                "the trainer container needs a command or args (command + args is what "
+                "every rank runs)");
+  }
+  bool from_command = !trainer->command.empty();
+  const std::string& program = from_command ? trainer->command.front() : trainer->args.front();
+  if (program.empty()) {
+    FieldPath list = path / (from_command ? "command" : "args");
+    return Fail(list.Index(0), "must not be empty: it is the program every rank runs");
+  }
+
+  Field env = Get(container, path, "env");
+  if (!env.value) return Status::Ok();
+  if (!env.value->is_array()) return WrongType(env, "a list of {name, value} entries");
+  for (size_t i = 0; i < env.value->size(); ++i) {
+    Field entry{&(*env.value)[i], env.path.Index(i)};
+    if (!entry.value->is_object()) {
+      return WrongType(entry, "an object (an EnvVar with name and value or valueFrom)");
+    }
+    EnvVar var;
+    Field name = Get(*entry.value, entry.path, "name");
+    if (!name.value) return Fail(name.path, "required; the environment variable's name");
+    SP_RETURN_IF_ERROR(ReadString(name, &var.name));
+    // valueFrom is resolved by the kubelet; such entries stay only in pod_template.
+    if (Get(*entry.value, entry.path, "valueFrom").value) continue;
+    SP_RETURN_IF_ERROR(ReadString(Get(*entry.value, entry.path, "value"), &var.value));
+    trainer->env.push_back(std::move(var));
+  }
+  return Status::Ok();
+}
+
+Status Decoder::DecodeLoader(const Field& field, LoaderSpec* loader) {
+  if (!field.value) return Status::Ok();
+  SP_RETURN_IF_ERROR(CheckObject(*field.value, field.path, "the loader settings", kLoaderFields));
+  const json& l = *field.value;
+  const FieldPath& path = field.path;
+
+  Field workers = Get(l, path, "workersPerRank");
+  if (workers.value && workers.value->is_string()) {
+    if (*workers.value != "auto") {
+      return Fail(workers.path,
+                  "must be an integer >= 0 or \"auto\", got " + Describe(*workers.value));
+    }
+    loader->workers_per_rank = std::nullopt;
+  } else if (workers.value) {
+    if (!workers.value->is_number()) return WrongType(workers, "an integer >= 0 or \"auto\"");
+    int value = 0;
+    SP_RETURN_IF_ERROR(ReadInt(workers, 0, kIntMax, &value));
+    loader->workers_per_rank = value;
+  }
+  SP_RETURN_IF_ERROR(ReadInt(Get(l, path, "prefetchFactor"), 1, kIntMax, &loader->prefetch_factor));
+  SP_RETURN_IF_ERROR(ReadBool(Get(l, path, "persistentWorkers"), &loader->persistent_workers));
+  SP_RETURN_IF_ERROR(ReadBool(Get(l, path, "pinMemory"), &loader->pin_memory));
+  SP_RETURN_IF_ERROR(ReadInt(Get(l, path, "timeoutSeconds"), 1, kIntMax, &loader->timeout_seconds));
+
+  Field seed = Get(l, path, "seed");
+  if (seed.value) {
+    if (seed.value->is_number_unsigned()) {
+      loader->seed = seed.value->get<uint64_t>();
+    } else {
+      int64_t value = 0;
+      SP_RETURN_IF_ERROR(ReadInt64(seed, 0, kInt64Max, &value));
+      loader->seed = static_cast<uint64_t>(value);
+    }
+  }
+
+  Field start_method = Get(l, path, "startMethod");
+  if (start_method.value && !start_method.value->is_string()) {
+    return WrongType(start_method, "\"spawn\"");
+  }
+  SP_RETURN_IF_ERROR(ReadString(start_method, &loader->start_method));
+  if (loader->start_method == "fork") {
+    return Fail(start_method.path,
+                "\"fork\" is not allowed: forking a process after it initialised CUDA/ROCm "
+                "corrupts the GPU context (and OpenMP thread pools); use \"spawn\"");
+  }
+  if (loader->start_method == "forkserver") {
+    return Fail(start_method.path,
+                "\"forkserver\" is not allowed: the agent starts every worker as a fresh "
+                "process; use \"spawn\"");
+  }
+  if (loader->start_method != "spawn") {
+    return Fail(start_method.path,
+                "must be \"spawn\" (the only start method), got " + Quote(loader->start_method));
+  }
+  SP_RETURN_IF_ERROR(ReadStringList(Get(l, path, "workerCommand"), &loader->worker_command));
+  return Status::Ok();
+}
+
+Status Decoder::DecodeRestartPolicy(const Field& field, RestartPolicy* policy) {
+  if (!field.value) return Status::Ok();
+  SP_RETURN_IF_ERROR(
+      CheckObject(*field.value, field.path, "the gang restart settings", kRestartFields));
+  const json& r = *field.value;
+  SP_RETURN_IF_ERROR(ReadInt(Get(r, field.path, "maxRestarts"), 0, kIntMax, &policy->max_restarts));
+  SP_RETURN_IF_ERROR(
+      ReadInt(Get(r, field.path, "backoffSeconds"), 0, kIntMax, &policy->backoff_seconds));
+  Field codes = Get(r, field.path, "retryableExitCodes");
+  if (!codes.value) return Status::Ok();
+  if (!codes.value->is_array()) return WrongType(codes, "a list of exit codes (1-255)");
+  policy->retryable_exit_codes.clear();
+  for (size_t i = 0; i < codes.value->size(); ++i) {
+    int code = 0;
+    SP_RETURN_IF_ERROR(ReadInt({&(*codes.value)[i], codes.path.Index(i)}, 1, 255, &code));
+    policy->retryable_exit_codes.push_back(code);
+  }
+  return Status::Ok();
+}
+
+Status Decoder::DecodeRendezvous(const Field& field, int* port) {
+  if (!field.value) return Status::Ok();
+  SP_RETURN_IF_ERROR(
+      CheckObject(*field.value, field.path, "the rendezvous settings", kRendezvousFields));
+  return ReadInt(Get(*field.value, field.path, "port"), 1, 65535, port);
+}
+
+Status Decoder::DecodeShmSize(const Field& field, TrainingJobSpec* spec) {
+  if (!field.value) return Status::Ok();
+  if (field.value->is_number_integer() || field.value->is_number_unsigned()) {
+    spec->shm_size = field.value->dump();
+  } else if (field.value->is_string()) {
+    spec->shm_size = field.value->get<std::string>();
+  } else {
+    return WrongType(field, "a quantity such as \"8Gi\"");
+  }
+  StatusOr<int64_t> bytes = ParseQuantity(spec->shm_size);
+  if (!bytes.ok()) return Fail(field.path, bytes.status().message());
+  if (*bytes <= 0) {
+    return Fail(field.path,
+                "must be > 0 (a size for /dev/shm such as \"8Gi\"), got " + Quote(spec->shm_size));
+  }
+  spec->shm_size_bytes = *bytes;
+  return Status::Ok();
+}
+
+Status Decoder::DecodeRunPolicy(const Field& field, RunPolicy* policy) {
+  if (!field.value) return Status::Ok();
+  SP_RETURN_IF_ERROR(CheckObject(*field.value, field.path, "the run policy", kRunPolicyFields));
+  const json& r = *field.value;
+  SP_RETURN_IF_ERROR(ReadBool(Get(r, field.path, "suspend"), &policy->suspend));
+  SP_RETURN_IF_ERROR(ReadOptionalInt64(Get(r, field.path, "activeDeadlineSeconds"), 1,
+                                       &policy->active_deadline_seconds));
+  SP_RETURN_IF_ERROR(ReadOptionalInt64(Get(r, field.path, "ttlSecondsAfterFinished"), 0,
+                                       &policy->ttl_seconds_after_finished));
+  return ReadEnum(Get(r, field.path, "cleanPodPolicy"), kCleanPodPolicyNames,
+                  &policy->clean_pod_policy);
+}
+
+}  // namespace
+
+int RanksPerNode(const TrainingJobSpec& spec) {
+  return spec.gpus_per_node > 0 ? spec.gpus_per_node : spec.procs_per_node;
+}
+
+int WorldSize(const TrainingJobSpec& spec) { return spec.nodes * RanksPerNode(spec); }
+
+Backend EffectiveBackend(const TrainingJobSpec& spec) {
+  if (spec.backend != Backend::kAuto) return spec.backend;
+  return spec.gpus_per_node > 0 ? Backend::kNccl : Backend::kGloo;
+}
+
+const char* BackendName(Backend backend) {
+  return kBackendNames[static_cast<size_t>(backend)].data();
+}
+
+const char* GpuAssignmentName(GpuAssignment assignment) {
+  return kGpuAssignmentNames[static_cast<size_t>(assignment)].data();
+}
+
+const char* CleanPodPolicyName(CleanPodPolicy policy) {
+  return kCleanPodPolicyNames[static_cast<size_t>(policy)].data();
+}
+
+StatusOr<std::vector<TrainingJob>> ParseTrainingJobs(std::string_view text,
+                                                     const std::string& source) {
+  SP_ASSIGN_OR_RETURN(std::vector<YamlDocument> documents, ParseYamlStream(text, source));
+  size_t non_empty = std::count_if(documents.begin(), documents.end(),
+                                   [](const YamlDocument& d) { return !d.value.is_null(); });
+  if (non_empty == 0) {
+    return InvalidArgument(source +
+                           ":1:1: no TrainingJob found: the input has no YAML documents; "
+                           "expected one or more documents with apiVersion: " +
+                           std::string(kApiVersion) + ", kind: " + kKind);
+  }
+  std::vector<TrainingJob> jobs;
+  for (const YamlDocument& document : documents) {
+    if (document.value.is_null()) continue;
+    Decoder decoder(document.number, /*from_yaml=*/true);
+    TrainingJob job;
+    Status status = decoder.Decode(document.value, &job);
+    if (!status.ok()) {
+      SourcePosition at = document.positions.Locate(decoder.error_path(), decoder.error_at_key());
+      return InvalidArgument(source + ":" + std::to_string(at.line) + ":" +
+                             std::to_string(at.column) + ": " + status.message());
+    }
+    job.source =
+        non_empty == 1 ? source : source + " (document " + std::to_string(document.number) + ")";
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+StatusOr<std::vector<TrainingJob>> LoadTrainingJobsFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NotFound("cannot read " + path + ": " + std::strerror(errno));
+  std::string text;
+  char buffer[65536];
+  while (true) {
+    ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int error = errno;
+      ::close(fd);
+      return NotFound("cannot read " + path + ": " + std::strerror(error));
+    }
+    if (n == 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return ParseTrainingJobs(text, path);
+}
+
+StatusOr<TrainingJob> TrainingJobFromJson(const json& object) {
+  Decoder decoder(/*document=*/0, /*from_yaml=*/false);
+  TrainingJob job;
+  SP_RETURN_IF_ERROR(decoder.Decode(object, &job));
+  return job;
+}
+
+json TrainingJobToJson(const TrainingJob& job) {
+  const TrainingJobSpec& s = job.spec;
+  json metadata = job.metadata.is_object() ? job.metadata : json::object();
+  metadata["name"] = job.name;
+  // Left out when defaulted and absent, so "kubectl apply -n other" still applies.
+  if (metadata.contains("namespace") || job.namespace_ != "default") {
+    metadata["namespace"] = job.namespace_;
+  }
+
+  json loader = {
+      {"workersPerRank",
+       s.loader.workers_per_rank ? json(*s.loader.workers_per_rank) : json("auto")},
+      {"prefetchFactor", s.loader.prefetch_factor},
+      {"persistentWorkers", s.loader.persistent_workers},
+      {"pinMemory", s.loader.pin_memory},
+      {"timeoutSeconds", s.loader.timeout_seconds},
+      {"seed", s.loader.seed},
+      {"startMethod", s.loader.start_method},
+      {"workerCommand", s.loader.worker_command},
+  };
+  json restart = {
+      {"maxRestarts", s.restart_policy.max_restarts},
+      {"backoffSeconds", s.restart_policy.backoff_seconds},
+      {"retryableExitCodes", s.restart_policy.retryable_exit_codes},
+  };
+  const RunPolicy& r = s.run_policy;
+  json run_policy = {
+      {"suspend", r.suspend},
+      {"activeDeadlineSeconds",
+       r.active_deadline_seconds ? json(*r.active_deadline_seconds) : json()},
+      {"ttlSecondsAfterFinished",
+       r.ttl_seconds_after_finished ? json(*r.ttl_seconds_after_finished) : json()},
+      {"cleanPodPolicy", CleanPodPolicyName(r.clean_pod_policy)},
+  };
+  json spec = {
+      {"nodes", s.nodes},
+      {"gpusPerNode", s.gpus_per_node},
+      {"procsPerNode", s.procs_per_node},
+      {"gpuResource", s.gpu_resource},
+      {"gpuAssignment", GpuAssignmentName(s.gpu_assignment)},
+      {"backend", BackendName(s.backend)},
+      {"template", s.pod_template},
+      {"loader", loader},
+      {"restartPolicy", restart},
+      {"rendezvous", {{"port", s.rendezvous_port}}},
+      {"shmSize", s.shm_size},
+      {"runPolicy", run_policy},
+  };
+  json out = {
+      {"apiVersion", kApiVersion},
+      {"kind", kKind},
+      {"metadata", metadata},
+      {"spec", spec},
+  };
+  if (!job.status.is_null()) out["status"] = job.status;
+  return out;
+}
+
+}  // namespace spawnpoint::api

@@ -88,8 +88,8 @@ struct TrainingJob {
   std::string namespace_ = "default";
   nlohmann::json metadata;  // as given
   TrainingJobSpec spec;
-  nlohmann::json status;    // as given (the operator owns its typed form)
-  std::string source;       // "file.yaml" or "file.yaml (document 2)", for messages
+  nlohmann::json status;  // as given (the operator owns its typed form)
+  std::string source;     // "file.yaml" or "file.yaml (document 2)", for messages
 };
 
 // Ranks on one node: gpusPerNode when > 0, else procsPerNode.
@@ -98,13 +98,18 @@ int WorldSize(const TrainingJobSpec& spec);
 // kAuto resolves to NCCL with GPUs (or RCCL under the same name on AMD), else Gloo.
 Backend EffectiveBackend(const TrainingJobSpec& spec);
 const char* BackendName(Backend backend);
+// The API spelling: "shared", "exclusive"; "None", "Running", "All".
+const char* GpuAssignmentName(GpuAssignment assignment);
+const char* CleanPodPolicyName(CleanPodPolicy policy);
 
 // Parses a Kubernetes quantity ("8Gi", "512Mi", "1G", "1000000", "1.5Gi") into bytes.
 StatusOr<int64_t> ParseQuantity(std::string_view text);
 
 // Parses every document of a YAML stream (JSON is YAML) and returns the TrainingJobs in
 // it, defaulted and validated. Documents of other kinds are an error (naming kind and
-// document). `source` names the input in messages (usually the file path).
+// document); empty documents are skipped, but a stream without any is an error. `source`
+// names the input in messages (usually the file path). Unquoted scalars mean what they mean
+// to kubectl (YAML 1.1): yes/no/on/off are booleans and 0644 is octal.
 StatusOr<std::vector<TrainingJob>> ParseTrainingJobs(std::string_view text,
                                                      const std::string& source);
 // Reads the file and calls ParseTrainingJobs; an unreadable file is an error naming it.

@@ -67,6 +67,25 @@ struct Node {
   devices::CpuTopology cpus;
 };
 
+// When every node runs on this machine, each node agent gets its own share of the CPUs
+// (as its affinity), so the nodes' ranks do not oversubscribe the cores between them.
+std::vector<std::vector<int>> SplitCpusAcrossNodes(const std::vector<int>& cpus, int nnodes) {
+  std::vector<std::vector<int>> shares(nnodes);
+  if (cpus.empty()) return shares;
+  if (static_cast<int>(cpus.size()) < nnodes) {
+    for (int i = 0; i < nnodes; ++i) shares[i] = {cpus[i % cpus.size()]};
+    return shares;
+  }
+  const size_t base = cpus.size() / nnodes, extra = cpus.size() % nnodes;
+  size_t next = 0;
+  for (int i = 0; i < nnodes; ++i) {
+    const size_t n = base + (static_cast<size_t>(i) < extra ? 1 : 0);
+    shares[i].assign(cpus.begin() + next, cpus.begin() + next + n);
+    next += n;
+  }
+  return shares;
+}
+
 StatusOr<Node> DiscoverNode(const AgentOptions& o) {
   Node n;
   SP_ASSIGN_OR_RETURN(n.job, LoadJob(o));
@@ -132,7 +151,8 @@ StatusOr<int> FreePort() {
 std::string Elapsed(SteadyClock::time_point start) {
   auto s = std::chrono::duration_cast<std::chrono::seconds>(SteadyClock::now() - start).count();
   char buf[32];
-  snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", s / 3600, (s / 60) % 60, s % 60);
+  snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+           static_cast<long long>((s / 60) % 60), static_cast<long long>(s % 60));
   return buf;
 }
 
@@ -238,6 +258,7 @@ int RunLocalNodes(const AgentOptions& o, const Node& n, SignalWatcher* signals) 
   if (mkdtemp(tmpl) == nullptr) return Fail(Internal("mkdtemp failed"));
   const std::string dir = tmpl;
   std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const auto shares = SplitCpusAcrossNodes(n.cpus.AllCpus(), nnodes);
   Say(n.job.name + ": running " + std::to_string(nnodes) + " nodes locally, rendezvous on " +
       (o.master_addr.empty() ? "127.0.0.1" : o.master_addr) + ":" + std::to_string(port));
 
@@ -251,6 +272,7 @@ int RunLocalNodes(const AgentOptions& o, const Node& n, SignalWatcher* signals) 
       m.rank = -1;
       m.node_rank = i;
       m.prefix_output = false;  // node agents prefix their ranks' lines themselves
+      m.spawn.cpus = shares[i];
       m.spawn.argv = {self,
                       "run",
                       "-f",
@@ -326,8 +348,16 @@ int PlanCommand(const AgentOptions& o) {
   } else {
     for (int i = 0; i < nnodes; ++i) node_ranks.push_back(i);
   }
+  const bool local_nodes = o.node_rank < 0 && nnodes > 1;
+  const auto shares = SplitCpusAcrossNodes(node->cpus.AllCpus(), nnodes);
   for (int i : node_ranks) {
-    auto plan = MakeNodePlan(MakeRequest(o, *node, i, o.restart_count, port));
+    PlanRequest request = MakeRequest(o, *node, i, o.restart_count, port);
+    if (local_nodes) {
+      auto share = devices::ReadCpuTopology(o.sysfs_root, shares[i]);
+      if (!share.ok()) return Fail(share.status());
+      request.cpus = *share;
+    }
+    auto plan = MakeNodePlan(request);
     if (!plan.ok()) return Fail(plan.status());
     if (Status s = CheckCommand(plan->ranks.front()); !s.ok()) return Fail(s);
     out.push_back(NodePlanToJson(*plan, o.full_env));

@@ -1,0 +1,204 @@
+// The node plan on the production discovery path: NVML through dlopen of the fake
+// libnvidia-ml, NUMA and CPUs from a fake sysfs tree.
+#include <stdlib.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "agent/devices/gpu_backend.h"
+#include "agent/plan/node_plan.h"
+#include "tests/fakes/fake_sysfs.h"
+#include "tests/support/test_process.h"
+
+namespace spawnpoint::agent {
+namespace {
+
+using std::chrono::milliseconds;
+using ::testing::AllOf;
+using ::testing::Each;
+using ::testing::ElementsAre;
+using ::testing::Ge;
+using ::testing::HasSubstr;
+using ::testing::Le;
+
+const char* kUuidPrefix = "GPU-6b7c1a2e-0000-4000-8000-0000000000";
+
+std::string GpuJob(int gpus, const std::string& assignment) {
+  return "apiVersion: spawnpoint.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: gpu-job}\n"
+         "spec:\n  nodes: 2\n  gpusPerNode: " +
+         std::to_string(gpus) + "\n  gpuAssignment: " + assignment +
+         "\n  template:\n    spec:\n      containers:\n      - name: trainer\n        image: x\n"
+         "        command: [/bin/true]\n        args: [--epochs, '1']\n"
+         "        env: [{name: NCCL_DEBUG, value: INFO}]\n";
+}
+
+class PlanTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    sysfs_.AddEightGpuTwoNumaTopology();
+    setenv("FAKE_NVML_CONFIG", testing::FakeNvmlConfig("eight_gpus_two_numa.conf").c_str(), 1);
+  }
+  void TearDown() override { unsetenv("FAKE_NVML_CONFIG"); }
+
+  NodePlan Plan(int gpus, const std::string& assignment) {
+    auto jobs = api::ParseTrainingJobs(GpuJob(gpus, assignment), "job.yaml");
+    EXPECT_TRUE(jobs.ok()) << jobs.status().message();
+    job_ = jobs->front();
+    auto backend = devices::OpenNvmlBackend(FAKE_NVML_PATH, sysfs_.sysfs_root());
+    EXPECT_TRUE(backend.ok()) << backend.status().message();
+    PlanRequest r;
+    r.job = &job_;
+    r.node_rank = 1;
+    r.master_addr = "trainer-node-0.trainer";
+    r.gpus = *(*backend)->Discover();
+    r.gpu_backend = "nvml";
+    std::vector<int> allowed;
+    for (int c = 0; c < 32; ++c) allowed.push_back(c);
+    r.cpus = *devices::ReadCpuTopology(sysfs_.sysfs_root(), allowed);
+    r.base_env = {{"PATH", "/usr/bin"}, {"NCCL_DEBUG", "WARN"}};
+    auto plan = MakeNodePlan(r);
+    EXPECT_TRUE(plan.ok()) << plan.status().message();
+    return *plan;
+  }
+
+  testing::FakeSysfs sysfs_;
+  api::TrainingJob job_;
+};
+
+TEST_F(PlanTest, SharedModeShowsEveryGpuInTopologyOrder) {
+  NodePlan plan = Plan(8, "shared");
+  ASSERT_EQ(plan.ranks.size(), 8u);
+  EXPECT_EQ(plan.world_size, 16);
+  EXPECT_EQ(plan.backend, "nccl");
+  const std::string order = std::string(kUuidPrefix) + "07," + kUuidPrefix + "0f," + kUuidPrefix +
+                            "47," + kUuidPrefix + "4e," + kUuidPrefix + "87," + kUuidPrefix +
+                            "90," + kUuidPrefix + "b7," + kUuidPrefix + "bd";
+  for (int i = 0; i < 8; ++i) {
+    const RankPlan& r = plan.ranks[i];
+    EXPECT_EQ(r.env.at("CUDA_VISIBLE_DEVICES"), order);
+    EXPECT_EQ(r.env.at("CUDA_DEVICE_ORDER"), "PCI_BUS_ID");
+    EXPECT_EQ(r.env.at("SPAWNPOINT_DEVICE_ORDINAL"), std::to_string(i));
+    EXPECT_EQ(r.env.at("RANK"), std::to_string(8 + i));
+    EXPECT_EQ(r.env.at("LOCAL_RANK"), std::to_string(i));
+    EXPECT_EQ(r.env.at("GROUP_RANK"), "1");
+    EXPECT_EQ(r.env.at("NNODES"), "2");
+    EXPECT_EQ(r.env.at("WORLD_SIZE"), "16");
+    EXPECT_EQ(r.env.at("LOCAL_WORLD_SIZE"), "8");
+    EXPECT_EQ(r.env.at("MASTER_ADDR"), "trainer-node-0.trainer");
+    EXPECT_EQ(r.env.at("MASTER_PORT"), "29500");
+    EXPECT_EQ(r.env.at("NCCL_DEBUG"), "INFO");  // the manifest wins over the inherited value
+    EXPECT_EQ(r.env.at("PATH"), "/usr/bin");
+  }
+}
+
+TEST_F(PlanTest, ExclusiveModeShowsEachRankOnlyItsGpuAsDeviceZero) {
+  NodePlan plan = Plan(8, "exclusive");
+  const char* buses[] = {"07", "0f", "47", "4e", "87", "90", "b7", "bd"};
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(plan.ranks[i].env.at("CUDA_VISIBLE_DEVICES"), std::string(kUuidPrefix) + buses[i]);
+    EXPECT_EQ(plan.ranks[i].env.at("SPAWNPOINT_DEVICE_ORDINAL"), "0");
+    ASSERT_EQ(plan.ranks[i].devices.visible.size(), 1u);
+  }
+}
+
+TEST_F(PlanTest, CpusAreSplitByTheGpusNumaNode) {
+  NodePlan plan = Plan(8, "shared");
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_THAT(plan.ranks[i].devices.cpus, Each(AllOf(Ge(0), Le(15))));
+    EXPECT_EQ(plan.ranks[i].devices.cpus.size(), 4u);
+    EXPECT_EQ(plan.ranks[i].env.at("OMP_NUM_THREADS"), "4");
+  }
+  for (int i = 4; i < 8; ++i) {
+    EXPECT_THAT(plan.ranks[i].devices.cpus, Each(AllOf(Ge(16), Le(31))));
+  }
+  EXPECT_THAT(plan.ranks[5].devices.cpus, ElementsAre(20, 21, 22, 23));
+}
+
+TEST_F(PlanTest, PlanJsonListsArgvEnvDevicesAndCpus) {
+  NodePlan plan = Plan(4, "exclusive");
+  nlohmann::json j = NodePlanToJson(plan, /*full_env=*/false);
+  EXPECT_EQ(j["worldSize"], 8);
+  EXPECT_EQ(j["ranks"][2]["argv"], nlohmann::json({"/bin/true", "--epochs", "1"}));
+  EXPECT_EQ(j["ranks"][2]["devices"][0]["pciBusId"], "0000:47:00.0");
+  EXPECT_EQ(j["ranks"][2]["env"]["RANK"], "6");
+  EXPECT_FALSE(j["ranks"][2]["env"].contains("PATH"));  // inherited: only with --full-env
+  EXPECT_TRUE(NodePlanToJson(plan, true)["ranks"][2]["env"].contains("PATH"));
+}
+
+// The CLI on the same fakes, including every error that must stop a job before it starts.
+class PlanCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override { sysfs_.AddEightGpuTwoNumaTopology(); }
+
+  testing::TestProcess Plan(const std::string& manifest, const std::string& nvml_config,
+                            std::vector<std::string> extra = {}) {
+    testing::WriteFile(dir_.File("job.yaml"), manifest);
+    std::vector<std::string> argv = {AGENT_BIN,
+                                     "plan",
+                                     "-f",
+                                     dir_.File("job.yaml"),
+                                     "--gpu-backend",
+                                     "nvml",
+                                     "--nvml-library",
+                                     FAKE_NVML_PATH,
+                                     "--sysfs-root",
+                                     sysfs_.sysfs_root(),
+                                     "--node-rank",
+                                     "0"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return testing::TestProcess(argv, {{"FAKE_NVML_CONFIG", nvml_config}});
+  }
+
+  testing::FakeSysfs sysfs_;
+  testing::TempDir dir_;
+};
+
+TEST_F(PlanCliTest, PrintsThePlanAsJson) {
+  auto p = Plan(GpuJob(4, "shared"), testing::FakeNvmlConfig("eight_gpus_two_numa.conf"));
+  ASSERT_EQ(p.Wait(milliseconds(30'000)), 0) << p.Stderr();
+  auto j = nlohmann::json::parse(p.Stdout());
+  EXPECT_EQ(j["ranks"].size(), 4u);
+  EXPECT_EQ(j["gpuBackend"], "nvml");
+  EXPECT_EQ(j["ranks"][3]["devices"][3]["pciBusId"], "0000:4e:00.0");
+  EXPECT_EQ(j["ranks"][3]["env"]["SPAWNPOINT_DEVICE_ORDINAL"], "3");
+}
+
+TEST_F(PlanCliTest, MoreRanksThanGpusIsAnError) {
+  auto p = Plan(GpuJob(9, "shared"), testing::FakeNvmlConfig("eight_gpus_two_numa.conf"));
+  EXPECT_EQ(p.Wait(milliseconds(30'000)), 1);
+  EXPECT_THAT(p.Stderr(), HasSubstr("gpusPerNode is 9 but only 8 GPUs were found"));
+  EXPECT_EQ(testing::CountLines(p.Stderr(), ""), 1);
+}
+
+TEST_F(PlanCliTest, AnUnhealthyGpuIsAnError) {
+  std::string config = testing::ReadFile(testing::FakeNvmlConfig("eight_gpus_two_numa.conf"));
+  // Mark the GPU on bus 47 as lost (the "lost" column).
+  size_t line = config.find("00000000:47:00.0");
+  size_t end = config.find('\n', line);
+  config.replace(end - 1, 1, "1");
+  testing::WriteFile(dir_.File("lost.conf"), config);
+  auto p = Plan(GpuJob(8, "shared"), dir_.File("lost.conf"));
+  EXPECT_EQ(p.Wait(milliseconds(30'000)), 1);
+  EXPECT_THAT(p.Stderr(), HasSubstr("0000:47:00.0"));
+  EXPECT_THAT(p.Stderr(), HasSubstr("is unhealthy"));
+}
+
+TEST_F(PlanCliTest, NoGpuWithGpusPerNodeIsAnErrorWithTheFix) {
+  testing::WriteFile(dir_.File("job.yaml"), GpuJob(2, "shared"));
+  testing::TestProcess p({AGENT_BIN, "plan", "-f", dir_.File("job.yaml"), "--gpu-backend", "none"});
+  EXPECT_EQ(p.Wait(milliseconds(30'000)), 1);
+  EXPECT_THAT(p.Stderr(), HasSubstr("no GPU was found"));
+  EXPECT_THAT(p.Stderr(), HasSubstr("gpusPerNode: 0"));
+}
+
+TEST_F(PlanCliTest, MissingNvmlLibraryIsNamed) {
+  testing::WriteFile(dir_.File("job.yaml"), GpuJob(2, "shared"));
+  testing::TestProcess p({AGENT_BIN, "plan", "-f", dir_.File("job.yaml"), "--gpu-backend", "nvml",
+                          "--nvml-library", "/nonexistent/libnvidia-ml.so.1"});
+  EXPECT_EQ(p.Wait(milliseconds(30'000)), 1);
+  EXPECT_THAT(p.Stderr(), HasSubstr("/nonexistent/libnvidia-ml.so.1"));
+}
+
+}  // namespace
+}  // namespace spawnpoint::agent
