@@ -165,6 +165,8 @@ void PrintTiming(const Flags& flags, const RankEnv& env, const char* event, long
 }
 
 [[noreturn]] void InjectFailure(const Flags& flags, const RankEnv& env, int64_t step) {
+  // The moment of death, for measuring how long a launcher takes to get the group back.
+  PrintTiming(flags, env, "fail", UnixNs());
   if (flags.fail_signal != 0) {
     std::fprintf(stderr, "%s: rank %d: raising signal %d at step %lld (--fail-at-step)\n", kProg,
                  env.rank, flags.fail_signal, static_cast<long long>(step));
