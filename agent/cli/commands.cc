@@ -99,6 +99,19 @@ StatusOr<Node> DiscoverNode(const AgentOptions& o) {
   return n;
 }
 
+// The shim ships beside the agent: <prefix>/bin/spawnpoint-agent and
+// <prefix>/share/spawnpoint/python/sitecustomize.py (the build tree and the agent bundle
+// share this layout). SPAWNPOINT_PYTHON_SHIM_DIR overrides it.
+std::string PythonShimDir() {
+  if (const char* dir = getenv("SPAWNPOINT_PYTHON_SHIM_DIR"); dir != nullptr) return dir;
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  auto dir = exe.parent_path().parent_path() / "share" / "spawnpoint" / "python";
+  if (!std::filesystem::exists(dir / "sitecustomize.py", ec)) return "";
+  return dir.string();
+}
+
 PlanRequest MakeRequest(const AgentOptions& o, const Node& n, int node_rank, int restart_count,
                         int master_port) {
   PlanRequest r;
@@ -113,6 +126,7 @@ PlanRequest MakeRequest(const AgentOptions& o, const Node& n, int node_rank, int
   r.gpus = n.gpus;
   r.gpu_backend = n.gpu_backend;
   r.cpus = n.cpus;
+  r.python_shim_dir = PythonShimDir();
   return r;
 }
 

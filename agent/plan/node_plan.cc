@@ -13,6 +13,14 @@ std::string Bool(bool b) { return b ? "1" : "0"; }
 
 }  // namespace
 
+bool IsPythonCommand(const std::vector<std::string>& argv) {
+  if (argv.empty()) return false;
+  std::string base = argv[0].substr(argv[0].rfind('/') + 1);
+  if (base.rfind("python", 0) != 0) return false;
+  // python, python3, python3.11, pythonw; not "python-config" or "pythonista".
+  return base.find_first_not_of("0123456789.", 6) == std::string::npos || base == "pythonw";
+}
+
 std::vector<std::string> RankPlan::EnvList() const {
   std::vector<std::string> out;
   out.reserve(env.size());
@@ -110,6 +118,16 @@ StatusOr<NodePlan> MakeNodePlan(const PlanRequest& request) {
     if (!user_omp)
       set["OMP_NUM_THREADS"] = std::to_string(std::max<size_t>(1, r.devices.cpus.size()));
     for (const auto& [k, v] : devices::DeviceEnvironment(r.devices)) set[k] = v;
+    if (!request.python_shim_dir.empty() && IsPythonCommand(command)) {
+      // The shim makes DataLoader workers spawned and persistent; it chains to any
+      // PYTHONPATH the manifest or the environment already had.
+      std::string existing = own.count("PYTHONPATH") ? own.at("PYTHONPATH")
+                             : request.base_env.count("PYTHONPATH")
+                                 ? request.base_env.at("PYTHONPATH")
+                                 : "";
+      set["PYTHONPATH"] = request.python_shim_dir + (existing.empty() ? "" : ":" + existing);
+      set["SPAWNPOINT_SHIM"] = "1";
+    }
 
     r.env = request.base_env;
     for (const auto& [k, v] : own) r.env[k] = v;

@@ -30,7 +30,13 @@ struct PlanRequest {
   std::vector<devices::GpuDevice> gpus;
   std::string gpu_backend = "none";
   devices::CpuTopology cpus;
+  // The directory holding the Python start-up shim (sitecustomize.py); prepended to
+  // PYTHONPATH when the trainer is a Python interpreter. Empty: no shim.
+  std::string python_shim_dir;
 };
+
+// Whether argv starts a Python interpreter (python, python3, python3.11, /usr/bin/python3).
+bool IsPythonCommand(const std::vector<std::string>& argv);
 
 struct RankPlan {
   int rank = 0;

@@ -220,7 +220,11 @@ GangResult Gang::Run(std::vector<GangMember> members) {
       if (pid <= 0) break;
       auto it = std::find_if(running.begin(), running.end(),
                              [&](const Running& r) { return r.pid == pid; });
-      if (it == running.end()) continue;  // an orphaned descendant: reaped, nothing to report
+      if (it == running.end()) {
+        // One of the caller's processes, or an orphaned descendant: reaped, nothing to report.
+        if (options_.on_other_exit) options_.on_other_exit(pid, wstatus);
+        continue;
+      }
       it->exited = true;
       it->status = ExitStatus::FromWaitStatus(wstatus);
       if (!it->status.Success() && !stopping) {
@@ -297,14 +301,15 @@ GangResult Gang::Run(std::vector<GangMember> members) {
   }
   std::vector<pid_t> groups;
   for (auto& r : running) groups.push_back(r.pid);
+  auto kept = [&] { return options_.keep_pids ? options_.keep_pids() : std::vector<pid_t>{}; };
   auto leftovers_alive = [&] {
     bool any = false;
     for (pid_t g : groups) any = any || GroupAlive(g);
-    return any || !OrphanedChildren({}).empty();
+    return any || !OrphanedChildren(kept()).empty();
   };
   auto signal_leftovers = [&](int sig) {
     for (pid_t g : groups) kill(-g, sig);
-    for (pid_t p : OrphanedChildren({})) kill(p, sig);
+    for (pid_t p : OrphanedChildren(kept())) kill(p, sig);
   };
   if (leftovers_alive()) {
     signal_leftovers(SIGTERM);
@@ -318,7 +323,9 @@ GangResult Gang::Run(std::vector<GangMember> members) {
       for (int sig : signals_->Drain()) {
         if (IsTerminationSignal(sig)) signals_->Requeue(sig);  // for whoever runs next
       }
-      while (waitpid(-1, nullptr, WNOHANG) > 0) {
+      int wstatus = 0;
+      for (pid_t pid; (pid = waitpid(-1, &wstatus, WNOHANG)) > 0;) {
+        if (options_.on_other_exit) options_.on_other_exit(pid, wstatus);
       }
     }
   }

@@ -39,6 +39,11 @@ struct GangOptions {
   std::string what = "ranks";  // how members are named in the status line
   // Called on every status tick with (members up, elapsed); the caller prints it.
   std::function<void(int up, int total)> on_status;
+  // Processes the caller owns beside the gang (loader workers): their exits are handed to
+  // on_other_exit (which returns true if it took the pid) instead of being treated as
+  // orphans, and they are not stopped with the gang's leftovers.
+  std::function<bool(pid_t pid, int wait_status)> on_other_exit;
+  std::function<std::vector<pid_t>()> keep_pids;
 };
 
 enum class GangOutcome { kSucceeded, kFailed, kInterrupted };

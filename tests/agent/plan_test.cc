@@ -202,3 +202,58 @@ TEST_F(PlanCliTest, MissingNvmlLibraryIsNamed) {
 
 }  // namespace
 }  // namespace spawnpoint::agent
+
+namespace spawnpoint::agent {
+namespace {
+
+NodePlan CpuPlan(const std::string& command, const std::string& shim_dir,
+                 std::map<std::string, std::string> base_env, api::TrainingJob& job) {
+  auto jobs = api::ParseTrainingJobs(
+      "apiVersion: spawnpoint.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: py}\n"
+      "spec:\n  procsPerNode: 2\n  template:\n    spec:\n      containers:\n      - name: trainer\n"
+      "        image: x\n        command: [" +
+          command + "]\n",
+      "job.yaml");
+  EXPECT_TRUE(jobs.ok()) << jobs.status().message();
+  job = jobs->front();
+  PlanRequest r;
+  r.job = &job;
+  r.cpus = *devices::ReadCpuTopology("/nonexistent", {0, 1});
+  r.python_shim_dir = shim_dir;
+  r.base_env = std::move(base_env);
+  auto plan = MakeNodePlan(r);
+  EXPECT_TRUE(plan.ok()) << plan.status().message();
+  return *plan;
+}
+
+TEST(PythonShimPlanTest, PythonTrainersGetTheShimFirstOnPythonPath) {
+  api::TrainingJob job;
+  NodePlan plan = CpuPlan("/usr/bin/python3, train.py", "/opt/spawnpoint/python",
+                          {{"PYTHONPATH", "/user/lib"}}, job);
+  for (const auto& r : plan.ranks) {
+    EXPECT_EQ(r.env.at("PYTHONPATH"), "/opt/spawnpoint/python:/user/lib");
+    EXPECT_EQ(r.env.at("SPAWNPOINT_SHIM"), "1");
+  }
+  NodePlan plain = CpuPlan("python3.11, -m, train", "/opt/spawnpoint/python", {}, job);
+  EXPECT_EQ(plain.ranks[0].env.at("PYTHONPATH"), "/opt/spawnpoint/python");
+}
+
+TEST(PythonShimPlanTest, OtherTrainersAreLeftAlone) {
+  api::TrainingJob job;
+  NodePlan plan =
+      CpuPlan("/bin/true", "/opt/spawnpoint/python", {{"PYTHONPATH", "/user/lib"}}, job);
+  EXPECT_EQ(plan.ranks[0].env.at("PYTHONPATH"), "/user/lib");
+  EXPECT_EQ(plan.ranks[0].env.count("SPAWNPOINT_SHIM"), 0u);
+}
+
+TEST(PythonShimPlanTest, RecognisesPythonInterpreters) {
+  EXPECT_TRUE(IsPythonCommand({"python"}));
+  EXPECT_TRUE(IsPythonCommand({"python3"}));
+  EXPECT_TRUE(IsPythonCommand({"/usr/bin/python3.11", "x.py"}));
+  EXPECT_FALSE(IsPythonCommand({"python3-config"}));
+  EXPECT_FALSE(IsPythonCommand({"/usr/bin/torchrun"}));
+  EXPECT_FALSE(IsPythonCommand({"build/bin/spawnpoint-example-trainer"}));
+}
+
+}  // namespace
+}  // namespace spawnpoint::agent
