@@ -115,7 +115,7 @@ flags:
   --fail-signal S       signal number to raise for --fail-at-step instead of exiting
   --fail-rank R         the rank that fails (default 0)
   --timing              print "timing rank=R event=E unix_ns=T" lines (start, pg_ready,
-                        first_allreduce, end)
+                        first_allreduce, end, and fail just before --fail-at-step fires)
   --help                this text
 
 environment (optional): TORCHELASTIC_USE_AGENT_STORE=True (the launcher hosts the TCPStore),
