@@ -1,0 +1,52 @@
+"""Runs test_shim.py's test classes for ctest, without pytest.
+
+    run_shim_tests.py [--require-torch] [--source-dir DIR] [--agent BIN] TestClass...
+
+Exit status: 0 all passed, 1 a failure, 77 skipped (--require-torch and this interpreter
+has no torch; scripts/install-deps.sh installs python3-torch, so CI runs them).
+"""
+
+import argparse
+import importlib.util
+import os
+import sys
+import time
+import unittest
+
+SKIP = 77
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--require-torch", action="store_true")
+    parser.add_argument("--source-dir")
+    parser.add_argument("--agent", help="the built spawnpoint-agent, for AgentTest")
+    parser.add_argument("tests", nargs="+")
+    args = parser.parse_args()
+
+    if args.require_torch and importlib.util.find_spec("torch") is None:
+        print("SKIP: %s has no torch; install python3-torch (scripts/install-deps.sh) to run "
+              "the Python shim tests" % sys.executable)
+        return SKIP
+    if args.source_dir:
+        os.environ["SPAWNPOINT_SOURCE_DIR"] = os.path.abspath(args.source_dir)
+    if args.agent:
+        if not os.access(args.agent, os.X_OK):
+            print("FAIL: %s is not an executable; build spawnpoint-agent first" % args.agent)
+            return 1
+        os.environ["SPAWNPOINT_AGENT_BIN"] = os.path.abspath(args.agent)
+    sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    import test_shim
+
+    suite = unittest.defaultTestLoader.loadTestsFromNames(args.tests, test_shim)
+    started = time.monotonic()
+    result = unittest.TextTestRunner(stream=sys.stdout, verbosity=2).run(suite)
+    print("%s: %d tests in %.1f s" % (", ".join(args.tests), result.testsRun,
+                                      time.monotonic() - started))
+    return 0 if result.wasSuccessful() and result.testsRun > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
