@@ -24,6 +24,12 @@ const char* StatusCodeName(StatusCode code) {
       return "DeadlineExceeded";
     case StatusCode::kInternal:
       return "Internal";
+    case StatusCode::kGone:
+      return "Gone";
+    case StatusCode::kForbidden:
+      return "Forbidden";
+    case StatusCode::kUnauthenticated:
+      return "Unauthenticated";
   }
   return "Unknown";
 }

@@ -22,6 +22,9 @@ enum class StatusCode {
   kConflict,     // 409: requeue
   kDeadlineExceeded,
   kInternal,
+  kGone,             // 410 Gone/Expired: a watch or list resourceVersion is too old; relist
+  kForbidden,        // 403: authenticated but not allowed (RBAC); not retried
+  kUnauthenticated,  // 401: credentials missing, wrong or expired; not retried
 };
 
 const char* StatusCodeName(StatusCode code);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,12 +10,15 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
 #include "agent/cli/preflight.h"
+#include "agent/loader/contract.h"
+#include "agent/loader/pool_supervisor.h"
 #include "agent/plan/node_plan.h"
 #include "agent/process/spawner.h"
 #include "agent/supervisor/gang.h"
@@ -65,7 +69,43 @@ struct Node {
   std::string gpu_backend;
   std::vector<devices::GpuDevice> gpus;
   devices::CpuTopology cpus;
+  bool trainer_embeds_loader = false;
 };
+
+// The trainer's program on disk, as the ranks will run it (PATH and workingDir applied).
+std::string TrainerPath(const api::TrainingJob& job) {
+  std::vector<std::string> command = job.spec.trainer.command;
+  command.insert(command.end(), job.spec.trainer.args.begin(), job.spec.trainer.args.end());
+  if (command.empty()) return "";
+  std::string name = command.front();
+  const std::string& dir = job.spec.trainer.working_dir;
+  if (!dir.empty() && name.find('/') != std::string::npos && name[0] != '/') {
+    name = dir + "/" + name;
+  }
+  const char* path = getenv("PATH");
+  auto resolved = ResolveExecutable(name, path ? path : "/usr/bin:/bin");
+  return resolved.ok() ? *resolved : "";
+}
+
+// Whether the program can serve as its own loader worker: every program that links the
+// loader's worker entry point carries the name of the variable that switches it on.
+bool EmbedsLoaderWorker(const std::string& path) {
+  if (path.empty()) return false;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st {};
+  bool found = false;
+  if (fstat(fd, &st) == 0 && st.st_size > 0) {
+    void* map = mmap(nullptr, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map != MAP_FAILED) {
+      static constexpr char kMarker[] = "SPAWNPOINT_LOADER_LISTEN_FD";
+      found = memmem(map, st.st_size, kMarker, sizeof(kMarker) - 1) != nullptr;
+      munmap(map, st.st_size);
+    }
+  }
+  close(fd);
+  return found;
+}
 
 // When every node runs on this machine, each node agent gets its own share of the CPUs
 // (as its affinity), so the nodes' ranks do not oversubscribe the cores between them.
@@ -96,6 +136,7 @@ StatusOr<Node> DiscoverNode(const AgentOptions& o) {
   n.gpu_backend = backend->Describe();
   SP_ASSIGN_OR_RETURN(n.gpus, backend->Discover());
   SP_ASSIGN_OR_RETURN(n.cpus, devices::ReadCpuTopology(o.sysfs_root, devices::AllowedCpus()));
+  n.trainer_embeds_loader = EmbedsLoaderWorker(TrainerPath(n.job));
   return n;
 }
 
@@ -113,7 +154,7 @@ std::string PythonShimDir() {
 }
 
 PlanRequest MakeRequest(const AgentOptions& o, const Node& n, int node_rank, int restart_count,
-                        int master_port) {
+                        int master_port, const std::string& pool_root = "") {
   PlanRequest r;
   r.job = &n.job;
   r.node_rank = node_rank;
@@ -127,6 +168,8 @@ PlanRequest MakeRequest(const AgentOptions& o, const Node& n, int node_rank, int
   r.gpu_backend = n.gpu_backend;
   r.cpus = n.cpus;
   r.python_shim_dir = PythonShimDir();
+  r.pool_root = pool_root;
+  r.trainer_embeds_loader = n.trainer_embeds_loader;
   return r;
 }
 
@@ -190,11 +233,22 @@ void WriteTerminationLog(const AgentOptions& o, const nlohmann::json& message) {
 // Runs attempts of one gang under the job's restart policy. `make_members` builds the
 // members of attempt `restart_count`; `read_failure` may refine the failing member's
 // report (a node agent's own termination log names the rank).
+struct AttemptHooks {
+  std::function<StatusOr<std::vector<GangMember>>(int restart)> make_members;
+  // May refine the failing member's report (a node agent's own termination log names the rank).
+  std::function<void(RankFailure&)> refine_failure;
+  // Processes that live across attempts (loader pools): see GangOptions.
+  std::function<bool(pid_t, int)> on_other_exit;
+  std::function<std::vector<pid_t>()> keep_pids;
+  std::function<void()> on_tick;
+  std::function<std::string()> status_suffix;  // appended to the status line
+};
+
 int RunWithRestarts(const AgentOptions& o, const api::TrainingJob& job, bool owns_gang,
-                    const std::string& what, SignalWatcher* signals,
-                    const std::function<StatusOr<std::vector<GangMember>>(int)>& make_members,
-                    const std::function<void(RankFailure&)>& refine_failure) {
-  auto spawner = MakeVforkSpawner();
+                    const std::string& what, SignalWatcher* signals, ProcessSpawner* spawner,
+                    const AttemptHooks& hooks) {
+  const auto& make_members = hooks.make_members;
+  const auto& refine_failure = hooks.refine_failure;
   const auto start = SteadyClock::now();
   api::RestartPolicy policy = job.spec.restart_policy;
   if (o.max_restarts >= 0) policy.max_restarts = o.max_restarts;
@@ -210,9 +264,13 @@ int RunWithRestarts(const AgentOptions& o, const api::TrainingJob& job, bool own
     go.what = what;
     go.on_status = [&](int up, int total) {
       Say(job.name + ": " + std::to_string(up) + "/" + std::to_string(total) + " " + what +
-          " up, restarts " + std::to_string(restart) + ", elapsed " + Elapsed(start));
+          " up, restarts " + std::to_string(restart) + ", elapsed " + Elapsed(start) +
+          (hooks.status_suffix ? hooks.status_suffix() : ""));
     };
-    Gang gang(spawner.get(), signals, go);
+    go.on_other_exit = hooks.on_other_exit;
+    go.keep_pids = hooks.keep_pids;
+    go.on_tick = hooks.on_tick;
+    Gang gang(spawner, signals, go);
     GangResult result = gang.Run(std::move(*members));
     if (result.outcome == GangOutcome::kSucceeded) {
       Say(job.name + ": all " + what + " succeeded, restarts " + std::to_string(restart) +
@@ -343,9 +401,71 @@ int RunLocalNodes(const AgentOptions& o, const Node& n, SignalWatcher* signals) 
       if (reason == ExitReasonName(r)) f.cause.reason = r;
     }
   };
-  int code = RunWithRestarts(o, n.job, /*owns_gang=*/true, "nodes", signals, make_members, refine);
+  auto spawner = MakeVforkSpawner();
+  AttemptHooks hooks;
+  hooks.make_members = make_members;
+  hooks.refine_failure = refine;
+  int code = RunWithRestarts(o, n.job, /*owns_gang=*/true, "nodes", signals, spawner.get(), hooks);
   std::filesystem::remove_all(dir);
   return code;
+}
+
+// Starts every rank's loader pool before any rank, so workers are warm when ranks connect.
+StatusOr<std::vector<std::unique_ptr<loader::PoolSupervisor>>> StartPools(const NodePlan& plan,
+                                                                          ProcessSpawner* spawner,
+                                                                          const AgentOptions& o) {
+  std::vector<std::unique_ptr<loader::PoolSupervisor>> pools;
+  for (const auto& r : plan.ranks) {
+    if (!r.pool) {
+      if (!r.pool_skipped.empty() && r.local_rank == 0) {
+        Say(plan.job_name + ": no agent-owned loader workers: " + r.pool_skipped);
+      }
+      continue;
+    }
+    loader::PoolSpec spec;
+    spec.rank = r.rank;
+    spec.workers = r.pool->workers;
+    spec.dir = r.pool->dir;
+    spec.argv = r.pool->argv;
+    spec.env = r.pool->env;
+    spec.cpus = r.devices.cpus;
+    spec.sink_fd = 2;
+    spec.memory_events_path = o.memory_events;
+    auto pool = std::make_unique<loader::PoolSupervisor>(spawner, spec);
+    if (Status s = pool->Start(); !s.ok()) {
+      pool->StopAndReap(milliseconds(1000));
+      for (auto& p : pools) p->StopAndReap(milliseconds(1000));
+      return s.WithPrefix("rank " + std::to_string(r.rank) + " loader workers");
+    }
+    pools.push_back(std::move(pool));
+  }
+  if (!pools.empty()) {
+    Say(plan.job_name + ": " + std::to_string(pools.size()) + " loader pools of " +
+        std::to_string(pools.front()->spec().workers) + " workers started" +
+        (plan.ranks.front().pool->auto_workers ? " (workersPerRank auto: ranks pick the knee)"
+                                               : ""));
+  }
+  return pools;
+}
+
+// ", data stall 4%, 1234 samples/s" from the ranks' loader statistics, when there are any.
+std::string LoaderSummary(const NodePlan& plan) {
+  double stall = 0, samples = 0;
+  int reporting = 0;
+  for (const auto& r : plan.ranks) {
+    if (!r.pool) continue;
+    std::ifstream in(loader::StatsPath(r.pool->dir));
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) continue;
+    stall += j.value("dataStall", 0.0);
+    samples += j.value("samplesPerSecond", 0.0);
+    ++reporting;
+  }
+  if (reporting == 0) return "";
+  char buf[96];
+  snprintf(buf, sizeof(buf), ", data stall %.0f%%, %.0f samples/s", 100.0 * stall / reporting,
+           samples);
+  return buf;
 }
 
 }  // namespace
@@ -365,7 +485,8 @@ int PlanCommand(const AgentOptions& o) {
   const bool local_nodes = o.node_rank < 0 && nnodes > 1;
   const auto shares = SplitCpusAcrossNodes(node->cpus.AllCpus(), nnodes);
   for (int i : node_ranks) {
-    PlanRequest request = MakeRequest(o, *node, i, o.restart_count, port);
+    PlanRequest request =
+        MakeRequest(o, *node, i, o.restart_count, port, "$TMPDIR/spawnpoint-XXXXXX");
     if (local_nodes) {
       auto share = devices::ReadCpuTopology(o.sysfs_root, shares[i]);
       if (!share.ok()) return Fail(share.status());
@@ -394,7 +515,14 @@ int RunCommand(const AgentOptions& o, SignalWatcher* signals) {
     port = *p;
   }
   const int node_rank = std::max(0, o.node_rank);
-  auto first = MakeNodePlan(MakeRequest(o, *node, node_rank, o.restart_count, port));
+  std::string pool_root;
+  if (node->job.spec.loader.workers_per_rank != 0) {
+    // Short: a pool's socket paths must fit a sockaddr_un (107 bytes).
+    std::string tmpl = (std::filesystem::temp_directory_path() / "spawnpoint-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) return Fail(Internal("mkdtemp " + tmpl + " failed"));
+    pool_root = tmpl;
+  }
+  auto first = MakeNodePlan(MakeRequest(o, *node, node_rank, o.restart_count, port, pool_root));
   if (!first.ok()) return Fail(first.status());
   if (Status s = CheckCommand(first->ranks.front()); !s.ok()) return Fail(s);
   const int cpus_per_rank = static_cast<int>(first->ranks.front().devices.cpus.size());
@@ -408,9 +536,14 @@ int RunCommand(const AgentOptions& o, SignalWatcher* signals) {
       ", backend " + first->backend + ", GPUs: " + node->gpu_backend + ", rendezvous " +
       first->master_addr + ":" + std::to_string(port));
 
-  auto make_members = [&](int restart) -> StatusOr<std::vector<GangMember>> {
+  auto spawner = MakeVforkSpawner();
+  auto pools = StartPools(*first, spawner.get(), o);
+  if (!pools.ok()) return Fail(pools.status());
+
+  AttemptHooks hooks;
+  hooks.make_members = [&](int restart) -> StatusOr<std::vector<GangMember>> {
     SP_ASSIGN_OR_RETURN(NodePlan plan,
-                        MakeNodePlan(MakeRequest(o, *node, node_rank, restart, port)));
+                        MakeNodePlan(MakeRequest(o, *node, node_rank, restart, port, pool_root)));
     std::vector<GangMember> members;
     for (const auto& r : plan.ranks) {
       GangMember m;
@@ -426,8 +559,31 @@ int RunCommand(const AgentOptions& o, SignalWatcher* signals) {
     }
     return members;
   };
-  return RunWithRestarts(o, node->job, /*owns_gang=*/nnodes == 1, "ranks", signals, make_members,
-                         nullptr);
+  hooks.on_other_exit = [&](pid_t pid, int status) {
+    for (auto& p : *pools) {
+      if (p->OnChildExited(pid, status)) return true;
+    }
+    return false;
+  };
+  hooks.keep_pids = [&] {
+    std::vector<pid_t> pids;
+    for (auto& p : *pools) {
+      auto more = p->Pids();
+      pids.insert(pids.end(), more.begin(), more.end());
+    }
+    return pids;
+  };
+  hooks.on_tick = [&] {
+    for (auto& p : *pools) p->Tick();
+  };
+  hooks.status_suffix = [&] { return LoaderSummary(*first); };
+  int code = RunWithRestarts(o, node->job, /*owns_gang=*/nnodes == 1, "ranks", signals,
+                             spawner.get(), hooks);
+  // The pools outlive every attempt; they end with the job.
+  for (auto& p : *pools) p->StopAndReap(std::min<milliseconds>(o.grace_period, milliseconds(5000)));
+  pools->clear();
+  if (!pool_root.empty()) std::filesystem::remove_all(pool_root);
+  return code;
 }
 
 }  // namespace spawnpoint::agent

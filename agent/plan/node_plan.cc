@@ -11,6 +11,53 @@ namespace {
 
 std::string Bool(bool b) { return b ? "1" : "0"; }
 
+// What a loader worker must not inherit from its rank: with these it could join the
+// process group or the rendezvous store.
+bool IsRankIdentity(const std::string& name) {
+  static const char* kNames[] = {
+      "RANK",        "LOCAL_RANK", "WORLD_SIZE",      "LOCAL_WORLD_SIZE", "GROUP_RANK",
+      "NODE_RANK",   "ROLE_RANK",  "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE", "MASTER_ADDR",
+      "MASTER_PORT", "NNODES"};
+  for (const char* n : kNames) {
+    if (name == n) return true;
+  }
+  return name.rfind("TORCHELASTIC_", 0) == 0;
+}
+
+// The agent-owned pool of one rank, or nullopt with the reason in `skipped`.
+std::optional<PoolPlan> PlanPool(const PlanRequest& request,
+                                 const std::vector<std::string>& command, const RankPlan& rank,
+                                 std::string* skipped) {
+  const api::LoaderSpec& loader = request.job->spec.loader;
+  if (loader.workers_per_rank == 0 || request.pool_root.empty()) return std::nullopt;
+  if (loader.worker_command.empty()) {
+    if (IsPythonCommand(command)) {
+      *skipped = "a Python trainer: its DataLoader spawns its own workers (through the shim)";
+      return std::nullopt;
+    }
+    if (!request.trainer_embeds_loader) {
+      *skipped =
+          "the trainer program has no spawnpoint loader worker entry point "
+          "(spawnpoint::loader::RunWorkerIfRequested); set loader.workerCommand, or "
+          "loader.workersPerRank: 0";
+      return std::nullopt;
+    }
+  }
+  PoolPlan pool;
+  const int cpus = static_cast<int>(std::max<size_t>(1, rank.devices.cpus.size()));
+  pool.auto_workers = !loader.workers_per_rank.has_value();
+  pool.workers = pool.auto_workers ? std::min(8, cpus) : *loader.workers_per_rank;
+  pool.argv = loader.worker_command.empty() ? command : loader.worker_command;
+  pool.dir = request.pool_root + "/rank-" + std::to_string(rank.rank);
+  for (const auto& [k, v] : rank.env) {
+    if (IsRankIdentity(k) || k == "OMP_NUM_THREADS") continue;
+    pool.env.push_back(k + "=" + v);
+  }
+  // A worker is one of many processes on the rank's CPUs: one thread each.
+  pool.env.push_back("OMP_NUM_THREADS=1");
+  return pool;
+}
+
 }  // namespace
 
 bool IsPythonCommand(const std::vector<std::string>& argv) {
@@ -135,6 +182,15 @@ StatusOr<NodePlan> MakeNodePlan(const PlanRequest& request) {
       r.env[k] = v;
       own[k] = v;
     }
+    r.pool = PlanPool(request, command, r, &r.pool_skipped);
+    if (r.pool) {
+      r.env["SPAWNPOINT_LOADER_POOL_DIR"] = own["SPAWNPOINT_LOADER_POOL_DIR"] = r.pool->dir;
+      r.env["SPAWNPOINT_LOADER_WORKERS"] = own["SPAWNPOINT_LOADER_WORKERS"] =
+          std::to_string(r.pool->workers);
+      if (r.pool->auto_workers) {
+        r.env["SPAWNPOINT_LOADER_AUTO_WORKERS"] = own["SPAWNPOINT_LOADER_AUTO_WORKERS"] = "1";
+      }
+    }
     for (const auto& [k, v] : own) r.spawnpoint_env.push_back(k);
     plan.ranks.push_back(std::move(r));
   }
@@ -168,6 +224,14 @@ nlohmann::json NodePlanToJson(const NodePlan& plan, bool full_env) {
                            {"numaNode", r.devices.numa_node}};
     if (!r.devices.visible.empty()) rank["deviceOrdinal"] = r.devices.device_ordinal;
     if (!r.working_dir.empty()) rank["workingDir"] = r.working_dir;
+    if (r.pool) {
+      rank["loaderPool"] = {{"workers", r.pool->workers},
+                            {"auto", r.pool->auto_workers},
+                            {"argv", r.pool->argv},
+                            {"dir", r.pool->dir}};
+    } else if (!r.pool_skipped.empty()) {
+      rank["loaderPool"] = {{"skipped", r.pool_skipped}};
+    }
     ranks.push_back(rank);
   }
   return {{"job", plan.job_name},

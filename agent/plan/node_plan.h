@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,20 @@ struct PlanRequest {
   // The directory holding the Python start-up shim (sitecustomize.py); prepended to
   // PYTHONPATH when the trainer is a Python interpreter. Empty: no shim.
   std::string python_shim_dir;
+  // Where per-rank loader pool directories go (<pool_root>/rank-<r>); empty: no pools.
+  std::string pool_root;
+  // Whether the trainer's program contains the loader's worker entry point, so it can be
+  // started as its own loader worker (workerCommand empty).
+  bool trainer_embeds_loader = false;
+};
+
+// The loader worker pool the agent runs for one rank (persistent across rank restarts).
+struct PoolPlan {
+  int workers = 0;            // processes spawned
+  bool auto_workers = false;  // the rank's Loader picks how many to use (the knee)
+  std::vector<std::string> argv;
+  std::vector<std::string> env;  // the rank's, without its identity (it must never rendezvous)
+  std::string dir;
 };
 
 // Whether argv starts a Python interpreter (python, python3, python3.11, /usr/bin/python3).
@@ -46,6 +61,8 @@ struct RankPlan {
   std::vector<std::string> spawnpoint_env;  // names the agent set (for the plan output)
   std::string working_dir;
   devices::RankDevices devices;
+  std::optional<PoolPlan> pool;
+  std::string pool_skipped;  // why a job asking for loader workers gets no agent pool
 
   std::vector<std::string> EnvList() const;  // "NAME=value"
 };

@@ -211,6 +211,7 @@ GangResult Gang::Run(std::vector<GangMember> members) {
         std::count_if(running.begin(), running.end(), [](const Running& r) { return !r.exited; }));
   };
   auto next_status = SteadyClock::now() + options_.status_interval;
+  auto next_tick = SteadyClock::now() + options_.tick_interval;
   if (options_.on_status) options_.on_status(up_count(), static_cast<int>(members.size()));
 
   auto reap = [&] {
@@ -244,6 +245,7 @@ GangResult Gang::Run(std::vector<GangMember> members) {
     auto now = SteadyClock::now();
     auto wake = next_status;
     if (stopping && !killed) wake = std::min(wake, kill_deadline);
+    if (options_.on_tick) wake = std::min(wake, next_tick);
     int timeout = static_cast<int>(
         std::max<int64_t>(0, std::chrono::duration_cast<Ms>(wake - now).count()) + 1);
     int n = poll(fds.data(), fds.size(), timeout);
@@ -284,6 +286,10 @@ GangResult Gang::Run(std::vector<GangMember> members) {
                                         std::to_string(up_count()) + " " + options_.what + "\n");
       }
       begin_stop(SIGKILL);
+    }
+    if (options_.on_tick && now >= next_tick) {
+      next_tick = now + options_.tick_interval;
+      options_.on_tick();
     }
     if (now >= next_status) {
       next_status = now + options_.status_interval;

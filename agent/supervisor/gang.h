@@ -44,6 +44,9 @@ struct GangOptions {
   // orphans, and they are not stopped with the gang's leftovers.
   std::function<bool(pid_t pid, int wait_status)> on_other_exit;
   std::function<std::vector<pid_t>()> keep_pids;
+  // Called about every tick_interval while the gang runs (deferred worker respawns).
+  std::function<void()> on_tick;
+  std::chrono::milliseconds tick_interval{200};
 };
 
 enum class GangOutcome { kSucceeded, kFailed, kInterrupted };

@@ -107,6 +107,10 @@ flags:
   --hidden N            width of the two hidden layers (default 256)
   --bucket-bytes N      gradient bucket size cap for allreduce (default 1048576)
   --seed N              data set seed, the same on every rank (default 1234)
+  --data loader|memory  batches from spawnpoint's loader (default: spawned loader workers
+                        when the agent runs a pool for the rank, else loaded in-process)
+                        or from a tensor built at start-up
+  --decode-passes N     loader data: smoothing passes per sample, its CPU cost (default 16)
   --timeout-seconds N   rendezvous and collective timeout (default 300)
   --fail-at-step N      fault injection: at the start of global step N (0-based, counted
                         across epochs) exit with --fail-exit-code or raise --fail-signal;
@@ -150,11 +154,14 @@ StatusOr<Flags> ParseFlags(const std::vector<std::string>& args) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
     }
-    static const char* const kValued[] = {
-        "--epochs",          "--steps-per-epoch", "--batch-size",     "--lr",
-        "--momentum",        "--hidden",          "--bucket-bytes",   "--seed",
-        "--timeout-seconds", "--fail-at-step",    "--fail-exit-code", "--fail-signal",
-        "--fail-rank"};
+    static const char* const kValued[] = {"--epochs",          "--steps-per-epoch",
+                                          "--batch-size",      "--lr",
+                                          "--momentum",        "--hidden",
+                                          "--bucket-bytes",    "--seed",
+                                          "--timeout-seconds", "--fail-at-step",
+                                          "--fail-exit-code",  "--fail-signal",
+                                          "--fail-rank",       "--data",
+                                          "--decode-passes"};
     bool known = false;
     for (const char* k : kValued) known = known || name == k;
     if (!known) return InvalidArgument("unknown flag " + name + " (see --help)");
@@ -192,6 +199,13 @@ StatusOr<Flags> ParseFlags(const std::vector<std::string>& args) {
       SP_RETURN_IF_ERROR(IntFlagAs(name, v, 1, SIGRTMAX, &f.fail_signal));
     } else if (name == "--fail-rank") {
       SP_RETURN_IF_ERROR(IntFlagAs(name, v, 0, kIntMax, &f.fail_rank));
+    } else if (name == "--data") {
+      if (v != "loader" && v != "memory") {
+        return InvalidArgument("flag --data: expected loader or memory, got \"" + v + "\"");
+      }
+      f.data = v;
+    } else if (name == "--decode-passes") {
+      SP_RETURN_IF_ERROR(IntFlagAs(name, v, 0, 100000, &f.decode_passes));
     }
   }
   if (exit_code_set && f.fail_signal != 0) {

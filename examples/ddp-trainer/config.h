@@ -28,6 +28,10 @@ struct Flags {
   int fail_rank = 0;
   bool timing = false;
   bool help = false;
+  // Where batches come from: "loader" (spawnpoint's loader: spawned workers when the agent
+  // gives the rank a pool, else in-process) or "memory" (a tensor built at start-up).
+  std::string data = "loader";
+  int decode_passes = 16;  // loader data: CPU cost per sample (smoothing passes)
 };
 
 // Parses argv[1..]. "--flag value" and "--flag=value" are both accepted.

@@ -16,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "agent/loader/torch/torch_batch.h"
 #include "examples/ddp-trainer/config.h"
+#include "examples/ddp-trainer/dataset.h"
 #include "examples/ddp-trainer/net.h"
 
 namespace spawnpoint::trainer {
@@ -27,6 +29,7 @@ constexpr int64_t kInputs = 32;
 constexpr int64_t kTeacherHidden = 64;
 constexpr int64_t kOutputs = 8;
 constexpr double kLabelNoise = 0.05;
+static_assert(kInputs == kFeatures && kOutputs == kNoise, "the loader's fields feed the model");
 
 long long UnixNs() {
   timespec ts{};
@@ -186,8 +189,47 @@ void PrintTiming(const Flags& flags, const RankEnv& env, const char* event, long
   _exit(flags.fail_exit_code);
 }
 
+struct Teacher {
+  torch::Tensor w1, b1, w2;
+  torch::Tensor operator()(const torch::Tensor& x) const {
+    return torch::tanh(x.mm(w1) + b1).mm(w2);
+  }
+};
+
+// The same teacher MakeDataSet uses, for targets of batches that come from the loader.
+Teacher MakeTeacher(uint64_t seed) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  Teacher t;
+  t.w1 = torch::randn({kInputs, kTeacherHidden}, gen) / std::sqrt(double(kInputs));
+  t.b1 = torch::randn({kTeacherHidden}, gen) * 0.5;
+  t.w2 = torch::randn({kTeacherHidden, kOutputs}, gen) * (2.0 / std::sqrt(double(kTeacherHidden)));
+  return t;
+}
+
 int Train(const Flags& flags, const RankEnv& env) {
   const auto timeout = std::chrono::milliseconds(int64_t{flags.timeout_seconds} * 1000);
+  const int64_t shard = int64_t{flags.steps_per_epoch} * flags.batch_size;
+  const int64_t samples = shard * env.world_size;
+  // The loader first: its workers warm up while the ranks rendezvous.
+  std::unique_ptr<loader::TorchLoader> batches;
+  if (flags.data == "loader") {
+    loader::LoaderOptions lo;
+    lo.dataset = kDatasetName;
+    lo.dataset_arg = DatasetArg(samples, flags.seed, flags.decode_passes);
+    lo.batch_size = flags.batch_size;
+    lo.shuffle = true;
+    lo.drop_last = true;
+    lo.seed = flags.seed;
+    lo.rank = env.rank;
+    lo.world_size = env.world_size;
+    auto made = loader::TorchLoader::Create(lo);
+    if (!made.ok()) {
+      std::fprintf(stderr, "%s: rank %d: loader: %s\n", kProg, env.rank,
+                   made.status().message().c_str());
+      return 1;
+    }
+    batches = std::move(*made);
+  }
   const bool store_server = !env.use_agent_store && env.rank == 0;
   if (!store_server) {
     Status st = WaitForListener(env.master_addr, env.master_port,
@@ -215,9 +257,13 @@ int Train(const Flags& flags, const RankEnv& env) {
   auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, pg_opts);
   PrintTiming(flags, env, "pg_ready", UnixNs());
 
-  const int64_t shard = int64_t{flags.steps_per_epoch} * flags.batch_size;
-  const int64_t samples = shard * env.world_size;
-  DataSet data = MakeDataSet(samples, flags.seed);
+  DataSet data;
+  Teacher teacher;
+  if (batches) {
+    teacher = MakeTeacher(flags.seed);
+  } else {
+    data = MakeDataSet(samples, flags.seed);
+  }
 
   torch::manual_seed(flags.seed + 1000003ULL * (env.rank + 1));
   torch::nn::Sequential model(torch::nn::Linear(kInputs, flags.hidden), torch::nn::ReLU(),
@@ -247,17 +293,49 @@ int Train(const Flags& flags, const RankEnv& env) {
     auto epoch_start = std::chrono::steady_clock::now();
     // DistributedSampler's scheme: one permutation per epoch shared by all ranks, rank r
     // takes every world_size-th index starting at r, so the shards are disjoint.
-    auto perm_gen = at::detail::createCPUGenerator(flags.seed ^ (0x9e3779b97f4a7c15ULL + epoch));
-    auto perm = torch::randperm(samples, perm_gen, torch::TensorOptions(torch::kLong));
-    auto mine = perm.slice(0, env.rank, samples, env.world_size);
+    torch::Tensor mine;
+    if (batches) {
+      if (Status st = batches->StartEpoch(epoch); !st.ok()) {
+        std::fprintf(stderr, "%s: rank %d: loader: %s\n", kProg, env.rank, st.message().c_str());
+        return 1;
+      }
+      // Which processes load this rank's data: persistent workers keep their pids across
+      // epochs and across restarts of the rank.
+      std::string pids;
+      for (pid_t pid : batches->loader().WorkerPids()) {
+        pids += (pids.empty() ? "" : ",") + std::to_string(pid);
+      }
+      if (!pids.empty()) {
+        std::printf("loader rank=%d epoch=%d restart=%d worker_pids=%s\n", env.rank, epoch,
+                    env.restart_count, pids.c_str());
+      }
+    } else {
+      auto perm_gen = at::detail::createCPUGenerator(flags.seed ^ (0x9e3779b97f4a7c15ULL + epoch));
+      auto perm = torch::randperm(samples, perm_gen, torch::TensorOptions(torch::kLong));
+      mine = perm.slice(0, env.rank, samples, env.world_size);
+    }
     double loss_sum = 0;
     for (int s = 0; s < flags.steps_per_epoch; ++s, ++step) {
       if (step == flags.fail_at_step && env.rank == flags.fail_rank && env.restart_count == 0) {
         InjectFailure(flags, env, step);
       }
-      auto idx = mine.slice(0, int64_t{s} * flags.batch_size, int64_t{s + 1} * flags.batch_size);
-      auto xb = data.x.index_select(0, idx);
-      auto yb = data.y.index_select(0, idx);
+      torch::Tensor xb, yb;
+      if (batches) {
+        auto next = batches->Next();
+        if (!next.ok() || !next->has_value()) {
+          std::fprintf(stderr, "%s: rank %d: loader: %s\n", kProg, env.rank,
+                       next.ok() ? "the epoch ended early" : next.status().message().c_str());
+          return 1;
+        }
+        const loader::TensorBatch& b = **next;
+        xb = b["x"];
+        torch::NoGradGuard no_grad;
+        yb = teacher(xb) + kLabelNoise * b["noise"];
+      } else {
+        auto idx = mine.slice(0, int64_t{s} * flags.batch_size, int64_t{s + 1} * flags.batch_size);
+        xb = data.x.index_select(0, idx);
+        yb = data.y.index_select(0, idx);
+      }
       optimizer.zero_grad();
       auto loss = torch::mse_loss(model->forward(xb), yb);
       loss.backward();
@@ -276,8 +354,15 @@ int Train(const Flags& flags, const RankEnv& env) {
     if (env.rank == 0) {
       double secs = Seconds(epoch_start);
       double global_loss = sum[0].item<double>() / (double(flags.steps_per_epoch) * env.world_size);
-      std::printf("epoch %d/%d loss=%.6f samples/s=%.1f time=%.3fs\n", epoch + 1, flags.epochs,
-                  global_loss, double(samples) / secs, secs);
+      std::string stall;
+      if (batches) {
+        char buf[64];
+        std::snprintf(buf, sizeof(buf), " data_stall=%.1f%%",
+                      100.0 * batches->loader().Stats().stall_fraction);
+        stall = buf;
+      }
+      std::printf("epoch %d/%d loss=%.6f samples/s=%.1f time=%.3fs%s\n", epoch + 1, flags.epochs,
+                  global_loss, double(samples) / secs, secs, stall.c_str());
     }
   }
 
@@ -300,6 +385,9 @@ std::string FirstLine(const std::string& s) { return s.substr(0, s.find('\n')); 
 int main(int argc, char** argv) {
   using namespace spawnpoint::trainer;
   const long long start_ns = UnixNs();
+  // Started as a loader worker (by the agent's pool, or by our own standalone Loader):
+  // serve batches and never come back here.
+  if (int rc = spawnpoint::loader::RunWorkerIfRequested(argc, argv); rc >= 0) return rc;
   // Progress must reach a supervisor's pipe as it happens, not when a buffer fills.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
 

@@ -37,8 +37,9 @@ TEST_P(ExampleManifest, IsValidAndRunsTheExampleTrainer) {
   // Relative to the repository root, where `make demo` runs the agent.
   ASSERT_EQ(job.spec.trainer.command,
             std::vector<std::string>{"build/bin/spawnpoint-example-trainer"});
-  // The trainer has no loader worker mode for the agent to start.
-  EXPECT_EQ(job.spec.loader.workers_per_rank, 0);
+  // The demo shows the agent-owned loader pool: one spawned worker per rank.
+  EXPECT_EQ(job.spec.loader.workers_per_rank, 1);
+  EXPECT_TRUE(job.spec.loader.worker_command.empty());  // the trainer itself, in worker mode
   auto flags = spawnpoint::trainer::ParseFlags(job.spec.trainer.args);
   ASSERT_TRUE(flags.ok()) << flags.status().ToString();
   EXPECT_FALSE(flags->help);

@@ -1,0 +1,80 @@
+// The wire protocol between a rank's Loader (the client) and a loader worker, over a Unix
+// stream socket. A frame is a 8-byte header (payload length, message type, whether a
+// descriptor rides along) followed by a JSON payload; the ring's descriptor travels as
+// SCM_RIGHTS with the Ring message. Only control flows here: batch bytes go through the
+// shared-memory ring.
+//
+//   client -> worker: Configure{protocol, dataset, arg, seed, rank, worldSize, numWorkers,
+//                               workerId}
+//   worker -> client: Hello{pid, incarnation, workerId, size}  or  Error{kind, message}
+//   client -> worker: Ring{slots, slotBytes} + fd       (the worker replies only on error)
+//   client -> worker: Probe{epoch, batch, indices}       -> ProbeResult{bytes}
+//   client -> worker: Task{id, epoch, batch, slot, indices}
+//   worker -> client: Done{id, bytes, fields:[{name, dtype, shape, offset, nbytes}]}
+//                 or  Error{id, kind, index, message, need, have}
+//
+// Thread-safety: a MessageReader belongs to one thread; SendMessage is as thread-safe as
+// the socket (one writer at a time per socket).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace spawnpoint::loader {
+
+inline constexpr int kProtocolVersion = 1;
+
+enum class MsgType : uint8_t {
+  kConfigure = 1,
+  kHello = 2,
+  kRing = 3,
+  kProbe = 4,
+  kProbeResult = 5,
+  kTask = 6,
+  kDone = 7,
+  kError = 8,
+};
+
+const char* MsgTypeName(MsgType type);
+
+struct Message {
+  MsgType type = MsgType::kError;
+  nlohmann::json body;
+  int fd = -1;  // sent with SCM_RIGHTS when >= 0; on receipt, owned by the receiver
+};
+
+// Writes the whole frame (blocking), without SIGPIPE. Errors carry errno's text.
+Status SendMessage(int sock, const Message& message);
+
+class MessageReader {
+ public:
+  enum class Result { kOk, kEof, kError };
+
+  MessageReader() = default;
+  explicit MessageReader(int fd) : fd_(fd) {}
+  ~MessageReader();
+  MessageReader(const MessageReader&) = delete;
+  MessageReader& operator=(const MessageReader&) = delete;
+
+  // Forgets buffered bytes and descriptors (closing the latter) and reads `fd` from now on.
+  void Reset(int fd);
+  // Reads once: blocking until some bytes arrive, or only what is there already. kOk also
+  // when nothing was available.
+  Result ReadSome(bool block, std::string* error);
+  // The next complete message, if buffered. A malformed frame sets *error.
+  std::optional<Message> Pop(std::string* error);
+
+ private:
+  int fd_ = -1;
+  std::string buffer_;
+  size_t start_ = 0;
+  std::deque<int> fds_;
+};
+
+}  // namespace spawnpoint::loader
