@@ -242,7 +242,35 @@ struct AttemptHooks {
   std::function<std::vector<pid_t>()> keep_pids;
   std::function<void()> on_tick;
   std::function<std::string()> status_suffix;  // appended to the status line
+  std::function<nlohmann::json()> loader_status;  // per-rank loader statistics
 };
+
+// The --status-file document; written atomically so a reader never sees half of it.
+void WriteStatusFile(const AgentOptions& o, const api::TrainingJob& job, const std::string& phase,
+                     int up, int total, int restarts, SteadyClock::time_point start,
+                     const AttemptHooks& hooks) {
+  if (o.status_file.empty()) return;
+  nlohmann::json j = {
+      {"job", job.name},
+      {"namespace", job.namespace_},
+      {"nodeRank", std::max(0, o.node_rank)},
+      {"phase", phase},
+      {"membersUp", up},
+      {"members", total},
+      {"restarts", restarts},
+      {"elapsedSeconds",
+       std::chrono::duration<double>(SteadyClock::now() - start).count()},
+  };
+  if (hooks.loader_status) j["loader"] = hooks.loader_status();
+  const std::string tmp = o.status_file + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << j.dump() << "\n";
+  }
+  if (rename(tmp.c_str(), o.status_file.c_str()) != 0) {
+    Say("warning: cannot write the status file " + o.status_file + ": " + strerror(errno));
+  }
+}
 
 int RunWithRestarts(const AgentOptions& o, const api::TrainingJob& job, bool owns_gang,
                     const std::string& what, SignalWatcher* signals, ProcessSpawner* spawner,
@@ -263,6 +291,7 @@ int RunWithRestarts(const AgentOptions& o, const api::TrainingJob& job, bool own
     go.memory_events_path = o.memory_events;
     go.what = what;
     go.on_status = [&](int up, int total) {
+      WriteStatusFile(o, job, "Running", up, total, restart, start, hooks);
       Say(job.name + ": " + std::to_string(up) + "/" + std::to_string(total) + " " + what +
           " up, restarts " + std::to_string(restart) + ", elapsed " + Elapsed(start) +
           (hooks.status_suffix ? hooks.status_suffix() : ""));
@@ -273,11 +302,13 @@ int RunWithRestarts(const AgentOptions& o, const api::TrainingJob& job, bool own
     Gang gang(spawner, signals, go);
     GangResult result = gang.Run(std::move(*members));
     if (result.outcome == GangOutcome::kSucceeded) {
+      WriteStatusFile(o, job, "Succeeded", 0, 0, restart, start, hooks);
       Say(job.name + ": all " + what + " succeeded, restarts " + std::to_string(restart) +
           ", elapsed " + Elapsed(start));
       return 0;
     }
     if (result.outcome == GangOutcome::kInterrupted) {
+      WriteStatusFile(o, job, "Terminated", 0, 0, restart, start, hooks);
       Say(job.name + ": stopped by " + SignalName(result.interrupt_signal));
       WriteTerminationLog(o,
                           {{"reason", "Terminated"},
@@ -291,6 +322,7 @@ int RunWithRestarts(const AgentOptions& o, const api::TrainingJob& job, bool own
     if (owns_gang && ShouldRestart(policy, local_restarts, code)) {
       ++local_restarts;
       ++restart;
+      WriteStatusFile(o, job, "Restarting", 0, 0, restart, start, hooks);
       const milliseconds wait = RestartBackoff(policy, local_restarts);
       Say(job.name + ": restart " + std::to_string(local_restarts) + " of " +
           std::to_string(policy.max_restarts) + " in " +
@@ -306,6 +338,7 @@ int RunWithRestarts(const AgentOptions& o, const api::TrainingJob& job, bool own
                           ? "exit code " + std::to_string(code) + " is not retryable"
                           : "maxRestarts (" + std::to_string(policy.max_restarts) + ") reached";
     Say(job.name + ": failed: " + failure.Line() + " (not restarted: " + why + ")");
+    WriteStatusFile(o, job, "Failed", 0, 0, restart, start, hooks);
     nlohmann::json msg = failure.ToJson();
     msg["restarts"] = restart;
     WriteTerminationLog(o, msg);
@@ -577,6 +610,22 @@ int RunCommand(const AgentOptions& o, SignalWatcher* signals) {
     for (auto& p : *pools) p->Tick();
   };
   hooks.status_suffix = [&] { return LoaderSummary(*first); };
+  hooks.loader_status = [&] {
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const auto& r : first->ranks) {
+      nlohmann::json entry = {{"rank", r.rank}};
+      if (r.pool) {
+        std::ifstream in(loader::StatsPath(r.pool->dir));
+        nlohmann::json stats = nlohmann::json::parse(in, nullptr, false);
+        if (!stats.is_discarded()) entry["stats"] = stats;
+        for (auto& p : *pools) {
+          if (p->spec().rank == r.rank) entry["pool"] = p->StatusJson();
+        }
+      }
+      ranks.push_back(entry);
+    }
+    return ranks;
+  };
   int code = RunWithRestarts(o, node->job, /*owns_gang=*/nnodes == 1, "ranks", signals,
                              spawner.get(), hooks);
   // The pools outlive every attempt; they end with the job.

@@ -55,6 +55,8 @@ flags:
   --master-port P            rendezvous port (default spec.rendezvous.port; 0 picks a free one)
   --grace-period SECONDS     SIGTERM to SIGKILL grace for stopping ranks (default 30)
   --status-interval SECONDS  how often the status line is printed (default 10)
+  --status-file PATH         also write the status, with every rank's loader statistics,
+                             as JSON to PATH at each status interval and at the end
   --termination-log PATH     where the failure is written for Kubernetes
                              (default /dev/termination-log, written only if it exists)
   --max-restarts N           override spec.restartPolicy.maxRestarts
@@ -119,6 +121,7 @@ StatusOr<AgentOptions> ParseAgentArgs(const std::vector<std::string>& args) {
       {"--max-restarts", integer(&o.max_restarts, 0, 1000000)},
       {"--grace-period", seconds(&o.grace_period)},
       {"--status-interval", seconds(&o.status_interval)},
+      {"--status-file", str(&o.status_file)},
       {"--termination-log",
        [&](const std::string&, const std::string& v) {
          o.termination_log = v;

@@ -24,6 +24,7 @@ struct AgentOptions {
   int max_restarts = -1;  // -1: the job's
   std::chrono::milliseconds grace_period{30'000};
   std::chrono::milliseconds status_interval{10'000};
+  std::string status_file;  // JSON status rewritten every status interval; empty: none
   std::string termination_log = "/dev/termination-log";
   bool termination_log_explicit = false;
   std::string gpu_backend = "auto";

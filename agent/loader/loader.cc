@@ -295,6 +295,15 @@ class PoolLoader : public Loader {
     }
     slots_->Wake();
     if (io_.joinable()) io_.join();
+    if (agent_mode_) {
+      // The final figures: a short attempt may end before the periodic write comes round.
+      std::string text;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        text = StatsLocked(std::chrono::steady_clock::now()).ToJson().dump(2) + "\n";
+      }
+      (void)WriteFileAtomically(StatsPath(dir_), text);
+    }
     for (Conn& c : conns_) {
       if (c.fd >= 0) close(c.fd);
     }

@@ -7,6 +7,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/support/test_process.h"
 
 namespace spawnpoint::testing {
@@ -84,9 +86,21 @@ TEST(AgentTrainerTest, AgentOwnedLoaderWorkersPersistAcrossEpochsAndRankRestarts
                        "--epochs, '3', --steps-per-epoch, '10', --decode-passes, '2', "
                        "--fail-at-step, '15', --fail-rank, '1', --fail-signal, '9'",
                        1, /*workers=*/2));
-  TestProcess agent({AGENT_BIN, "run", "-f", dir.File("job.yaml"), "--master-port", "0"});
+  TestProcess agent({AGENT_BIN, "run", "-f", dir.File("job.yaml"), "--master-port", "0",
+                     "--status-file", dir.File("status.json")});
   ASSERT_EQ(agent.Wait(std::chrono::milliseconds(120'000)), 0) << agent.Stderr() << agent.Stdout();
   EXPECT_THAT(agent.Stderr(), HasSubstr("2 loader pools of 2 workers started"));
+  // The status document carries each rank's loader statistics, as the operator will read.
+  auto status = nlohmann::json::parse(ReadFile(dir.File("status.json")));
+  EXPECT_EQ(status["phase"], "Succeeded");
+  EXPECT_EQ(status["restarts"], 1);
+  ASSERT_EQ(status["loader"].size(), 2u);
+  for (const auto& rank : status["loader"]) {
+    EXPECT_EQ(rank["stats"]["poolWorkers"], 2) << status.dump();
+    EXPECT_GT(rank["stats"]["batches"].get<int>(), 0) << status.dump();
+    EXPECT_TRUE(rank["stats"].contains("dataStall"));
+    EXPECT_EQ(rank["pool"]["workers"].size(), 2u);
+  }
   EXPECT_THAT(agent.Stderr(), HasSubstr("restart 1 of 1"));
   const std::string out = agent.Stdout();
   std::regex re(R"(loader rank=(\d+) epoch=(\d+) restart=(\d+) worker_pids=([0-9,]+))");
