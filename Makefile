@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build test demo bench-launch format clean
+.PHONY: deps configure build test demo bench-launch bench-kube format clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -21,6 +21,9 @@ test: build
 
 demo: build
 	bash scripts/demo.sh
+
+bench-kube: build
+	bash bench/kube/kube_bench.sh
 
 bench-launch: build
 	bash bench/launch_bench.sh

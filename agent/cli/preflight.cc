@@ -9,23 +9,6 @@
 
 namespace spawnpoint::agent {
 
-std::string FormatBytes(uint64_t bytes) {
-  const char* units[] = {"", "Ki", "Mi", "Gi", "Ti", "Pi"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 5) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[32];
-  if (v == static_cast<uint64_t>(v)) {
-    snprintf(buf, sizeof(buf), "%llu%s", static_cast<unsigned long long>(v), units[u]);
-  } else {
-    snprintf(buf, sizeof(buf), "%.1f%s", v, units[u]);
-  }
-  return buf;
-}
-
 uint64_t SharedMemoryNeeded(const api::TrainingJobSpec& spec, int ranks, int cpus_per_rank) {
   const int workers = spec.loader.workers_per_rank ? *spec.loader.workers_per_rank
                                                    : std::min(8, std::max(1, cpus_per_rank));

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "api/training_job.h"
+#include "common/bytes.h"
 #include "common/status.h"
 
 namespace spawnpoint::agent {
@@ -24,6 +25,5 @@ uint64_t SharedMemoryNeeded(const api::TrainingJobSpec& spec, int ranks, int cpu
 Status CheckSharedMemory(const api::TrainingJobSpec& spec, int ranks, int cpus_per_rank,
                          const std::string& shm_path);
 
-std::string FormatBytes(uint64_t bytes);  // "64Mi", "7.5Gi"
 
 }  // namespace spawnpoint::agent

@@ -206,21 +206,5 @@ BatchPtr MakeBatch(std::unique_ptr<Batch> batch, std::function<void()> release) 
   });
 }
 
-std::string FormatBytes(uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 5) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[32];
-  if (u == 0) {
-    std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(bytes));
-  } else {
-    std::snprintf(buf, sizeof(buf), "%.1f %s", v, units[u]);
-  }
-  return buf;
-}
 
 }  // namespace spawnpoint::loader

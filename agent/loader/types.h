@@ -22,6 +22,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/bytes.h"
 #include "common/status.h"
 
 namespace spawnpoint::loader {
@@ -204,6 +205,6 @@ using BatchPtr = std::shared_ptr<const Batch>;
 // Wraps `batch` so that dropping the last reference runs its hooks, then `release`.
 BatchPtr MakeBatch(std::unique_ptr<Batch> batch, std::function<void()> release);
 
-std::string FormatBytes(uint64_t bytes);  // "1.5 GiB", "640 KiB", "12 B"
+using ::spawnpoint::FormatBytes;  // "1.5Gi", "640Ki", "12"
 
 }  // namespace spawnpoint::loader

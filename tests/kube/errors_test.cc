@@ -1,0 +1,95 @@
+#include "operator/kube/errors.h"
+
+#include <gtest/gtest.h>
+
+namespace spawnpoint::kube {
+namespace {
+
+std::string StatusBody(int code, const std::string& reason, const std::string& message,
+                       const std::string& details = "") {
+  std::string b = R"({"kind":"Status","apiVersion":"v1","status":"Failure","code":)" +
+                  std::to_string(code) + R"(,"reason":")" + reason + R"(","message":")" + message +
+                  "\"";
+  if (!details.empty()) b += ",\"details\":" + details;
+  return b + "}";
+}
+
+TEST(ApiErrorTest, MapsReasonsToCodes) {
+  struct Case {
+    int http;
+    std::string reason;
+    StatusCode code;
+  } cases[] = {
+      {404, "NotFound", StatusCode::kNotFound},
+      {409, "AlreadyExists", StatusCode::kAlreadyExists},
+      {409, "Conflict", StatusCode::kConflict},
+      {410, "Expired", StatusCode::kGone},
+      {410, "Gone", StatusCode::kGone},
+      {422, "Invalid", StatusCode::kInvalidArgument},
+      {400, "BadRequest", StatusCode::kInvalidArgument},
+      {401, "Unauthorized", StatusCode::kUnauthenticated},
+      {403, "Forbidden", StatusCode::kForbidden},
+      {429, "TooManyRequests", StatusCode::kUnavailable},
+      {500, "InternalError", StatusCode::kUnavailable},
+      {503, "ServiceUnavailable", StatusCode::kUnavailable},
+      {504, "Timeout", StatusCode::kUnavailable},
+  };
+  for (const auto& c : cases) {
+    ApiError e = ParseApiError(c.http, StatusBody(c.http, c.reason, "m"), "");
+    EXPECT_EQ(e.reason, c.reason);
+    EXPECT_EQ(e.code(), c.code) << c.http << " " << c.reason;
+  }
+}
+
+TEST(ApiErrorTest, InvalidCarriesCausesInTheMessage) {
+  ApiError e = ParseApiError(
+      422,
+      StatusBody(
+          422, "Invalid", "TrainingJob.spawnpoint.dev \\\"x\\\" is invalid",
+          R"({"name":"x","causes":[{"reason":"FieldValueInvalid","message":"Invalid value: 0: must be >= 1","field":"spec.nodes"},{"reason":"FieldValueRequired","message":"Required value","field":"spec.template"}]})"),
+      "");
+  ASSERT_EQ(e.causes.size(), 2u);
+  EXPECT_EQ(e.causes[0].field, "spec.nodes");
+  EXPECT_EQ(e.causes[1].reason, "FieldValueRequired");
+  Status s = e.ToStatus("POST /apis/spawnpoint.dev/v1alpha1/namespaces/ml/trainingjobs");
+  EXPECT_TRUE(IsInvalid(s));
+  EXPECT_NE(s.message().find("spec.nodes: Invalid value: 0: must be >= 1 (FieldValueInvalid)"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("spec.template: Required value"), std::string::npos);
+  EXPECT_EQ(s.message().rfind("POST /apis/", 0), 0u);
+}
+
+TEST(ApiErrorTest, RetryAfterFromHeaderOrDetails) {
+  ApiError h = ParseApiError(429, StatusBody(429, "TooManyRequests", "slow down"), "7");
+  ASSERT_TRUE(h.retry_after.has_value());
+  EXPECT_EQ(h.retry_after->count(), 7);
+  ApiError d = ParseApiError(
+      429, StatusBody(429, "TooManyRequests", "slow down", R"({"retryAfterSeconds":3})"), "");
+  ASSERT_TRUE(d.retry_after.has_value());
+  EXPECT_EQ(d.retry_after->count(), 3);
+  EXPECT_FALSE(ParseRetryAfter("Wed, 21 Oct 2015 07:28:00 GMT").has_value());
+  EXPECT_FALSE(ParseRetryAfter("").has_value());
+  EXPECT_EQ(ParseRetryAfter(" 12 ")->count(), 12);
+}
+
+TEST(ApiErrorTest, NonStatusBodyIsSummarised) {
+  std::string html = "<html><body>502 Bad Gateway</body></html>" + std::string(5000, 'x');
+  ApiError e = ParseApiError(502, html, "");
+  EXPECT_EQ(e.reason, "InternalError");
+  EXPECT_EQ(e.code(), StatusCode::kUnavailable);
+  EXPECT_LT(e.message.size(), 300u);
+  EXPECT_NE(e.message.find("502 Bad Gateway"), std::string::npos);
+}
+
+TEST(ApiErrorTest, WatchErrorEventObject) {
+  ApiError e =
+      ApiErrorFromStatusObject(StatusBody(410, "Expired", "too old resource version: 5 (100)"));
+  EXPECT_EQ(e.http_status, 410);
+  EXPECT_TRUE(IsGone(e.ToStatus("watch")));
+  // Some servers send only the code.
+  EXPECT_TRUE(IsGone(ApiErrorFromStatusObject(R"({"kind":"Status","code":410})").ToStatus("")));
+}
+
+}  // namespace
+}  // namespace spawnpoint::kube
