@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build test demo bench-launch bench-kube format clean
+.PHONY: deps configure build test demo bench-launch bench-loader bench-kube demo-cluster bench-operator format clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -22,11 +22,26 @@ test: build
 demo: build
 	bash scripts/demo.sh
 
+# The operator end to end on this machine: kube-test-server runs the pods as processes.
+demo-cluster: build
+	bash operator/demo/demo-cluster.sh
+
 bench-kube: build
 	bash bench/kube/kube_bench.sh
 
+bench-operator: build
+	bash bench/operator/operator_bench.sh
+
 bench-launch: build
 	bash bench/launch_bench.sh
+
+# Builds only what it runs: the exposition library needs none of the rest of the tree.
+bench-metrics: configure
+	ninja -C $(BUILD) -j $(JOBS) spawnpoint-metrics-bench
+	BUILD=$(BUILD) bash bench/metrics/metrics_bench.sh
+
+bench-loader: build
+	bash bench/loader_bench.sh
 
 format:
 	git ls-files '*.cc' '*.h' '*.c' | xargs clang-format -i

@@ -7,7 +7,16 @@ Workloads (identical per-sample work on both sides):
   compute:  each sample is small (256 floats) but costs --work-us microseconds of busy CPU,
             measured by the clock, so both sides burn the same CPU per sample.
 
-Prints one JSON object: first_batch_s, batches_per_s, epoch_boundary_ms, peak_rss_mb.
+Prints one JSON object: first_batch_s, batches_per_s, epoch_boundary_ms, peak_rss_mb,
+epoch_boundary_matched_ms, checksum.
+
+epoch_boundary_ms is the gap before an epoch's first batch minus the mean gap. With W workers
+building batches in round robin, batches arrive in bursts (W nearly at once, then a pause),
+so even a boundary that costs nothing shows up to a pause's worth of "loss" here, because
+batch 0 always follows a pause. epoch_boundary_matched_ms compares like with like: the gap
+before batch 0 minus the median gap before the other batches of the same worker in the
+rotation (i % W == 0, i > 0) in the steady epochs. bench/loader_bench.cc computes both the
+same way.
 """
 import argparse
 import json
@@ -69,6 +78,7 @@ def main():
     p.add_argument("--prefetch", type=int, default=2)
     p.add_argument("--sample-floats", type=int, default=3 * 224 * 224)
     p.add_argument("--work-us", type=int, default=2000)
+    p.add_argument("--gaps", action="store_true", help="also print every inter-batch gap")
     a = p.parse_args()
 
     size = a.batch_size * a.batches
@@ -83,17 +93,23 @@ def main():
                         prefetch_factor=a.prefetch)
     first_batch_s = None
     boundaries = []
+    same_position = []
     last = None
     steady_start = None
     steady_batches = 0
     checksum = 0.0
+    gaps_ms = []
     for epoch in range(a.epochs):
         for i, batch in enumerate(loader):
             now = time.perf_counter()
+            if first_batch_s is not None:
+                gaps_ms.append((now - last) * 1000.0)
             if first_batch_s is None:
                 first_batch_s = now - start
             elif i == 0:
                 boundaries.append(now - last)
+            elif epoch > 0 and i % a.workers == 0:
+                same_position.append(now - last)
             if epoch > 0:  # steady state: every epoch after the first one's warm-up
                 steady_batches += 1
             checksum += float(batch[0, 0])
@@ -105,13 +121,18 @@ def main():
     worker_pids = [w.pid for w in loader._iterator._workers]
     peak = vm_hwm_mb(os.getpid()) + sum(vm_hwm_mb(pid) for pid in worker_pids)
     del loader
-    print(json.dumps({
+    out = {
         "first_batch_s": first_batch_s,
         "batches_per_s": 1.0 / steady_s,
         "epoch_boundary_ms": max(0.0, (statistics.median(boundaries) - steady_s) * 1000.0),
         "peak_rss_mb": peak,
+        "epoch_boundary_matched_ms": max(0.0, (statistics.median(boundaries) - (
+            statistics.median(same_position) if same_position else steady_s)) * 1000.0),
         "checksum": checksum,
-    }))
+    }
+    if a.gaps:
+        out["gaps_ms"] = gaps_ms
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

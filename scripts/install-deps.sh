@@ -11,6 +11,7 @@ packages=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-torch python3-yaml
   procps
+  prometheus  # /usr/bin/prometheus and promtool: the metrics tests scrape the agent with them
 )
 
 missing=()

@@ -21,6 +21,7 @@
 #include "agent/loader/pool_supervisor.h"
 #include "agent/plan/node_plan.h"
 #include "agent/process/spawner.h"
+#include "agent/status/agent_endpoint.h"
 #include "agent/supervisor/gang.h"
 #include "agent/supervisor/restart_policy.h"
 
@@ -44,22 +45,36 @@ int Fail(const Status& status) {
   return ExitCodeFor(status);
 }
 
+// The manifest's file, or "$VAR" for --job-env, as messages name it.
+std::string JobSource(const AgentOptions& o) {
+  return o.job_env.empty() ? o.file : "$" + o.job_env;
+}
+
+StatusOr<std::vector<api::TrainingJob>> ReadJobs(const AgentOptions& o) {
+  if (o.job_env.empty()) return api::LoadTrainingJobsFile(o.file);
+  const char* text = getenv(o.job_env.c_str());
+  if (text == nullptr) {
+    return InvalidArgument("--job-env " + o.job_env + ": the environment variable is not set");
+  }
+  return api::ParseTrainingJobs(text, JobSource(o));
+}
+
 StatusOr<api::TrainingJob> LoadJob(const AgentOptions& o) {
-  SP_ASSIGN_OR_RETURN(std::vector<api::TrainingJob> jobs, api::LoadTrainingJobsFile(o.file));
+  SP_ASSIGN_OR_RETURN(std::vector<api::TrainingJob> jobs, ReadJobs(o));
   if (!o.job_name.empty()) {
     for (auto& j : jobs) {
       if (j.name == o.job_name) return j;
     }
     std::string names;
     for (auto& j : jobs) names += (names.empty() ? "" : ", ") + j.name;
-    return InvalidArgument(o.file + ": no TrainingJob named \"" + o.job_name +
+    return InvalidArgument(JobSource(o) + ": no TrainingJob named \"" + o.job_name +
                            "\"; found: " + names);
   }
   if (jobs.size() > 1) {
     std::string names;
     for (auto& j : jobs) names += (names.empty() ? "" : ", ") + j.name;
-    return InvalidArgument(o.file + " has " + std::to_string(jobs.size()) + " TrainingJobs (" +
-                           names + "): choose one with --job NAME");
+    return InvalidArgument(JobSource(o) + " has " + std::to_string(jobs.size()) +
+                           " TrainingJobs (" + names + "): choose one with --job NAME");
   }
   return jobs.front();
 }
@@ -70,6 +85,7 @@ struct Node {
   std::vector<devices::GpuDevice> gpus;
   devices::CpuTopology cpus;
   bool trainer_embeds_loader = false;
+  std::shared_ptr<devices::GpuBackend> backend;  // kept open: the metrics sample the GPUs
 };
 
 // The trainer's program on disk, as the ranks will run it (PATH and workingDir applied).
@@ -135,6 +151,7 @@ StatusOr<Node> DiscoverNode(const AgentOptions& o) {
                                                               n.job.spec.gpu_resource));
   n.gpu_backend = backend->Describe();
   SP_ASSIGN_OR_RETURN(n.gpus, backend->Discover());
+  n.backend = std::move(backend);
   SP_ASSIGN_OR_RETURN(n.cpus, devices::ReadCpuTopology(o.sysfs_root, devices::AllowedCpus()));
   n.trainer_embeds_loader = EmbedsLoaderWorker(TrainerPath(n.job));
   return n;
@@ -243,12 +260,16 @@ struct AttemptHooks {
   std::function<void()> on_tick;
   std::function<std::string()> status_suffix;  // appended to the status line
   std::function<nlohmann::json()> loader_status;  // per-rank loader statistics
+  // The metrics endpoint's view (agent/status): every status-file event, and failures.
+  std::function<void(const std::string& phase, int up, int total, int restarts)> on_phase;
+  std::function<void(const RankFailure&)> on_failure;
 };
 
 // The --status-file document; written atomically so a reader never sees half of it.
 void WriteStatusFile(const AgentOptions& o, const api::TrainingJob& job, const std::string& phase,
                      int up, int total, int restarts, SteadyClock::time_point start,
                      const AttemptHooks& hooks) {
+  if (hooks.on_phase) hooks.on_phase(phase, up, total, restarts);
   if (o.status_file.empty()) return;
   nlohmann::json j = {
       {"job", job.name},
@@ -318,6 +339,7 @@ int RunWithRestarts(const AgentOptions& o, const api::TrainingJob& job, bool own
     }
     RankFailure failure = *result.failure;
     if (refine_failure) refine_failure(failure);
+    if (hooks.on_failure) hooks.on_failure(failure);
     const int code = failure.status.ShellCode();
     if (owns_gang && ShouldRestart(policy, local_restarts, code)) {
       ++local_restarts;
@@ -380,8 +402,8 @@ int RunLocalNodes(const AgentOptions& o, const Node& n, SignalWatcher* signals) 
       m.spawn.cpus = shares[i];
       m.spawn.argv = {self,
                       "run",
-                      "-f",
-                      o.file,
+                      o.job_env.empty() ? "-f" : "--job-env",
+                      o.job_env.empty() ? o.file : o.job_env,
                       "--node-rank",
                       std::to_string(i),
                       "--nnodes",
@@ -408,6 +430,9 @@ int RunLocalNodes(const AgentOptions& o, const Node& n, SignalWatcher* signals) 
                       o.shm_path,
                       "--cgroup-memory-events",
                       o.memory_events};
+      m.spawn.argv.push_back("--metrics-addr");  // each node agent on its own port
+      m.spawn.argv.push_back(LocalNodeMetricsAddress(o.metrics_addr, i));
+      if (o.dcgm_compatible_names) m.spawn.argv.push_back("--dcgm-compatible-names");
       if (!o.nvml_library.empty()) {
         m.spawn.argv.push_back("--nvml-library");
         m.spawn.argv.push_back(o.nvml_library);
@@ -572,8 +597,18 @@ int RunCommand(const AgentOptions& o, SignalWatcher* signals) {
   auto spawner = MakeVforkSpawner();
   auto pools = StartPools(*first, spawner.get(), o);
   if (!pools.ok()) return Fail(pools.status());
+  auto endpoint = StartAgentEndpoint(o.metrics_addr, o.dcgm_compatible_names, *first,
+                                     node->backend.get(), &*pools);
 
   AttemptHooks hooks;
+  if (endpoint) {
+    hooks.on_phase = [&](const std::string& phase, int up, int total, int restarts) {
+      endpoint->OnPhase(phase, up, total, restarts);
+    };
+    hooks.on_failure = [&](const RankFailure& f) {
+      endpoint->OnRankFailure(f.rank, ExitReasonName(f.cause.reason));
+    };
+  }
   hooks.make_members = [&](int restart) -> StatusOr<std::vector<GangMember>> {
     SP_ASSIGN_OR_RETURN(NodePlan plan,
                         MakeNodePlan(MakeRequest(o, *node, node_rank, restart, port, pool_root)));
@@ -628,6 +663,7 @@ int RunCommand(const AgentOptions& o, SignalWatcher* signals) {
   };
   int code = RunWithRestarts(o, node->job, /*owns_gang=*/nnodes == 1, "ranks", signals,
                              spawner.get(), hooks);
+  endpoint.reset();  // it reads the pools
   // The pools outlive every attempt; they end with the job.
   for (auto& p : *pools) p->StopAndReap(std::min<milliseconds>(o.grace_period, milliseconds(5000)));
   pools->clear();

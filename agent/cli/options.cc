@@ -4,6 +4,8 @@
 #include <functional>
 #include <map>
 
+#include "metrics/server.h"
+
 namespace spawnpoint::agent {
 namespace {
 
@@ -48,6 +50,8 @@ commands:
 
 flags:
   -f, --file FILE            the TrainingJob manifest (YAML or JSON)
+  --job-env VAR              read the manifest from environment variable VAR instead
+                             of a file (what the operator gives its pods)
   --job NAME                 which TrainingJob, when FILE has several
   --node-rank R              this node's rank (0..nodes-1)
   --nnodes N                 number of nodes (default: spec.nodes)
@@ -66,6 +70,9 @@ flags:
   --sysfs-root DIR           sysfs to read GPUs and NUMA topology from (default /sys)
   --shm-path DIR             the shared-memory mount to check (default /dev/shm)
   --cgroup-memory-events F   cgroup v2 memory.events, to recognise OOM kills
+  --metrics-addr HOST:PORT   serve /metrics, /status, /healthz and /readyz there
+                             (default :9400; "off" or "" serves nothing)
+  --dcgm-compatible-names    also export GPU metrics under DCGM exporter's names
   --full-env                 plan: include the inherited environment
   -h, --help                 this text
 )";
@@ -113,6 +120,7 @@ StatusOr<AgentOptions> ParseAgentArgs(const std::vector<std::string>& args) {
       {"--file", str(&o.file)},
       {"-f", str(&o.file)},
       {"--job", str(&o.job_name)},
+      {"--job-env", str(&o.job_env)},
       {"--node-rank", integer(&o.node_rank, 0, 100000)},
       {"--nnodes", integer(&o.nnodes, 1, 100000)},
       {"--master-addr", str(&o.master_addr)},
@@ -140,6 +148,14 @@ StatusOr<AgentOptions> ParseAgentArgs(const std::vector<std::string>& args) {
       {"--sysfs-root", str(&o.sysfs_root)},
       {"--shm-path", str(&o.shm_path)},
       {"--cgroup-memory-events", str(&o.memory_events)},
+      {"--metrics-addr",
+       [&](const std::string& flag, const std::string& v) {
+         if (v != "off" && !v.empty()) {
+           SP_RETURN_IF_ERROR(metrics::ParseListenAddress(v).status().WithPrefix(flag));
+         }
+         o.metrics_addr = v;
+         return Status::Ok();
+       }},
   };
 
   for (size_t i = 1; i < args.size(); ++i) {
@@ -162,6 +178,10 @@ StatusOr<AgentOptions> ParseAgentArgs(const std::vector<std::string>& args) {
       o.full_env = true;
       continue;
     }
+    if (flag == "--dcgm-compatible-names") {
+      o.dcgm_compatible_names = true;
+      continue;
+    }
     auto it = valued.find(flag);
     if (it == valued.end()) {
       return InvalidArgument("unknown flag \"" + flag + "\" for " + cmd + "; see --help");
@@ -172,7 +192,12 @@ StatusOr<AgentOptions> ParseAgentArgs(const std::vector<std::string>& args) {
     }
     SP_RETURN_IF_ERROR(it->second(flag, value));
   }
-  if (o.file.empty()) return InvalidArgument(cmd + ": -f FILE is required");
+  if (o.file.empty() && o.job_env.empty()) {
+    return InvalidArgument(cmd + ": -f FILE is required (or --job-env VAR)");
+  }
+  if (!o.file.empty() && !o.job_env.empty()) {
+    return InvalidArgument(cmd + ": give either -f FILE or --job-env VAR, not both");
+  }
   if (o.nnodes > 0 && o.node_rank >= o.nnodes) {
     return InvalidArgument("--node-rank " + std::to_string(o.node_rank) +
                            " must be below --nnodes " + std::to_string(o.nnodes));

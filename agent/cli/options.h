@@ -15,6 +15,9 @@ enum class AgentCommand { kRun, kPlan, kHelp, kVersion };
 struct AgentOptions {
   AgentCommand command = AgentCommand::kHelp;
   std::string file;
+  // --job-env VAR: the manifest is the value of environment variable VAR instead of a file
+  // (how the operator hands a pod its job).
+  std::string job_env;
   std::string job_name;  // --job: which TrainingJob of a multi-document file
   int node_rank = -1;    // -1: not given
   int nnodes = 0;        // 0: the job's
@@ -33,6 +36,9 @@ struct AgentOptions {
   std::string shm_path = "/dev/shm";
   std::string memory_events = "/sys/fs/cgroup/memory.events";
   bool full_env = false;  // plan: print the inherited environment too
+  // /metrics, /status, /healthz, /readyz (agent/status/agent_endpoint.h); "" or "off": none.
+  std::string metrics_addr = ":9400";
+  bool dcgm_compatible_names = false;  // also export DCGM exporter's GPU metric names
 };
 
 StatusOr<AgentOptions> ParseAgentArgs(const std::vector<std::string>& args);

@@ -43,8 +43,30 @@ size_t SlotBytesForBatch(size_t batch_bytes) {
   return RoundUpToPages(batch_bytes + (batch_bytes + 3) / 4);
 }
 
+namespace {
+
+// posix_fallocate of [offset, offset + bytes) of a ring's file, with the advice on ENOSPC.
+Status Reserve(int fd, const std::string& dir, size_t slots, size_t slot_bytes, uint64_t offset,
+               uint64_t bytes) {
+  if (bytes == 0) return Status::Ok();
+  // posix_fallocate returns the error instead of setting errno.
+  const int rc = posix_fallocate(fd, static_cast<off_t>(offset), static_cast<off_t>(bytes));
+  if (rc == 0) return Status::Ok();
+  struct statvfs vfs {};
+  if (rc == ENOSPC && statvfs(dir.c_str(), &vfs) == 0) {
+    return FailedPrecondition("shared memory: reserving the ring failed (ENOSPC): " +
+                              SpaceAdvice(dir, slots, slot_bytes,
+                                          static_cast<uint64_t>(slots) * slot_bytes,
+                                          static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize));
+  }
+  return FailedPrecondition("shared memory: posix_fallocate(" + FormatBytes(bytes) + ") in " + dir +
+                            ": " + strerror(rc));
+}
+
+}  // namespace
+
 StatusOr<std::shared_ptr<ShmRing>> ShmRing::Create(const std::string& dir, size_t slots,
-                                                   size_t slot_bytes) {
+                                                   size_t slot_bytes, size_t reserve_slots) {
   if (slots == 0 || slot_bytes == 0) return InvalidArgument("shared-memory ring: empty ring");
   uint64_t need = 0;
   if (__builtin_mul_overflow(static_cast<uint64_t>(slots), static_cast<uint64_t>(slot_bytes),
@@ -74,20 +96,22 @@ StatusOr<std::shared_ptr<ShmRing>> ShmRing::Create(const std::string& dir, size_
     return FailedPrecondition("shared memory: cannot create a file in " + dir + ": " +
                               strerror(errno));
   }
-  // posix_fallocate returns the error instead of setting errno.
-  int rc = posix_fallocate(fd, 0, static_cast<off_t>(need));
-  if (rc != 0) {
+  // The file gets the ring's full size at once (what Attach checks); its pages are reserved
+  // for the leading slots now and for the others by ReserveSlot.
+  reserve_slots = std::min(reserve_slots, slots);
+  if (ftruncate(fd, static_cast<off_t>(need)) != 0) {
+    const int e = errno;
     unlink(path.c_str());
     close(fd);
-    if (rc == ENOSPC) {
-      if (statvfs(dir.c_str(), &vfs) == 0) {
-        return FailedPrecondition("shared memory: reserving the ring failed (ENOSPC): " +
-                                  SpaceAdvice(dir, slots, slot_bytes, need,
-                                              static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize));
-      }
-    }
-    return FailedPrecondition("shared memory: posix_fallocate(" + FormatBytes(need) + ") in " +
-                              dir + ": " + strerror(rc));
+    return FailedPrecondition("shared memory: ftruncate(" + FormatBytes(need) + ") in " + dir +
+                              ": " + strerror(e));
+  }
+  if (Status st =
+          Reserve(fd, dir, slots, slot_bytes, 0, static_cast<uint64_t>(reserve_slots) * slot_bytes);
+      !st.ok()) {
+    unlink(path.c_str());
+    close(fd);
+    return st;
   }
   void* base = mmap(nullptr, need, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int mmap_errno = errno;
@@ -98,11 +122,18 @@ StatusOr<std::shared_ptr<ShmRing>> ShmRing::Create(const std::string& dir, size_
                               ": " + strerror(mmap_errno));
   }
   auto ring = std::shared_ptr<ShmRing>(new ShmRing());
+  ring->dir_ = dir;
   ring->fd_ = fd;
   ring->base_ = static_cast<std::byte*>(base);
   ring->slots_ = slots;
   ring->slot_bytes_ = slot_bytes;
   return ring;
+}
+
+Status ShmRing::ReserveSlot(size_t i) const {
+  if (i >= slots_) return InvalidArgument("shared-memory ring: no slot " + std::to_string(i));
+  return Reserve(fd_, dir_, slots_, slot_bytes_, static_cast<uint64_t>(i) * slot_bytes_,
+                 slot_bytes_);
 }
 
 StatusOr<std::shared_ptr<ShmRing>> ShmRing::Attach(int fd, size_t slots, size_t slot_bytes) {

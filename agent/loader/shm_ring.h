@@ -1,16 +1,22 @@
 // One shared-memory ring per rank: `slots` equal slots, each holding one batch. The rank's
 // Loader creates it as a file in a tmpfs directory (default /dev/shm), checks the free
-// space first and reserves every page with posix_fallocate, so a /dev/shm too small for
-// the ring fails now with a message naming the directory, the free space, the need and
-// the fix, instead of a worker dying of SIGBUS later. The file is unlinked as soon as it
+// space for the whole ring first and reserves the pages with posix_fallocate, so a /dev/shm
+// too small for the ring fails now with a message naming the directory, the free space, the
+// need and the fix, instead of a worker dying of SIGBUS later. Reserving zeroes every page
+// (tens of ms for a few hundred MiB), so Create may reserve only the leading slots and leave
+// the others to ReserveSlot, called before a slot is first handed out (the Loader does that
+// on a background thread while the first batches are built): no slot is written before it
+// is reserved. The file is unlinked as soon as it
 // is mapped (nothing is left behind whatever happens to the process); workers receive its
 // descriptor over the socket and map it too.
 //
-// Thread-safety: immutable after construction; Slot() may be called from any thread.
+// Thread-safety: immutable after construction; Slot() and ReserveSlot() may be called from
+// any thread.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -26,9 +32,11 @@ size_t SlotBytesForBatch(size_t batch_bytes);
 
 class ShmRing {
  public:
-  // Errors: kFailedPrecondition with the fix when the directory lacks the space.
-  static StatusOr<std::shared_ptr<ShmRing>> Create(const std::string& dir, size_t slots,
-                                                   size_t slot_bytes);
+  // Reserves the first `reserve_slots` slots (all by default). Errors: kFailedPrecondition
+  // with the fix when the directory lacks the space for the whole ring.
+  static StatusOr<std::shared_ptr<ShmRing>> Create(
+      const std::string& dir, size_t slots, size_t slot_bytes,
+      size_t reserve_slots = std::numeric_limits<size_t>::max());
   // Maps a ring received from its creator; takes ownership of `fd`.
   static StatusOr<std::shared_ptr<ShmRing>> Attach(int fd, size_t slots, size_t slot_bytes);
   ~ShmRing();
@@ -39,9 +47,13 @@ class ShmRing {
   size_t slots() const { return slots_; }
   size_t slot_bytes() const { return slot_bytes_; }
   std::byte* Slot(size_t i) const { return base_ + i * slot_bytes_; }
+  // Reserves slot i's pages (a no-op for a slot already reserved). Errors as Create's, when
+  // the space went elsewhere since Create checked it.
+  Status ReserveSlot(size_t i) const;
 
  private:
   ShmRing() = default;
+  std::string dir_;
   int fd_ = -1;
   std::byte* base_ = nullptr;
   size_t slots_ = 0;

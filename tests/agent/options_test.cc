@@ -40,5 +40,16 @@ TEST(AgentOptionsTest, RejectsBadFlagsWithTheFlagNamed) {
   EXPECT_THAT(value.status().message(), HasSubstr("-f: missing value"));
 }
 
+TEST(AgentOptionsTest, JobEnvReplacesTheFile) {
+  auto o = ParseAgentArgs({"run", "--job-env", "SPAWNPOINT_JOB", "--node-rank", "0"});
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  EXPECT_EQ(o->job_env, "SPAWNPOINT_JOB");
+  EXPECT_TRUE(o->file.empty());
+  auto both = ParseAgentArgs({"run", "-f", "job.yaml", "--job-env", "SPAWNPOINT_JOB"});
+  EXPECT_THAT(both.status().message(), HasSubstr("either -f FILE or --job-env VAR, not both"));
+  auto value = ParseAgentArgs({"run", "--job-env"});
+  EXPECT_THAT(value.status().message(), HasSubstr("--job-env: missing value"));
+}
+
 }  // namespace
 }  // namespace spawnpoint::agent

@@ -1,0 +1,62 @@
+// The node agent's HTTP endpoint on --metrics-addr (default ":9400"): /metrics (Prometheus
+// text format 0.0.4), /status (JSON, read by the operator), /healthz and /readyz (ready
+// while the ranks run). It costs one thread and a listening socket; everything is computed
+// when asked. A node's training never fails because of its metrics: the agent warns and
+// runs on when the address cannot be bound.
+//
+// Thread-safety: every method is thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/devices/gpu_backend.h"
+#include "agent/loader/pool_supervisor.h"
+#include "agent/plan/node_plan.h"
+#include "agent/status/node_status.h"
+#include "common/status.h"
+#include "metrics/server.h"
+
+namespace spawnpoint::agent {
+
+// "" and "off" turn the endpoint off.
+bool MetricsDisabled(const std::string& address);
+
+class AgentEndpoint {
+ public:
+  // Serves `status` on `address` (metrics/server.h's forms). Errors as MetricsServer::Start.
+  static StatusOr<std::unique_ptr<AgentEndpoint>> Start(const std::string& address,
+                                                        NodeStatusOptions options);
+  ~AgentEndpoint();  // stops the server first, so no request sees a half-destroyed status
+
+  NodeStatus& status() { return *status_; }
+  int port() const { return server_->port(); }
+  const std::string& address() const { return server_->address(); }
+
+  // NodeStatus::OnPhase, and readiness: ready while the phase is Running with ranks up.
+  void OnPhase(const std::string& phase, int up, int total, int restarts);
+  void OnRankFailure(int rank, const std::string& reason) { status_->OnRankFailure(rank, reason); }
+
+ private:
+  AgentEndpoint() = default;
+  std::unique_ptr<NodeStatus> status_;
+  std::unique_ptr<metrics::MetricsServer> server_;
+};
+
+// What `spawnpoint-agent run` calls once the node's plan is made and its pools started:
+// the endpoint for this node, or nullptr when disabled or when it cannot be bound; either
+// outcome is said on stderr ("[spawnpoint] <job>: metrics on http://..." or a warning).
+// `pools` (may be null) must outlive the endpoint.
+// `backend` (may be null) is sampled at every scrape and must outlive the endpoint too.
+std::unique_ptr<AgentEndpoint> StartAgentEndpoint(
+    const std::string& address, bool dcgm_compatible_names, const NodePlan& plan,
+    devices::GpuBackend* backend,
+    const std::vector<std::unique_ptr<loader::PoolSupervisor>>* pools);
+
+// The address node `node` of a job run entirely on this machine gets, so the node agents do
+// not fight over one port: HOST:(PORT + node). Port 0 and a disabled address stay as they
+// are; an unparseable address is passed on for the node agent to report.
+std::string LocalNodeMetricsAddress(const std::string& address, int node);
+
+}  // namespace spawnpoint::agent

@@ -1,0 +1,493 @@
+#include "agent/status/node_status.h"
+
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <set>
+
+#include "agent/loader/contract.h"
+
+namespace spawnpoint::agent {
+namespace {
+
+using metrics::CollectedFamily;
+using metrics::MetricType;
+using nlohmann::json;
+
+constexpr const char* kPhases[] = {"Starting",  "Running", "Restarting",
+                                   "Succeeded", "Failed",  "Terminated"};
+// The Loader's restart causes (LoaderStats: restarts.died, hung, oom, shm).
+constexpr const char* kWorkerCauses[] = {"died", "hung", "oom", "shm"};
+
+std::string Env(const std::map<std::string, std::string>& env, const std::string& name) {
+  auto it = env.find(name);
+  return it == env.end() ? "" : it->second;
+}
+
+std::optional<json> ReadJsonFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  return j;
+}
+
+double Number(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
+std::string UtcNow() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+template <typename T>
+T* Must(StatusOr<T*> family) {
+  // The names are constants of this file, checked by the tests: registration cannot fail.
+  return family.ok() ? *family : nullptr;
+}
+
+}  // namespace
+
+NodeIdentity IdentityFromEnvironment(const std::map<std::string, std::string>& env,
+                                     const std::string& host_name, const std::string& job,
+                                     const std::string& job_namespace, int node_rank) {
+  NodeIdentity id;
+  id.job = job;
+  id.node_rank = node_rank;
+  id.pod = Env(env, "POD_NAME");
+  if (id.pod.empty() && !Env(env, "KUBERNETES_SERVICE_HOST").empty()) id.pod = host_name;
+  id.job_namespace = Env(env, "POD_NAMESPACE");
+  if (id.job_namespace.empty()) id.job_namespace = job_namespace;
+  id.container = Env(env, "CONTAINER_NAME");
+  id.hostname = Env(env, "NODE_NAME");
+  if (id.hostname.empty()) id.hostname = host_name;
+  return id;
+}
+
+std::vector<RankInfo> RanksOfPlan(const NodePlan& plan) {
+  std::vector<RankInfo> out;
+  for (const auto& r : plan.ranks) {
+    RankInfo info;
+    info.rank = r.rank;
+    info.local_rank = r.local_rank;
+    const auto& d = r.devices;
+    if (d.device_ordinal >= 0 && d.device_ordinal < static_cast<int>(d.visible.size())) {
+      info.gpu_index = d.visible[d.device_ordinal].index;
+    }
+    if (r.pool) info.pool_dir = r.pool->dir;
+    out.push_back(info);
+  }
+  return out;
+}
+
+std::vector<devices::GpuDevice> GpusOfPlan(const NodePlan& plan) {
+  std::vector<devices::GpuDevice> out;
+  std::set<int> seen;
+  for (const auto& r : plan.ranks) {
+    const auto& d = r.devices;
+    if (d.device_ordinal >= 0 && d.device_ordinal < static_cast<int>(d.visible.size()) &&
+        seen.insert(d.visible[d.device_ordinal].index).second) {
+      out.push_back(d.visible[d.device_ordinal]);
+    }
+  }
+  return out;
+}
+
+NodeStatus::NodeStatus(NodeStatusOptions options)
+    : options_(std::move(options)), up_(options_.ranks.size(), false) {
+  const std::vector<std::string> node = {"namespace", "job"};
+  const std::vector<std::string> rank = {"namespace", "job", "rank"};
+  rank_up_ = Must(
+      registry_.AddGauge({.name = "spawnpoint_rank_up",
+                          .help = "1 while the rank's process runs in the current attempt, else 0.",
+                          .labels = rank}));
+  rank_restarts_ = Must(registry_.AddCounter(
+      {.name = "spawnpoint_rank_restarts_total",
+       .help = "Times the rank was restarted (whole-gang restarts of the job).",
+       .labels = rank}));
+  rank_failures_ = Must(registry_.AddCounter(
+      {.name = "spawnpoint_rank_failures_total",
+       .help = "Rank failures by classified reason (UserError, OOMKilled, ShmExhausted, ...).",
+       .labels = {"namespace", "job", "rank", "reason"}}));
+  ranks_ = Must(registry_.AddGauge(
+      {.name = "spawnpoint_agent_ranks", .help = "Ranks this node runs.", .labels = node}));
+  ranks_up_ = Must(
+      registry_.AddGauge({.name = "spawnpoint_agent_ranks_up",
+                          .help = "Ranks of this node running now (as of the last status tick).",
+                          .labels = node}));
+  restarts_total_ = Must(registry_.AddCounter(
+      {.name = "spawnpoint_agent_restarts_total",
+       .help = "Whole-gang restarts of the job, including those before this agent started.",
+       .labels = node}));
+  phase_ = Must(registry_.AddGauge(
+      {.name = "spawnpoint_agent_phase",
+       .help = "1 for the node's current phase (Starting, Running, Restarting, Succeeded, "
+               "Failed, Terminated), 0 for the others.",
+       .labels = {"namespace", "job", "phase"}}));
+  gpu_errors_ = Must(registry_.AddCounter(
+      {.name = "spawnpoint_agent_gpu_sample_errors_total",
+       .help = "GPU readings that failed (the GPU metrics are missing from those scrapes).",
+       .labels = node}));
+  auto* info =
+      Must(registry_.AddGauge({.name = "spawnpoint_agent_info",
+                               .help = "Always 1; the labels describe the agent.",
+                               .labels = {"namespace", "job", "pod", "node_rank", "gpu_backend"}}));
+  auto* start = Must(registry_.AddGauge({.name = "spawnpoint_agent_start_time_seconds",
+                                         .help = "When the agent started, in Unix time.",
+                                         .labels = node}));
+
+  const auto& id = options_.identity;
+  info->WithLabels({id.job_namespace, id.job, id.pod, std::to_string(id.node_rank),
+                    options_.gpu_backend_name})
+      ->Set(1);
+  start->WithLabels({id.job_namespace, id.job})->Set(static_cast<double>(std::time(nullptr)));
+  ranks_->WithLabels({id.job_namespace, id.job})->Set(static_cast<double>(options_.ranks.size()));
+  ranks_up_->WithLabels({id.job_namespace, id.job})->Set(0);
+  restarts_total_->WithLabels({id.job_namespace, id.job})->Inc(options_.restart_count);
+  gpu_errors_->WithLabels({id.job_namespace, id.job});
+  for (const char* p : kPhases) {
+    phase_->WithLabels({id.job_namespace, id.job, p})->Set(std::string(p) == "Starting");
+  }
+  for (const auto& r : options_.ranks) {
+    const std::vector<std::string> l = {id.job_namespace, id.job, std::to_string(r.rank)};
+    rank_up_->WithLabels(l)->Set(0);
+    rank_restarts_->WithLabels(l)->Inc(options_.restart_count);
+  }
+  restarts_ = options_.restart_count;
+  registry_.AddCollector([this](std::vector<CollectedFamily>* out) { Collect(out); });
+}
+
+void NodeStatus::OnPhase(const std::string& phase, int up, int total, int restarts) {
+  const auto& id = options_.identity;
+  std::lock_guard<std::mutex> lock(mu_);
+  phase_name_ = phase;
+  // The gang reports how many ranks run, not which: all of them or none is exact; in
+  // between (ranks finishing at different times, or being stopped after a failure) the
+  // per-rank flags keep what was last known, and OnRankFailure clears the failed one.
+  const bool running = phase == "Running";
+  ranks_up_count_ = running ? up : 0;
+  if (!running || up == 0) {
+    std::fill(up_.begin(), up_.end(), false);
+  } else if (up == total) {
+    std::fill(up_.begin(), up_.end(), true);
+  }
+  if (restarts > restarts_) {
+    const int delta = restarts - restarts_;
+    restarts_ = restarts;
+    restarts_total_->WithLabels({id.job_namespace, id.job})->Inc(delta);
+    for (const auto& r : options_.ranks) {
+      rank_restarts_->WithLabels({id.job_namespace, id.job, std::to_string(r.rank)})->Inc(delta);
+    }
+  }
+  ranks_up_->WithLabels({id.job_namespace, id.job})->Set(ranks_up_count_);
+  for (size_t i = 0; i < options_.ranks.size(); ++i) {
+    rank_up_->WithLabels({id.job_namespace, id.job, std::to_string(options_.ranks[i].rank)})
+        ->Set(up_[i] ? 1 : 0);
+  }
+  for (const char* p : kPhases) {
+    phase_->WithLabels({id.job_namespace, id.job, p})->Set(phase == p ? 1 : 0);
+  }
+}
+
+void NodeStatus::OnRankFailure(int rank, const std::string& reason) {
+  const auto& id = options_.identity;
+  std::lock_guard<std::mutex> lock(mu_);
+  rank_failures_->WithLabels({id.job_namespace, id.job, std::to_string(rank), reason})->Inc();
+  for (size_t i = 0; i < options_.ranks.size(); ++i) {
+    if (options_.ranks[i].rank == rank) {
+      up_[i] = false;
+      rank_up_->WithLabels({id.job_namespace, id.job, std::to_string(rank)})->Set(0);
+    }
+  }
+}
+
+std::string NodeStatus::phase() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return phase_name_;
+}
+
+NodeStatus::Reading NodeStatus::Read() {
+  Reading r;
+  // The slow parts (GPU queries, file reads) run before the lock; only the bookkeeping of
+  // the monotonic counters needs it.
+  if (options_.gpu_backend != nullptr && !options_.gpus.empty()) {
+    auto samples = options_.gpu_backend->Sample();
+    if (!samples.ok()) {
+      r.gpu_error = samples.status().message();
+      gpu_errors_->WithLabels({options_.identity.job_namespace, options_.identity.job})->Inc();
+    }
+    for (const auto& d : options_.gpus) {
+      GpuReading g;
+      g.device = d;
+      for (const auto& rank : options_.ranks) {
+        if (rank.gpu_index == d.index) g.rank = rank.rank;
+      }
+      if (samples.ok()) {
+        for (const auto& s : *samples) {
+          if (s.index == d.index) g.sample = s;
+        }
+      }
+      r.gpus.push_back(std::move(g));
+    }
+  }
+  std::vector<json> pools = options_.pool_status ? options_.pool_status() : std::vector<json>{};
+  for (const auto& info : options_.ranks) {
+    RankReading rr;
+    rr.info = info;
+    if (!info.pool_dir.empty()) rr.stats = ReadJsonFile(loader::StatsPath(info.pool_dir));
+    for (const auto& p : pools) {
+      if (p.is_object() && p.value("rank", -1) == info.rank) rr.pool = p;
+    }
+    r.ranks.push_back(std::move(rr));
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  r.phase = phase_name_;
+  r.ranks_up = ranks_up_count_;
+  r.restarts = restarts_;
+  for (size_t i = 0; i < r.ranks.size(); ++i) {
+    RankReading& rr = r.ranks[i];
+    rr.up = up_[i];
+    if (!rr.stats) continue;
+    const json& s = *rr.stats;
+    auto mono = [&](const std::string& field, double v) {
+      return monotonic_[{rr.info.rank, field}].Update(v);
+    };
+    rr.batches = mono("batches", Number(s, "batches"));
+    rr.samples = mono("samples", Number(s, "samples"));
+    rr.wait_seconds = mono("waitSeconds", Number(s, "waitSeconds"));
+    const json restarts = s.value("restarts", json::object());
+    for (const char* cause : kWorkerCauses) {
+      rr.worker_restarts[cause] = mono(std::string("restarts.") + cause,
+                                       restarts.is_object() ? Number(restarts, cause) : 0);
+    }
+  }
+  return r;
+}
+
+void NodeStatus::Collect(std::vector<CollectedFamily>* out) {
+  const Reading r = Read();
+  const auto& id = options_.identity;
+
+  if (!r.gpus.empty()) {
+    // DCGM exporter's label names, except model_name: promtool rejects camelCase label
+    // names, so only the DCGM-compatible families below carry "modelName".
+    const std::vector<std::string> labels = {"gpu",      "UUID",      "pci_bus_id", "model_name",
+                                             "Hostname", "namespace", "pod",        "container",
+                                             "rank",     "job"};
+    auto family = [&](const char* name, const char* help) {
+      return CollectedFamily{
+          .name = name, .help = help, .type = MetricType::kGauge, .label_names = labels};
+    };
+    CollectedFamily util = family("spawnpoint_gpu_utilisation_ratio",
+                                  "Fraction of the last sample period the GPU was busy (0-1).");
+    CollectedFamily used = family("spawnpoint_gpu_memory_used_bytes", "GPU memory in use.");
+    CollectedFamily total = family("spawnpoint_gpu_memory_total_bytes", "GPU memory in all.");
+    CollectedFamily power = family("spawnpoint_gpu_power_watts", "GPU power draw.");
+    CollectedFamily temp = family("spawnpoint_gpu_temperature_celsius", "GPU temperature.");
+    // DCGM exporter's names, units and labels (it adds "device"; it has no rank or job,
+    // which dashboards written for it simply do not look at).
+    std::vector<std::string> dcgm_labels = labels;
+    dcgm_labels[3] = "modelName";
+    dcgm_labels.insert(dcgm_labels.begin() + 2, "device");
+    auto dcgm = [&](const char* name, const char* help) {
+      return CollectedFamily{.name = name,
+                             .help = help,
+                             .type = MetricType::kGauge,
+                             .label_names = dcgm_labels,
+                             .check_conventions = false};
+    };
+    CollectedFamily d_util = dcgm("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).");
+    CollectedFamily d_used = dcgm("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).");
+    CollectedFamily d_free = dcgm("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).");
+    CollectedFamily d_temp = dcgm("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).");
+    CollectedFamily d_power = dcgm("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).");
+
+    for (const auto& g : r.gpus) {
+      if (!g.sample) continue;
+      const auto& s = *g.sample;
+      const std::string gpu = std::to_string(g.device.index);
+      const std::string rank = g.rank >= 0 ? std::to_string(g.rank) : "";
+      std::vector<std::string> v = {gpu,           g.device.uuid, g.device.pci_bus_id,
+                                    g.device.name, id.hostname,   id.job_namespace,
+                                    id.pod,        id.container,  rank,
+                                    id.job};
+      std::vector<std::string> dv = v;
+      dv.insert(dv.begin() + 2, (g.device.vendor == "amd" ? "card" : "nvidia") + gpu);
+      // The sample's total, else the one discovery found; 0: unknown.
+      const uint64_t mem_total = s.memory_total_bytes.value_or(g.device.memory_total_bytes);
+      constexpr double kMiB = 1024.0 * 1024.0;
+      if (s.utilisation) {
+        util.Add(v, *s.utilisation);
+        d_util.Add(dv, std::round(*s.utilisation * 100.0));
+      }
+      if (s.memory_used_bytes) {
+        used.Add(v, static_cast<double>(*s.memory_used_bytes));
+        d_used.Add(dv, std::floor(*s.memory_used_bytes / kMiB));
+        if (mem_total > 0 && mem_total >= *s.memory_used_bytes) {
+          d_free.Add(dv, std::floor((mem_total - *s.memory_used_bytes) / kMiB));
+        }
+      }
+      if (mem_total > 0) total.Add(v, static_cast<double>(mem_total));
+      if (s.power_watts) {
+        power.Add(v, *s.power_watts);
+        d_power.Add(dv, *s.power_watts);
+      }
+      if (s.temperature_celsius) {
+        temp.Add(v, *s.temperature_celsius);
+        d_temp.Add(dv, *s.temperature_celsius);
+      }
+    }
+    for (auto* f : {&util, &used, &total, &power, &temp}) out->push_back(std::move(*f));
+    if (options_.dcgm_compatible_names) {
+      for (auto* f : {&d_util, &d_used, &d_free, &d_temp, &d_power}) out->push_back(std::move(*f));
+    }
+  }
+
+  const std::vector<std::string> rank_labels = {"namespace", "job", "rank"};
+  auto rank_family = [&](const char* name, const char* help, MetricType type,
+                         std::vector<std::string> extra = {}) {
+    CollectedFamily f{.name = name, .help = help, .type = type, .label_names = rank_labels};
+    f.label_names.insert(f.label_names.end(), extra.begin(), extra.end());
+    return f;
+  };
+  CollectedFamily batches =
+      rank_family("spawnpoint_loader_batches_total", "Batches the rank's loader delivered.",
+                  MetricType::kCounter);
+  CollectedFamily samples =
+      rank_family("spawnpoint_loader_samples_total", "Samples the rank's loader delivered.",
+                  MetricType::kCounter);
+  CollectedFamily stall_seconds = rank_family(
+      "spawnpoint_loader_data_stall_seconds_total",
+      "Time the rank's trainer waited for its next batch (the data stall).", MetricType::kCounter);
+  CollectedFamily stall_ratio = rank_family(
+      "spawnpoint_loader_data_stall_ratio",
+      "Fraction of the rank's run time spent waiting for data, as its loader reports it.",
+      MetricType::kGauge);
+  CollectedFamily sps = rank_family("spawnpoint_loader_samples_per_second",
+                                    "Samples per second the rank consumed over the last ~5 s "
+                                    "(0 while the rank is down).",
+                                    MetricType::kGauge);
+  CollectedFamily queue =
+      rank_family("spawnpoint_loader_queue_depth", "Batches built and waiting for the trainer.",
+                  MetricType::kGauge);
+  CollectedFamily active = rank_family("spawnpoint_loader_active_workers",
+                                       "Loader workers the rank uses now.", MetricType::kGauge);
+  CollectedFamily restarts =
+      rank_family("spawnpoint_loader_worker_restarts_total",
+                  "Loader worker restarts the rank's loader asked for, by cause (died, hung, "
+                  "oom, shm).",
+                  MetricType::kCounter, {"cause"});
+  CollectedFamily exits = rank_family(
+      "spawnpoint_loader_worker_exits_total",
+      "Loader worker exits the agent saw, by classified reason (Killed, OOMKilled, ...).",
+      MetricType::kCounter, {"reason"});
+  for (const auto& rr : r.ranks) {
+    const std::vector<std::string> v = {id.job_namespace, id.job, std::to_string(rr.info.rank)};
+    if (rr.stats) {
+      const json& s = *rr.stats;
+      batches.Add(v, rr.batches);
+      samples.Add(v, rr.samples);
+      stall_seconds.Add(v, rr.wait_seconds);
+      stall_ratio.Add(v, Number(s, "dataStall"));
+      sps.Add(v, rr.up ? Number(s, "samplesPerSecond") : 0.0);
+      queue.Add(v, Number(s, "queueDepth"));
+      active.Add(v, Number(s, "activeWorkers"));
+      for (const auto& [cause, n] : rr.worker_restarts) {
+        auto with_cause = v;
+        with_cause.push_back(cause);
+        restarts.Add(with_cause, n);
+      }
+    }
+    if (rr.pool) {
+      const json by_reason = rr.pool->value("exitsByReason", json::object());
+      for (const auto& [reason, n] : by_reason.items()) {
+        if (!n.is_number()) continue;
+        auto with_reason = v;
+        with_reason.push_back(reason);
+        exits.Add(with_reason, n.get<double>());
+      }
+    }
+  }
+  for (auto* f : {&batches, &samples, &stall_seconds, &stall_ratio, &sps, &queue, &active,
+                  &restarts, &exits}) {
+    out->push_back(std::move(*f));
+  }
+}
+
+json NodeStatus::StatusJson() {
+  const Reading r = Read();
+  const auto& id = options_.identity;
+  json gpus = json::array();
+  double util_sum = 0;
+  int util_n = 0;
+  for (const auto& g : r.gpus) {
+    json e = {{"gpu", g.device.index},
+              {"uuid", g.device.uuid},
+              {"pciBusId", g.device.pci_bus_id},
+              {"modelName", g.device.name},
+              {"rank", g.rank >= 0 ? json(g.rank) : json(nullptr)}};
+    if (g.sample) {
+      const auto& s = *g.sample;
+      if (s.utilisation) {
+        e["utilisation"] = *s.utilisation;
+        util_sum += *s.utilisation;
+        ++util_n;
+      }
+      if (s.memory_used_bytes) e["memoryUsedBytes"] = *s.memory_used_bytes;
+      if (s.memory_total_bytes) e["memoryTotalBytes"] = *s.memory_total_bytes;
+      if (s.power_watts) e["powerWatts"] = *s.power_watts;
+      if (s.temperature_celsius) e["temperatureCelsius"] = *s.temperature_celsius;
+    }
+    gpus.push_back(std::move(e));
+  }
+
+  json loader = json::array();
+  double stall_sum = 0, sps_sum = 0;
+  int stall_n = 0, sps_n = 0;
+  for (const auto& rr : r.ranks) {
+    json e = {{"rank", rr.info.rank}, {"localRank", rr.info.local_rank}, {"up", rr.up}};
+    if (rr.stats) {
+      e["stats"] = *rr.stats;
+      ++sps_n;
+      if (rr.up) {
+        sps_sum += Number(*rr.stats, "samplesPerSecond");
+        stall_sum += Number(*rr.stats, "dataStall");
+        ++stall_n;
+      }
+    }
+    if (rr.pool) e["pool"] = *rr.pool;
+    loader.push_back(std::move(e));
+  }
+
+  json out = {
+      {"job", id.job},
+      {"namespace", id.job_namespace},
+      {"nodeRank", id.node_rank},
+      {"pod", id.pod},
+      {"hostname", id.hostname},
+      {"phase", r.phase},
+      {"ranks", options_.ranks.size()},
+      {"ranksUp", r.ranks_up},
+      {"restarts", r.restarts},
+      {"gpuBackend", options_.gpu_backend_name},
+      {"gpuUtilisation", util_n > 0 ? json(util_sum / util_n) : json(nullptr)},
+      {"dataStall", stall_n > 0 ? json(stall_sum / stall_n) : json(nullptr)},
+      {"samplesPerSecond", sps_n > 0 ? json(sps_sum) : json(nullptr)},
+      {"gpus", gpus},
+      {"loader", loader},
+      {"elapsedSeconds",
+       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()},
+      {"updated", UtcNow()},
+  };
+  if (!r.gpu_error.empty()) out["gpuError"] = r.gpu_error;
+  return out;
+}
+
+}  // namespace spawnpoint::agent

@@ -1,0 +1,152 @@
+// What one node agent exports about its node: Prometheus metrics (per GPU, per rank, per
+// node) and the JSON document served at /status, which the operator reads for a job's
+// status.utilisation. Both views come from the same reading, so they agree.
+//
+// Two kinds of input:
+//  - events from the gang supervision (OnPhase, OnRankFailure): phases, ranks up, restarts;
+//  - readings taken when someone asks (a scrape, GET /status): the GPU backend's Sample(),
+//    every rank's loader statistics file (loader::StatsPath) and every pool's StatusJson().
+//
+// The loader's counts restart from zero when a rank restarts (a new Loader); the exported
+// counters add the previous incarnation's last value, so they only ever go up.
+//
+// Thread-safety: every method is thread-safe; readings from concurrent scrapes are
+// serialised. The GPU backend and the pool_status callback must be thread-safe (both are).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/devices/gpu_backend.h"
+#include "agent/plan/node_plan.h"
+#include "metrics/registry.h"
+
+namespace spawnpoint::agent {
+
+// Who this agent is, for labels.
+struct NodeIdentity {
+  std::string job;
+  std::string job_namespace;
+  std::string pod;        // "" when unknown
+  std::string container;  // "" when unknown
+  std::string hostname;   // the node's, as DCGM exporter's Hostname label
+  int node_rank = 0;
+};
+
+// From the environment the operator gives its pods (POD_NAME and POD_NAMESPACE through the
+// downward API, CONTAINER_NAME, NODE_NAME): pod = POD_NAME, else `host_name` inside
+// Kubernetes (KUBERNETES_SERVICE_HOST set; a pod's hostname is its name), else "";
+// namespace = POD_NAMESPACE, else the job's; container = CONTAINER_NAME or "";
+// hostname = NODE_NAME, else `host_name`. Pure.
+NodeIdentity IdentityFromEnvironment(const std::map<std::string, std::string>& env,
+                                     const std::string& host_name, const std::string& job,
+                                     const std::string& job_namespace, int node_rank);
+
+struct RankInfo {
+  int rank = 0;
+  int local_rank = 0;
+  int gpu_index = -1;    // the backend's index of the GPU the rank uses; -1: a CPU rank
+  std::string pool_dir;  // its loader pool directory; "" without an agent-owned pool
+};
+
+// The ranks of a node plan, and the GPUs they use (each once, in rank order). Pure.
+std::vector<RankInfo> RanksOfPlan(const NodePlan& plan);
+std::vector<devices::GpuDevice> GpusOfPlan(const NodePlan& plan);
+
+struct NodeStatusOptions {
+  NodeIdentity identity;
+  std::vector<RankInfo> ranks;
+  std::vector<devices::GpuDevice> gpus;        // the GPUs the ranks use: labels and the mean
+  devices::GpuBackend* gpu_backend = nullptr;  // sampled when read; nullptr: no GPU metrics
+  std::string gpu_backend_name = "none";
+  // Every agent-owned pool's PoolSupervisor::StatusJson(); empty: no pools.
+  std::function<std::vector<nlohmann::json>()> pool_status;
+  // Also export DCGM exporter's names and labels, so DCGM dashboards (Grafana 12239) work.
+  bool dcgm_compatible_names = false;
+  int restart_count = 0;  // gang restarts made before this agent started (--restart-count)
+};
+
+class NodeStatus {
+ public:
+  explicit NodeStatus(NodeStatusOptions options);
+  NodeStatus(const NodeStatus&) = delete;
+  NodeStatus& operator=(const NodeStatus&) = delete;
+
+  // The gang's state, as the agent's status line reports it: phase is "Running",
+  // "Restarting", "Succeeded", "Failed" or "Terminated"; up of total ranks are running;
+  // restarts counts gang restarts so far (including those before this agent started).
+  void OnPhase(const std::string& phase, int up, int total, int restarts);
+  // A rank failed with a classified reason (exit_cause.h: "OOMKilled", "UserError", ...).
+  void OnRankFailure(int rank, const std::string& reason);
+
+  std::string phase() const;
+  // The /status document (see docs/metrics.md).
+  nlohmann::json StatusJson();
+  // Holds every metric; render it for /metrics.
+  metrics::Registry& registry() { return registry_; }
+
+ private:
+  // Keeps a counter monotonic across resets of its source (a restarted rank's Loader).
+  struct Monotonic {
+    double base = 0, last = 0;
+    double Update(double v) {
+      if (v < last) base += last;
+      last = v;
+      return base + v;
+    }
+  };
+  struct GpuReading {
+    devices::GpuDevice device;
+    int rank = -1;
+    std::optional<devices::GpuSample> sample;
+  };
+  struct RankReading {
+    RankInfo info;
+    bool up = false;
+    std::optional<nlohmann::json> stats;                // the Loader's stats.json as written
+    std::optional<nlohmann::json> pool;                 // the pool's StatusJson()
+    double batches = 0, samples = 0, wait_seconds = 0;  // monotonic
+    std::map<std::string, double> worker_restarts;      // by cause, monotonic
+  };
+  struct Reading {
+    std::vector<GpuReading> gpus;
+    std::string gpu_error;
+    std::vector<RankReading> ranks;
+    std::string phase;
+    int ranks_up = 0;
+    int restarts = 0;
+  };
+
+  Reading Read();
+  void Collect(std::vector<metrics::CollectedFamily>* out);
+
+  const NodeStatusOptions options_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  metrics::Registry registry_;
+  // Families kept up to date by events.
+  metrics::Family<metrics::Gauge>* rank_up_ = nullptr;
+  metrics::Family<metrics::Counter>* rank_restarts_ = nullptr;
+  metrics::Family<metrics::Counter>* rank_failures_ = nullptr;
+  metrics::Family<metrics::Gauge>* ranks_ = nullptr;
+  metrics::Family<metrics::Gauge>* ranks_up_ = nullptr;
+  metrics::Family<metrics::Counter>* restarts_total_ = nullptr;
+  metrics::Family<metrics::Gauge>* phase_ = nullptr;
+  metrics::Family<metrics::Counter>* gpu_errors_ = nullptr;
+
+  mutable std::mutex mu_;  // the state below and the readings
+  std::string phase_name_ = "Starting";
+  std::vector<bool> up_;  // per entry of options_.ranks
+  int ranks_up_count_ = 0;
+  int restarts_ = 0;
+  std::map<std::pair<int, std::string>, Monotonic> monotonic_;  // (rank, field)
+};
+
+}  // namespace spawnpoint::agent

@@ -1,0 +1,223 @@
+// spawnpoint-loader-bench: our side of `make bench-loader`, the counterpart of
+// bench/loader_reference.py (PyTorch's DataLoader, spawn + persistent workers), measuring the
+// same things the same way on the same workloads (bench/loader_bench_datasets.h).
+//
+// The Loader runs standalone (it spawns its own workers, as DataLoader does) and the
+// trainer side receives every batch as torch::Tensor views (TorchLoader / ToTensors) and
+// reads one element of it, as the reference reads batch[0, 0].
+//
+//   --worker-command PATH   the workers run PATH (a torch-free worker binary, the job's
+//                           loader.workerCommand); default: this program itself (the
+//                           trainer's own command in worker mode, the product default)
+//
+// Prints one JSON object: first_batch_s, batches_per_s, epoch_boundary_ms, peak_rss_mb,
+// epoch_boundary_matched_ms, checksum (defined as in the reference, whose docstring explains
+// the two boundary measures), and a few details: the configuration, slots, slot bytes.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/loader/loader.h"
+#include "agent/loader/torch/torch_batch.h"
+#include "agent/loader/worker.h"
+#include "bench/loader_bench_datasets.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Flags {
+  std::string workload;
+  int workers = 2;
+  int64_t batch_size = 32;
+  int64_t batches = 40;  // per epoch
+  int64_t epochs = 3;
+  int prefetch = 2;
+  int64_t sample_floats = 3 * 224 * 224;
+  int64_t work_us = 2000;
+  std::string worker_command;  // empty: this program
+  bool gaps = false;           // also print every inter-batch gap (diagnostics)
+};
+
+[[noreturn]] void Usage(const char* argv0, const std::string& error) {
+  std::fprintf(stderr,
+               "%s: %s\nusage: %s --workload transfer|compute [--workers N] [--batch-size N] "
+               "[--batches N] [--epochs N] [--prefetch N] [--sample-floats N] [--work-us N] "
+               "[--worker-command PATH]\n",
+               argv0, error.c_str(), argv0);
+  std::exit(2);
+}
+
+Flags ParseFlags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string name = argv[i];
+    if (name == "--gaps") {
+      f.gaps = true;
+      continue;
+    }
+    if (i + 1 >= argc) Usage(argv[0], name + " needs a value");
+    const std::string value = argv[++i];
+    auto num = [&]() -> int64_t {
+      char* end = nullptr;
+      const long long v = std::strtoll(value.c_str(), &end, 10);
+      if (*end != '\0' || v < 0) Usage(argv[0], name + ": not a number: " + value);
+      return v;
+    };
+    if (name == "--workload") {
+      f.workload = value;
+    } else if (name == "--workers") {
+      f.workers = static_cast<int>(num());
+    } else if (name == "--batch-size") {
+      f.batch_size = num();
+    } else if (name == "--batches") {
+      f.batches = num();
+    } else if (name == "--epochs") {
+      f.epochs = num();
+    } else if (name == "--prefetch") {
+      f.prefetch = static_cast<int>(num());
+    } else if (name == "--sample-floats") {
+      f.sample_floats = num();
+    } else if (name == "--work-us") {
+      f.work_us = num();
+    } else if (name == "--worker-command") {
+      f.worker_command = value;
+    } else {
+      Usage(argv[0], "unknown flag " + name);
+    }
+  }
+  if (f.workload != "transfer" && f.workload != "compute") {
+    Usage(argv[0], "--workload must be transfer or compute");
+  }
+  if (f.epochs < 2 || f.batches < 1 || f.workers < 1) {
+    Usage(argv[0], "need --epochs >= 2, --batches >= 1 and --workers >= 1");
+  }
+  return f;
+}
+
+double VmHwmMb(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) / 1024.0;
+  }
+  return 0;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // First thing: in a worker started with this program's own command, serve batches.
+  if (int rc = spawnpoint::loader::RunWorkerIfRequested(argc, argv); rc >= 0) return rc;
+  const Flags f = ParseFlags(argc, argv);
+
+  spawnpoint::loader::LoaderOptions o;
+  const int64_t size = f.batch_size * f.batches;
+  if (f.workload == "transfer") {
+    o.dataset = spawnpoint::bench::kTransferDataset;
+    o.dataset_arg = "size=" + std::to_string(size) + ",floats=" + std::to_string(f.sample_floats);
+  } else {
+    o.dataset = spawnpoint::bench::kComputeDataset;
+    o.dataset_arg = "size=" + std::to_string(size) + ",work_us=" + std::to_string(f.work_us);
+  }
+  o.batch_size = f.batch_size;
+  o.shuffle = false;  // DataLoader(shuffle=False)
+  o.workers = f.workers;
+  o.prefetch_factor = f.prefetch;
+  o.rank = 0;
+  o.world_size = 1;
+  if (!f.worker_command.empty()) o.worker_command = {f.worker_command};
+
+  // From creating the loader (workers spawned by it) to the first batch in hand, as the
+  // reference times DataLoader(...) to its first batch.
+  const auto start = Clock::now();
+  auto created = spawnpoint::loader::TorchLoader::Create(o, /*pin_memory=*/false);
+  if (!created.ok()) {
+    std::fprintf(stderr, "loader-bench: %s\n", created.status().ToString().c_str());
+    return 1;
+  }
+  auto& loader = **created;
+
+  double first_batch_s = -1;
+  std::vector<double> boundaries;
+  std::vector<double> same_position;  // gaps before batches i % workers == 0, i > 0
+  std::vector<double> gaps_ms;
+  Clock::time_point last{}, steady_start{};
+  int64_t steady_batches = 0;
+  double checksum = 0;
+  for (int64_t epoch = 0; epoch < f.epochs; ++epoch) {
+    if (auto st = loader.StartEpoch(epoch); !st.ok()) {
+      std::fprintf(stderr, "loader-bench: %s\n", st.ToString().c_str());
+      return 1;
+    }
+    for (int64_t i = 0;; ++i) {
+      auto next = loader.Next();
+      if (!next.ok()) {
+        std::fprintf(stderr, "loader-bench: %s\n", next.status().ToString().c_str());
+        return 1;
+      }
+      if (!next->has_value()) break;
+      const auto now = Clock::now();
+      if (first_batch_s >= 0) gaps_ms.push_back(Seconds(now - last) * 1000.0);
+      if (first_batch_s < 0) {
+        first_batch_s = Seconds(now - start);
+      } else if (i == 0) {
+        boundaries.push_back(Seconds(now - last));
+      } else if (epoch > 0 && i % f.workers == 0) {
+        same_position.push_back(Seconds(now - last));
+      }
+      if (epoch > 0) ++steady_batches;  // every epoch after the first one's warm-up
+      const torch::Tensor x = (**next)["x"];
+      checksum += x.index({0, 0}).item<float>();  // float(batch[0, 0])
+      last = now;
+    }
+    if (epoch == 0) steady_start = last;
+  }
+  if (steady_batches == 0) {
+    std::fprintf(stderr, "loader-bench: no batches after the first epoch\n");
+    return 1;
+  }
+  // Throughput over the steady epochs, epoch boundaries included (as the reference).
+  const double steady_s = Seconds(last - steady_start) / static_cast<double>(steady_batches);
+  const double median_boundary = Median(boundaries);
+  double peak = VmHwmMb(getpid());
+  for (pid_t pid : loader.loader().WorkerPids()) {
+    if (pid > 0) peak += VmHwmMb(pid);
+  }
+  const auto stats = loader.loader().Stats();
+  nlohmann::json out = {
+      {"first_batch_s", first_batch_s},
+      {"batches_per_s", 1.0 / steady_s},
+      {"epoch_boundary_ms", std::max(0.0, (median_boundary - steady_s) * 1000.0)},
+      {"peak_rss_mb", peak},
+      {"epoch_boundary_matched_ms",
+       std::max(0.0,
+                (median_boundary - (same_position.empty() ? steady_s : Median(same_position))) *
+                    1000.0)},
+      {"checksum", checksum},
+      {"worker_command", f.worker_command.empty() ? "self" : f.worker_command},
+      {"slots", stats.slots},
+      {"slot_bytes", stats.slot_bytes},
+  };
+  if (f.gaps) out["gaps_ms"] = gaps_ms;
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}

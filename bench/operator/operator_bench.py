@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""make bench-operator: spawnpoint-operator under load, against kube-test-server.
+
+N TrainingJobs of 2 nodes are created at once (from several threads, straight to the API);
+measured: the time until every pod exists and until every job is Running, the
+reconciles per second over that window, the p50/p99 reconcile latency (the operator's own
+/metrics summary), the status writes, and the operator's peak resident memory (VmHWM).
+Prints a table. Only the standard library; the binaries come from the build directory.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def call(base, method, path, body=None, timeout=30):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(base + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def job(name, nodes):
+    return {
+        "apiVersion": "spawnpoint.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodes": nodes,
+            "procsPerNode": 1,
+            "template": {"spec": {"containers": [{
+                "name": "trainer", "image": "trainer:1",
+                "command": ["python3", "train.py"], "args": ["--epochs", "90"]}]}},
+            "shmSize": "1Gi",
+        },
+    }
+
+
+def count(base, path):
+    """Objects under a list path, via limit=1 and remainingItemCount."""
+    code, body = call(base, "GET", path + ("&" if "?" in path else "?") + "limit=1")
+    if code != 200:
+        return -1
+    doc = json.loads(body)
+    items = len(doc.get("items", []))
+    return items + int(doc.get("metadata", {}).get("remainingItemCount", 0) or 0)
+
+
+def scrape(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        name, _, value = line.rpartition(" ")
+        values[name] = float(value)
+    return values
+
+
+def vm_kib(pid, field):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default=os.environ.get("BUILD", "build"))
+    ap.add_argument("--jobs", type=int, default=1000)
+    ap.add_argument("--nodes", type=int, default=2)
+    ap.add_argument("--creators", type=int, default=8, help="threads creating the jobs")
+    ap.add_argument("--workers", type=int, default=4, help="--max-concurrent-reconciles")
+    ap.add_argument("--qps", type=float, default=1000, help="--kube-api-qps (0: unlimited)")
+    ap.add_argument("--burst", type=int, default=2000, help="--kube-api-burst")
+    ap.add_argument("--simulated-nodes", type=int, default=8)
+    ap.add_argument("--timeout", type=float, default=600)
+    args = ap.parse_args()
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    os.chdir(root)
+    bins = {n: os.path.join(args.build, "bin", n) for n in ("kube-test-server", "spawnpoint-operator")}
+    for path in bins.values():
+        if not os.access(path, os.X_OK):
+            sys.exit(f"bench-operator: {path} is missing; build first (make build)")
+    kubectl = shutil.which("kubectl")
+    if not kubectl:
+        sys.exit("bench-operator: kubectl is missing")
+
+    work = tempfile.mkdtemp(prefix="spawnpoint-bench-operator-")
+    procs = []
+    try:
+        kubeconfig = os.path.join(work, "kubeconfig")
+        server = subprocess.Popen(
+            [bins["kube-test-server"], "--port", "0", "--kubeconfig-out", kubeconfig,
+             "--simulate-nodes", str(args.simulated_nodes), "--watch-window", "200000"],
+            stdout=subprocess.PIPE, stderr=open(os.path.join(work, "server.log"), "w"), text=True)
+        procs.append(server)
+        line = server.stdout.readline()
+        m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+        if not m:
+            sys.exit("bench-operator: the test server did not start: " + line)
+        base = m.group(1)
+        env = dict(os.environ, KUBECONFIG=kubeconfig, KUBECACHEDIR=os.path.join(work, "cache"),
+                   HOME=work)
+        subprocess.run([kubectl, "apply", "-f", "crds/trainingjob.yaml"], env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+
+        metrics_port = free_port()
+        operator = subprocess.Popen(
+            [bins["spawnpoint-operator"], "--kubeconfig", kubeconfig,
+             "--metrics-addr", f"127.0.0.1:{metrics_port}", "--health-addr", "0",
+             "--utilisation-interval", "0", "--max-concurrent-reconciles", str(args.workers),
+             "--kube-api-qps", str(args.qps), "--kube-api-burst", str(args.burst),
+             "--log-level", "warning"],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "operator.log"), "w"))
+        procs.append(operator)
+        deadline = time.time() + 20
+        while True:
+            try:
+                scrape(metrics_port)
+                break
+            except OSError:
+                if time.time() > deadline:
+                    sys.exit("bench-operator: the operator did not serve /metrics")
+                time.sleep(0.05)
+        idle_rss = vm_kib(operator.pid, "VmRSS")
+        before = scrape(metrics_port)
+
+        # All jobs at once.
+        names = [f"bench-{i:05d}" for i in range(args.jobs)]
+        errors = []
+
+        def create(chunk):
+            for n in chunk:
+                for _ in range(5):
+                    code, body = call(base, "POST",
+                                      "/apis/spawnpoint.dev/v1alpha1/namespaces/default/trainingjobs",
+                                      job(n, args.nodes))
+                    if code in (200, 201):
+                        break
+                else:
+                    errors.append((n, code, body[:200]))
+
+        t0 = time.monotonic()
+        chunks = [names[i::args.creators] for i in range(args.creators)]
+        threads = [threading.Thread(target=create, args=(c,)) for c in chunks]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        t_created = time.monotonic() - t0
+        if errors:
+            sys.exit(f"bench-operator: {len(errors)} jobs could not be created: {errors[:3]}")
+
+        want_pods = args.jobs * args.nodes
+        t_pods = t_running = None
+        peak = 0
+        while time.monotonic() - t0 < args.timeout:
+            peak = max(peak, vm_kib(operator.pid, "VmHWM"))
+            if t_pods is None and count(base, "/api/v1/namespaces/default/pods?labelSelector="
+                                             "spawnpoint.dev%2Fjob-name") >= want_pods:
+                t_pods = time.monotonic() - t0
+                after_pods = scrape(metrics_port)
+            if t_pods is not None:
+                code, body = call(base, "GET", "/apis/spawnpoint.dev/v1alpha1/trainingjobs")
+                if code == 200:
+                    items = json.loads(body)["items"]
+                    if sum(1 for j in items if j.get("status", {}).get("phase") == "Running") == args.jobs:
+                        t_running = time.monotonic() - t0
+                        break
+            time.sleep(0.1)
+        if t_pods is None or t_running is None:
+            sys.exit("bench-operator: timed out; see " + work)
+        # Let the queue drain (the status writes of the last transitions).
+        time.sleep(1.0)
+        after = scrape(metrics_port)
+        peak = max(peak, vm_kib(operator.pid, "VmHWM"))
+
+        def total(values, name):
+            return sum(v for k, v in values.items() if k.startswith(name + "{"))
+
+        reconciles_to_pods = (total(after_pods, "spawnpoint_operator_reconcile_total") -
+                              total(before, "spawnpoint_operator_reconcile_total"))
+        reconciles = (total(after, "spawnpoint_operator_reconcile_total") -
+                      total(before, "spawnpoint_operator_reconcile_total"))
+        writes = after.get("spawnpoint_operator_status_writes_total", 0)
+        p50 = after.get('spawnpoint_operator_reconcile_latency_seconds{quantile="0.5"}', 0)
+        p99 = after.get('spawnpoint_operator_reconcile_latency_seconds{quantile="0.99"}', 0)
+
+        rows = [
+            ("TrainingJobs x nodes", f"{args.jobs} x {args.nodes} ({want_pods} pods)"),
+            ("operator settings", f"{args.workers} workers, client qps {args.qps:g} / burst {args.burst}"),
+            ("jobs created (all at once, {} threads)".format(args.creators), f"{t_created:.2f} s"),
+            ("time until every pod exists", f"{t_pods:.2f} s"),
+            ("time until every job is Running", f"{t_running:.2f} s"),
+            ("reconciles until every pod exists", f"{reconciles_to_pods:.0f} ({reconciles_to_pods / t_pods:.0f}/s)"),
+            ("reconciles until every job is Running", f"{reconciles:.0f} ({reconciles / t_running:.0f}/s)"),
+            ("status writes", f"{writes:.0f}"),
+            ("reconcile latency p50", f"{p50 * 1000:.2f} ms"),
+            ("reconcile latency p99", f"{p99 * 1000:.2f} ms"),
+            ("operator RSS idle", f"{idle_rss / 1024:.1f} MiB"),
+            ("operator peak RSS (VmHWM)", f"{peak / 1024:.1f} MiB"),
+        ]
+        width = max(len(r[0]) for r in rows)
+        vwidth = max(len(r[1]) for r in rows)
+        print(f"| {'measurement'.ljust(width)} | {'value'.ljust(vwidth)} |")
+        print(f"|{'-' * (width + 2)}|{'-' * (vwidth + 2)}|")
+        for k, v in rows:
+            print(f"| {k.ljust(width)} | {v.ljust(vwidth)} |")
+    finally:
+        for p in reversed(procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+#include "operator/app/options.h"
+
+#include <charconv>
+#include <functional>
+#include <map>
+
+namespace spawnpoint::op {
+
+StatusOr<Clock::Duration> ParseDuration(const std::string& text) {
+  size_t unit = text.find_first_not_of("0123456789.");
+  std::string number = text.substr(0, unit);
+  std::string suffix = unit == std::string::npos ? "" : text.substr(unit);
+  double value = 0;
+  try {
+    size_t used = 0;
+    value = std::stod(number, &used);
+    if (used != number.size()) throw std::invalid_argument("trailing");
+  } catch (...) {
+    return InvalidArgument("expected a duration such as 500ms, 10s, 5m or 1h, got \"" + text +
+                           "\"");
+  }
+  double seconds = 0;
+  if (suffix.empty() || suffix == "s") {
+    seconds = value;
+  } else if (suffix == "ms") {
+    seconds = value / 1000;
+  } else if (suffix == "m") {
+    seconds = value * 60;
+  } else if (suffix == "h") {
+    seconds = value * 3600;
+  } else {
+    return InvalidArgument("expected a duration such as 500ms, 10s, 5m or 1h, got \"" + text +
+                           "\"");
+  }
+  return std::chrono::duration_cast<Clock::Duration>(std::chrono::duration<double>(seconds));
+}
+
+std::string OperatorUsage() {
+  return R"(usage: spawnpoint-operator [flags]
+
+Turns TrainingJobs (spawnpoint.dev/v1alpha1) into gangs of node pods that run the
+spawnpoint agent, restarts the gang when a rank fails, and keeps their status true.
+
+flags:
+  --kubeconfig PATH               kubeconfig to use (default: in-cluster, else $KUBECONFIG
+                                  or ~/.kube/config)
+  --context NAME                  kubeconfig context (default: current)
+  --namespace NS                  watch only NS (default: every namespace)
+  --leader-elect                  run as one of several replicas: only the Lease holder acts
+  --leader-elect-namespace NS     namespace of the Lease (default: --namespace, else the
+                                  kubeconfig's namespace)
+  --leader-elect-name NAME        name of the Lease (default spawnpoint-operator)
+  --leader-elect-lease-duration D followers wait this long before taking over (default 15s)
+  --leader-elect-renew-deadline D the leader gives up if it cannot renew this long (10s)
+  --leader-elect-retry-period D   how often to try to acquire or renew (2s)
+  --identity ID                   this replica's identity (default hostname_pid)
+  --metrics-addr ADDR             serve /metrics on ADDR (default :8080; 0 disables)
+  --health-addr ADDR              serve /healthz and /readyz on ADDR (default :8081; 0 disables)
+  --agent-image IMAGE             image the agent is copied from by an init container
+                                  (default ghcr.io/spawnpoint/agent:latest)
+  --agent-path PATH               the trainer images already have the agent at PATH: no init
+                                  container (a job's spawnpoint.dev/agent-path annotation
+                                  does the same per job)
+  --master-addr ADDR              MASTER_ADDR for every job instead of <job>-node-0.<job>
+                                  (a job's spawnpoint.dev/master-addr annotation wins)
+  --agent-status-port P           the agents' status port (default 9400)
+  --max-concurrent-reconciles N   workers reconciling different jobs at once (default 4)
+  --pending-timeout D             report pods Pending longer than D (default 5m)
+  --utilisation-interval D        read running pods' agent status every D (default 30s; 0 off)
+  --resync-period D               reconcile every job again every D (default 0: events only)
+  --kube-api-qps Q, --kube-api-burst B
+                                  client-side rate limit (default 50 and 100)
+  --log-level LEVEL               debug, info, warning or error (default info)
+  -h, --help                      this text
+)";
+}
+
+StatusOr<OperatorOptions> ParseOperatorArgs(const std::vector<std::string>& args) {
+  OperatorOptions o;
+  using Setter = std::function<Status(const std::string& flag, const std::string& value)>;
+  auto str = [](std::string* field) -> Setter {
+    return [field](const std::string&, const std::string& v) {
+      *field = v;
+      return Status::Ok();
+    };
+  };
+  auto integer = [](int* field, int min, int max) -> Setter {
+    return [=](const std::string& flag, const std::string& v) {
+      int n = 0;
+      auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+      if (ec != std::errc() || ptr != v.data() + v.size() || n < min || n > max) {
+        return InvalidArgument(flag + ": expected an integer in " + std::to_string(min) + ".." +
+                               std::to_string(max) + ", got \"" + v + "\"");
+      }
+      *field = n;
+      return Status::Ok();
+    };
+  };
+  auto duration = [](Clock::Duration* field, bool allow_zero) -> Setter {
+    return [=](const std::string& flag, const std::string& v) {
+      auto d = ParseDuration(v);
+      if (!d.ok()) return d.status().WithPrefix(flag);
+      if (!allow_zero && *d <= Clock::Duration::zero()) {
+        return InvalidArgument(flag + ": must be > 0, got \"" + v + "\"");
+      }
+      *field = *d;
+      return Status::Ok();
+    };
+  };
+  const std::map<std::string, Setter> valued = {
+      {"--kubeconfig", str(&o.kubeconfig)},
+      {"--context", str(&o.context)},
+      {"--namespace", str(&o.ns)},
+      {"--leader-elect-namespace", str(&o.leader_elect_namespace)},
+      {"--leader-elect-name", str(&o.leader_elect_name)},
+      {"--leader-elect-lease-duration", duration(&o.lease_duration, false)},
+      {"--leader-elect-renew-deadline", duration(&o.renew_deadline, false)},
+      {"--leader-elect-retry-period", duration(&o.retry_period, false)},
+      {"--identity", str(&o.identity)},
+      {"--metrics-addr", str(&o.metrics_addr)},
+      {"--health-addr", str(&o.health_addr)},
+      {"--agent-image", str(&o.agent_image)},
+      {"--agent-path", str(&o.agent_path)},
+      {"--master-addr", str(&o.master_addr)},
+      {"--agent-status-port", integer(&o.agent_status_port, 1, 65535)},
+      {"--max-concurrent-reconciles", integer(&o.max_concurrent_reconciles, 1, 256)},
+      {"--pending-timeout", duration(&o.pending_timeout, false)},
+      {"--utilisation-interval", duration(&o.utilisation_interval, true)},
+      {"--resync-period", duration(&o.resync_period, true)},
+      {"--kube-api-qps",
+       [&](const std::string& flag, const std::string& v) {
+         try {
+           size_t used = 0;
+           o.kube_api_qps = std::stod(v, &used);
+           if (used == v.size() && o.kube_api_qps >= 0) return Status::Ok();
+         } catch (...) {
+         }
+         return InvalidArgument(flag + ": expected a number >= 0 (0: no limit), got \"" + v + "\"");
+       }},
+      {"--kube-api-burst", integer(&o.kube_api_burst, 1, 1000000)},
+      {"--log-level",
+       [&](const std::string& flag, const std::string& v) {
+         if (v != "debug" && v != "info" && v != "warning" && v != "error") {
+           return InvalidArgument(flag + ": expected debug, info, warning or error, got \"" + v +
+                                  "\"");
+         }
+         o.log_level = v;
+         return Status::Ok();
+       }},
+      {"--crash-after-pod-creates", integer(&o.crash_after_pod_creates, 0, 1000000)},
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i];
+    std::string value;
+    bool has_value = false;
+    if (flag.rfind("--", 0) == 0) {
+      size_t eq = flag.find('=');
+      if (eq != std::string::npos) {
+        value = flag.substr(eq + 1);
+        flag = flag.substr(0, eq);
+        has_value = true;
+      }
+    }
+    if (flag == "-h" || flag == "--help") {
+      o.help = true;
+      return o;
+    }
+    if (flag == "--leader-elect") {
+      if (has_value && value != "true" && value != "false") {
+        return InvalidArgument("--leader-elect: expected true or false, got \"" + value + "\"");
+      }
+      o.leader_elect = !has_value || value == "true";
+      continue;
+    }
+    auto it = valued.find(flag);
+    if (it == valued.end()) return InvalidArgument("unknown flag \"" + flag + "\"; see --help");
+    if (!has_value) {
+      if (i + 1 >= args.size()) return InvalidArgument(flag + ": missing value");
+      value = args[++i];
+    }
+    SP_RETURN_IF_ERROR(it->second(flag, value));
+  }
+  if (o.leader_elect) {
+    if (!(o.lease_duration > o.renew_deadline)) {
+      return InvalidArgument(
+          "--leader-elect-lease-duration must be longer than --leader-elect-renew-deadline");
+    }
+    if (!(o.renew_deadline * 10 > o.retry_period * 12)) {
+      return InvalidArgument(
+          "--leader-elect-renew-deadline must be longer than 1.2 x --leader-elect-retry-period");
+    }
+  }
+  return o;
+}
+
+}  // namespace spawnpoint::op

@@ -1,0 +1,49 @@
+// Command-line flags of spawnpoint-operator. Parsing is pure; errors name the flag and what
+// is allowed (the caller prints them and exits 2).
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace spawnpoint::op {
+
+struct OperatorOptions {
+  bool help = false;
+  std::string kubeconfig;  // "": in-cluster, else $KUBECONFIG or ~/.kube/config
+  std::string context;
+  std::string ns;  // "": every namespace
+  bool leader_elect = false;
+  std::string leader_elect_namespace;  // "": --namespace, else the config's namespace
+  std::string leader_elect_name = "spawnpoint-operator";
+  Clock::Duration lease_duration = std::chrono::seconds(15);
+  Clock::Duration renew_deadline = std::chrono::seconds(10);
+  Clock::Duration retry_period = std::chrono::seconds(2);
+  std::string identity;                // "": hostname_pid
+  std::string metrics_addr = ":8080";  // "0" or "": off
+  std::string health_addr = ":8081";   // "0" or "": off
+  std::string agent_image = "ghcr.io/spawnpoint/agent:latest";
+  std::string agent_path;   // non-empty: the trainer images have the agent here
+  std::string master_addr;  // non-empty: MASTER_ADDR for every job
+  int agent_status_port = 9400;
+  int max_concurrent_reconciles = 4;
+  Clock::Duration pending_timeout = std::chrono::minutes(5);
+  Clock::Duration utilisation_interval = std::chrono::seconds(30);  // 0: off
+  Clock::Duration resync_period{0};
+  double kube_api_qps = 50;
+  int kube_api_burst = 100;
+  std::string log_level = "info";
+  // Test hook: exit abruptly (as if killed) right after creating this many pods; 0: never.
+  int crash_after_pod_creates = 0;
+};
+
+StatusOr<OperatorOptions> ParseOperatorArgs(const std::vector<std::string>& args);
+std::string OperatorUsage();
+
+// "500ms", "2s", "1.5m", "1h"; a bare number is seconds.
+StatusOr<Clock::Duration> ParseDuration(const std::string& text);
+
+}  // namespace spawnpoint::op

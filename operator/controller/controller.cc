@@ -1,0 +1,198 @@
+#include "operator/controller/controller.h"
+
+#include <cstdio>
+
+#include "operator/common/names.h"
+#include "operator/common/object.h"
+#include "operator/kube/errors.h"
+
+namespace spawnpoint::op {
+namespace {
+
+// What the reconciler reads of a child: metadata (without managedFields) and, for pods,
+// the status. Pod specs (with the job's JSON in an env var) are the bulk of a pod and are
+// never read, so the cache does not keep them.
+void TrimChild(nlohmann::json& object) {
+  kube::StripManagedFields(object);
+  object.erase("spec");
+  auto status = object.find("status");
+  if (status != object.end() && status->is_object()) {
+    for (const char* drop : {"hostIPs", "podIPs", "qosClass", "ephemeralContainerStatuses"}) {
+      status->erase(drop);
+    }
+  }
+}
+
+kube::InformerOptions ChildInformerOptions(const ControllerOptions& o) {
+  kube::InformerOptions io;
+  io.ns = o.ns;
+  io.label_selector = kJobNameLabel;  // exists: only the children of TrainingJobs
+  io.transform = TrimChild;
+  return io;
+}
+
+kube::InformerOptions JobInformerOptions(const ControllerOptions& o) {
+  kube::InformerOptions io;
+  io.ns = o.ns;
+  io.resync_period = o.resync_period;
+  return io;
+}
+
+}  // namespace
+
+Controller::Controller(kube::Client* client, const WallClock* clock, ControllerOptions options,
+                       Metrics* metrics, UtilisationSource* utilisation, Logger log)
+    : client_(client),
+      clock_(clock),
+      options_(std::move(options)),
+      metrics_(metrics),
+      log_(std::move(log)),
+      jobs_(client, kube::resources::TrainingJobs(), JobInformerOptions(options_)),
+      pods_(client, kube::resources::Pods(), ChildInformerOptions(options_)),
+      services_(client, kube::resources::Services(), ChildInformerOptions(options_)),
+      queue_(clock->clock(), {.name = "trainingjobs"}),
+      events_(client, clock, options_.instance, log_),
+      cluster_(client, &jobs_.store(), &pods_.store(), &services_.store(), &events_),
+      reconciler_(&cluster_, clock, options_.reconciler, utilisation) {
+  kube::EventHandler on_job;
+  on_job.on_add = [this](const kube::ObjectPtr& o) { queue_.Add(kube::ObjectKey(*o)); };
+  on_job.on_update = [this](const kube::ObjectPtr&, const kube::ObjectPtr& o) {
+    queue_.Add(kube::ObjectKey(*o));
+  };
+  on_job.on_delete = [this](const kube::ObjectPtr& o, bool) { queue_.Add(kube::ObjectKey(*o)); };
+  jobs_.AddEventHandler(on_job);
+
+  kube::EventHandler on_child;
+  on_child.on_add = [this](const kube::ObjectPtr& o) { EnqueueOwner(o); };
+  on_child.on_update = [this](const kube::ObjectPtr& old_object, const kube::ObjectPtr& o) {
+    EnqueueOwner(o);
+  };
+  on_child.on_delete = [this](const kube::ObjectPtr& o, bool) { EnqueueOwner(o); };
+  pods_.AddEventHandler(on_child);
+  services_.AddEventHandler(on_child);
+}
+
+Controller::~Controller() { Stop(); }
+
+void Controller::EnqueueOwner(const kube::ObjectPtr& object) {
+  std::string job = ControllingJobName(*object);
+  if (job.empty()) return;
+  queue_.Add(NamespaceOf(*object) + "/" + job);
+}
+
+void Controller::Enqueue(const std::string& ns, const std::string& name) {
+  queue_.Add(ns + "/" + name);
+}
+
+void Controller::StartInformers() {
+  jobs_.Start();
+  pods_.Start();
+  services_.Start();
+}
+
+bool Controller::HasSynced() const {
+  return jobs_.HasSynced() && pods_.HasSynced() && services_.HasSynced();
+}
+
+bool Controller::WaitForSync(std::chrono::milliseconds timeout) const {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (const kube::Informer* i : {&jobs_, &pods_, &services_}) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() < 0 || !i->WaitForSync(left)) return false;
+  }
+  return true;
+}
+
+void Controller::StartWorkers() {
+  if (workers_started_.exchange(true)) return;
+  log_.Info("starting workers", {{"workers", options_.workers}});
+  for (int i = 0; i < options_.workers; ++i) {
+    workers_.emplace_back([this, i] { Worker(i); });
+  }
+}
+
+void Controller::Stop() {
+  if (stopped_.exchange(true)) return;
+  queue_.ShutDown();
+  for (auto& t : workers_) t.join();
+  workers_.clear();
+  jobs_.Stop();
+  pods_.Stop();
+  services_.Stop();
+  events_.Stop();
+}
+
+void Controller::Worker(int index) {
+  while (auto key = queue_.Get()) {
+    ProcessKey(*key);
+    queue_.Done(*key);
+    if (metrics_) metrics_->SetQueueDepth(static_cast<int64_t>(queue_.Len()));
+  }
+}
+
+void Controller::ProcessKey(const std::string& key) {
+  char id[24];
+  snprintf(id, sizeof id, "r%llu",
+           static_cast<unsigned long long>(reconcile_seq_.fetch_add(1) + 1));
+  const Logger log = log_.With({{"job", key}, {"reconcile", id}});
+  auto [ns, name] = kube::SplitKey(key);
+  Clock* clock = clock_->clock();
+  const auto start = clock->Now();
+  ReconcileResult result;
+  try {
+    result = reconciler_.Reconcile(ns, name, log);
+  } catch (const std::exception& e) {
+    result.status = Internal(std::string("reconcile threw: ") + e.what());
+  }
+  const double seconds = std::chrono::duration<double>(clock->Now() - start).count();
+  if (result.status_written && metrics_) metrics_->IncStatusWrites();
+
+  const Status& s = result.status;
+  std::string outcome = "success";
+  if (s.ok()) {
+    queue_.Forget(key);
+    if (result.requeue_after) {
+      queue_.AddAfter(key, *result.requeue_after);
+      outcome = "requeue";
+    }
+  } else if (s.code() == StatusCode::kConflict || s.code() == StatusCode::kAlreadyExists) {
+    // A stale cache: look again once the informer caught up.
+    log.Debug("conflict, requeued", {{"error", s.message()}});
+    queue_.AddRateLimited(key);
+    outcome = "requeue";
+  } else if (kube::IsRetryable(s) || s.code() == StatusCode::kInternal ||
+             s.code() == StatusCode::kNotFound) {
+    log.Warning("reconcile failed, will retry", {{"error", s.message()}});
+    queue_.AddRateLimited(key);
+    outcome = "error";
+  } else {
+    // 422, 403, 401: retrying the same request cannot help; the next change brings the key back.
+    log.Error("reconcile failed", {{"error", s.message()}});
+    queue_.Forget(key);
+    if (result.requeue_after) queue_.AddAfter(key, *result.requeue_after);
+    outcome = "error";
+  }
+  if (metrics_) metrics_->ObserveReconcile(seconds, outcome);
+}
+
+std::vector<RunningJob> Controller::RunningJobs() const {
+  std::vector<RunningJob> out;
+  for (const auto& job : jobs_.store().List()) {
+    if (Str(*job, "/status/phase"_json_pointer) != "Running") continue;
+    RunningJob r{NamespaceOf(*job), NameOf(*job), {}};
+    int attempt = 0;
+    if (job->contains("status") && (*job)["status"].contains("restarts")) {
+      attempt = (*job)["status"]["restarts"].get<int>();
+    }
+    for (const auto& pod : pods_.store().ByIndex(kube::kOwnerUidIndex, UidOf(*job))) {
+      if (AttemptOf(*pod) != attempt || PodPhase(*pod) != "Running") continue;
+      std::string ip = Str(*pod, "/status/podIP"_json_pointer);
+      if (!ip.empty()) r.pods.emplace_back(NameOf(*pod), ip);
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace spawnpoint::op

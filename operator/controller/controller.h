@@ -1,0 +1,87 @@
+// The TrainingJob controller: informers for TrainingJobs and for the pods and services
+// they own (selected by the spawnpoint.dev/job-name label), whose events enqueue the
+// owning job's "namespace/name"; a rate-limited work queue; and N workers that each take a
+// key, reconcile it and requeue it by the result: time-driven work with AddAfter, a 409 or
+// a 429/5xx with the key's exponential backoff, a terminal error (422) only logged. The
+// queue never hands one key to two workers, so one job is never reconciled concurrently.
+// Informers may run before this replica leads (warm caches for a fast failover); workers
+// start only when it should act. Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "operator/common/log.h"
+#include "operator/common/wall_clock.h"
+#include "operator/controller/event_recorder.h"
+#include "operator/controller/kube_cluster.h"
+#include "operator/kube/client.h"
+#include "operator/kube/informer.h"
+#include "operator/kube/workqueue.h"
+#include "operator/metrics/metrics.h"
+#include "operator/reconciler/reconciler.h"
+#include "operator/utilisation/utilisation_poller.h"
+
+namespace spawnpoint::op {
+
+struct ControllerOptions {
+  std::string ns;  // "" watches every namespace
+  int workers = 4;
+  ReconcilerOptions reconciler;
+  // Every period each cached job is reconciled again (0: never; events suffice).
+  Clock::Duration resync_period{0};
+  std::string instance;  // this replica's identity (events' reportingInstance)
+};
+
+class Controller {
+ public:
+  Controller(kube::Client* client, const WallClock* clock, ControllerOptions options,
+             Metrics* metrics, UtilisationSource* utilisation, Logger log);
+  ~Controller();  // Stop()
+
+  void StartInformers();
+  bool HasSynced() const;
+  bool WaitForSync(std::chrono::milliseconds timeout) const;
+  // Starts the workers (idempotent). Call after the caches synced.
+  void StartWorkers();
+  // Stops the workers (in-flight reconciles finish), the informers and the event recorder.
+  void Stop();
+
+  void Enqueue(const std::string& ns, const std::string& name);
+  // Running jobs and their pods' IPs, for the utilisation poller.
+  std::vector<RunningJob> RunningJobs() const;
+
+  const kube::Store& jobs() const { return jobs_.store(); }
+  const kube::Store& pods() const { return pods_.store(); }
+  kube::WorkQueue& queue() { return queue_; }
+
+ private:
+  void Worker(int index);
+  void ProcessKey(const std::string& key);
+  void EnqueueOwner(const kube::ObjectPtr& object);
+
+  kube::Client* const client_;
+  const WallClock* const clock_;
+  const ControllerOptions options_;
+  Metrics* const metrics_;
+  const Logger log_;
+
+  kube::Informer jobs_;
+  kube::Informer pods_;
+  kube::Informer services_;
+  kube::WorkQueue queue_;
+  EventRecorder events_;
+  KubeCluster cluster_;
+  Reconciler reconciler_;
+
+  std::atomic<bool> workers_started_{false};
+  std::atomic<bool> stopped_{false};
+  std::atomic<uint64_t> reconcile_seq_{0};
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace spawnpoint::op

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# `make demo-cluster`: the operator end to end on this machine. kube-test-server plays the
+# cluster and runs each pod's trainer container as a local process; spawnpoint-operator turns
+# examples/local-cluster.yaml (2 nodes x 1 CPU rank of the example DDP trainer) into a
+# Service and two pods that run spawnpoint-agent; `kubectl get tj -w` shows the job move
+# to Succeeded; both ranks' final parameters are compared. Everything is cleaned up.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${BUILD:-build}
+root=$PWD
+
+for bin in kube-test-server spawnpoint-operator spawnpoint-agent spawnpoint-example-trainer; do
+  if [ ! -x "$build/bin/$bin" ]; then
+    echo "demo-cluster: $build/bin/$bin is missing; build first (make build)" >&2
+    exit 1
+  fi
+done
+if ! command -v kubectl >/dev/null; then
+  echo "demo-cluster: kubectl is missing" >&2
+  exit 1
+fi
+
+work=$(mktemp -d /tmp/spawnpoint-demo-cluster.XXXXXX)
+pids=()
+cleanup() {
+  local code=$?
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    kill "${pids[$i]}" 2>/dev/null || true
+    wait "${pids[$i]}" 2>/dev/null || true
+  done
+  rm -rf "$work"
+  exit "$code"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+say "kube-test-server: 2 simulated nodes that run pods as local processes"
+"$build/bin/kube-test-server" --port 0 --kubeconfig-out "$work/kubeconfig" \
+  --simulate-nodes 2 --run-pods >"$work/server.out" 2>"$work/server.log" &
+pids+=($!)
+for _ in $(seq 100); do
+  grep -q "listening on" "$work/server.out" 2>/dev/null && break
+  sleep 0.1
+done
+grep "listening on" "$work/server.out" || { cat "$work/server.log"; exit 1; }
+export KUBECONFIG=$work/kubeconfig KUBECACHEDIR=$work/kubecache
+
+say "kubectl apply -f crds/trainingjob.yaml"
+kubectl apply -f crds/trainingjob.yaml
+
+say "spawnpoint-operator (agent used in place, rendezvous on 127.0.0.1: pod DNS does not resolve here)"
+"$build/bin/spawnpoint-operator" --kubeconfig "$KUBECONFIG" \
+  --agent-path "$root/$build/bin/spawnpoint-agent" --master-addr 127.0.0.1 \
+  --health-addr 0 --metrics-addr 0 --utilisation-interval 0 2>"$work/operator.log" &
+pids+=($!)
+echo "logs: structured, one line per event (shown at the end)"
+
+manifest=examples/local-cluster.yaml
+if [ "$build" != build ]; then
+  sed "s#build/bin/spawnpoint-example-trainer#$build/bin/spawnpoint-example-trainer#" \
+    "$manifest" >"$work/local-cluster.yaml"
+  manifest=$work/local-cluster.yaml
+fi
+say "kubectl apply -f examples/local-cluster.yaml"
+kubectl apply -f "$manifest"
+
+say "kubectl get tj -w"
+kubectl get tj -w &
+pids+=($!)
+watch_pid=$!
+phase=
+for _ in $(seq 1800); do
+  phase=$(kubectl get tj local-cluster -o jsonpath='{.status.phase}' 2>/dev/null || true)
+  [ "$phase" = Succeeded ] || [ "$phase" = Failed ] && break
+  sleep 0.1
+done
+sleep 0.3
+kill "$watch_pid" 2>/dev/null || true
+
+say "kubectl get tj,pods,svc"
+kubectl get tj -o wide
+kubectl get pods,svc
+
+say "the ranks' last lines (kubectl logs local-cluster-node-N)"
+params=()
+for node in 0 1; do
+  logs=$(kubectl logs "local-cluster-node-$node")
+  echo "$logs" | grep -E "final rank|ranks succeeded|failed" || echo "$logs" | tail -5
+  params+=("$(echo "$logs" | sed -n 's/.*final rank=.*params=\([0-9a-f]*\).*/\1/p' | head -1)")
+done
+
+say "result"
+kubectl get tj local-cluster -o jsonpath='phase={.status.phase} restarts={.status.restarts} started={.status.startTime} completed={.status.completionTime}{"\n"}'
+if [ "$phase" = Succeeded ] && [ -n "${params[0]}" ] && [ "${params[0]}" = "${params[1]}" ]; then
+  echo "both ranks ended with params=${params[0]}: DDP kept them in step"
+  echo
+  echo "operator log (last lines):"
+  tail -6 "$work/operator.log"
+  exit 0
+fi
+echo "demo-cluster: the job did not succeed (phase '$phase')" >&2
+kubectl get tj local-cluster -o yaml >&2 || true
+tail -20 "$work/operator.log" >&2
+exit 1

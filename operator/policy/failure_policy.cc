@@ -1,0 +1,155 @@
+#include "operator/policy/failure_policy.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "operator/common/object.h"
+
+namespace spawnpoint::op {
+namespace {
+
+using nlohmann::json;
+
+// Pod-level (not container) causes: the pod was taken away, the code did nothing wrong.
+struct PodCause {
+  std::string reason;
+  std::string message;
+};
+
+std::optional<PodCause> InfrastructureCause(const json& pod) {
+  const json status = pod.value("status", json::object());
+  const std::string reason = status.value("reason", "");
+  const std::string message = status.value("message", "");
+  if (reason == "Evicted") return PodCause{"Evicted", message};
+  if (reason == "Preempting" || reason == "Preempted") return PodCause{"Preempted", message};
+  if (reason == "NodeLost" || reason == "NodeShutdown" || reason == "Terminated" ||
+      reason == "Shutdown") {
+    return PodCause{"NodeLost", message.empty() ? reason : message};
+  }
+  for (const auto& c : status.value("conditions", json::array())) {
+    if (c.value("type", "") != "DisruptionTarget" || c.value("status", "") != "True") continue;
+    const std::string why = c.value("reason", "");
+    const std::string what = c.value("message", why);
+    if (why == "PreemptionByScheduler" || why == "PreemptionByKubeScheduler") {
+      return PodCause{"Preempted", what};
+    }
+    if (why == "DeletionByTaintManager" || why == "DeletionByPodGC") {
+      return PodCause{"NodeLost", what};
+    }
+    return PodCause{"Evicted", what};  // EvictionByEvictionAPI, TerminationByKubelet, ...
+  }
+  return std::nullopt;
+}
+
+// The first terminated container with a non-zero code, the trainer preferred, then init
+// containers (the agent install) and the rest.
+const json* FailedContainer(const json& pod, const std::string& trainer) {
+  const json* trainer_status = ContainerStatus(pod, trainer);
+  auto terminated_nonzero = [](const json* cs) {
+    return cs && cs->contains("state") && (*cs)["state"].contains("terminated") &&
+           (*cs)["state"]["terminated"].value("exitCode", 0) != 0;
+  };
+  if (terminated_nonzero(trainer_status)) return trainer_status;
+  if (!pod.contains("status") || !pod["status"].is_object()) return trainer_status;
+  const json& status = pod["status"];
+  for (const char* list : {"initContainerStatuses", "containerStatuses"}) {
+    auto it = status.find(list);
+    if (it == status.end() || !it->is_array()) continue;
+    for (const auto& cs : *it) {
+      if (terminated_nonzero(&cs)) return &cs;
+    }
+  }
+  return trainer_status;  // maybe terminated with 0, or still without a state
+}
+
+}  // namespace
+
+json PodFailure::ToJson() const {
+  json j = {{"node", node},          {"pod", pod},       {"rank", rank},
+            {"exitCode", exit_code}, {"reason", reason}, {"message", message},
+            {"retryable", retryable}};
+  if (signal > 0) j["signal"] = signal;
+  return j;
+}
+
+std::string PodFailure::Describe() const {
+  std::string s = "node " + std::to_string(node) + " (pod " + pod + ")";
+  if (rank >= 0) s += " rank " + std::to_string(rank);
+  if (exit_code != 0) {
+    s += " exited " + std::to_string(exit_code);
+    s += reason.empty() ? "" : " (" + reason + ")";
+  } else {
+    s += " failed" + (reason.empty() ? std::string() : " (" + reason + ")");
+  }
+  if (!message.empty()) s += ": " + message;
+  return s;
+}
+
+bool IsRetryableExitCode(const api::RestartPolicy& policy, int exit_code) {
+  if (policy.retryable_exit_codes.empty()) return exit_code >= 128 && exit_code <= 255;
+  const auto& codes = policy.retryable_exit_codes;
+  return std::find(codes.begin(), codes.end(), exit_code) != codes.end();
+}
+
+PodFailure ClassifyPodFailure(const json& pod, const std::string& trainer,
+                              const api::RestartPolicy& policy) {
+  PodFailure f;
+  f.node = NodeRankOf(pod);
+  f.pod = NameOf(pod);
+
+  const json* cs = FailedContainer(pod, trainer);
+  json terminated = json::object();
+  if (cs && cs->contains("state") && (*cs)["state"].contains("terminated")) {
+    terminated = (*cs)["state"]["terminated"];
+  }
+  f.finished_at = terminated.value("finishedAt", "");
+  f.exit_code = terminated.value("exitCode", 0);
+  f.signal = terminated.value("signal", 0);
+  f.reason = terminated.value("reason", "");
+  std::string termination_message = terminated.value("message", "");
+  f.message = termination_message;
+
+  // The agent's report names the rank and the cause it saw (cgroup OOM, SIGBUS on /dev/shm).
+  json agent = json::parse(termination_message, nullptr, /*allow_exceptions=*/false);
+  if (agent.is_object() && agent.contains("exitCode")) {
+    f.rank = agent.value("rank", -1);
+    if (agent["exitCode"].is_number_integer()) f.exit_code = agent["exitCode"].get<int>();
+    if (agent.contains("signal") && agent["signal"].is_number_integer()) {
+      f.signal = agent["signal"].get<int>();
+    }
+    f.reason = agent.value("reason", f.reason);
+    f.message = agent.value("message", "");
+  }
+  if (f.signal == 0 && f.exit_code > 128 && f.exit_code < 128 + 65) f.signal = f.exit_code - 128;
+
+  if (auto cause = InfrastructureCause(pod)) {
+    f.reason = cause->reason;
+    if (!cause->message.empty()) f.message = cause->message;
+    f.retryable = true;
+    return f;
+  }
+  if (cs == nullptr || terminated.empty()) {
+    // Failed with no container verdict (e.g. the kubelet rejected the pod): the pod's reason.
+    const json status = pod.value("status", json::object());
+    f.reason = status.value("reason", "PodFailed");
+    f.message = status.value("message", "the pod failed before its container ran");
+    f.retryable = false;
+    return f;
+  }
+  if (f.reason.empty()) f.reason = "Error";
+  f.retryable = f.exit_code != 0 && IsRetryableExitCode(policy, f.exit_code);
+  return f;
+}
+
+const PodFailure& FirstFailure(const std::vector<PodFailure>& failures) {
+  auto key = [](const PodFailure& f) {
+    // An unknown finish time sorts last.
+    return std::make_tuple(f.finished_at.empty() ? std::string("~") : f.finished_at, !f.retryable,
+                           f.node);
+  };
+  return *std::min_element(
+      failures.begin(), failures.end(),
+      [&](const PodFailure& a, const PodFailure& b) { return key(a) < key(b); });
+}
+
+}  // namespace spawnpoint::op

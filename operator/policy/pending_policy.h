@@ -1,0 +1,27 @@
+// Pods stuck Pending: a pod of the current attempt still Pending (not running, not being
+// deleted) longer than the operator's pending timeout is reported in status (the Running
+// condition's reason PodPending, naming the pod and the scheduler's message) and in an
+// event. Measured from the pod's creationTimestamp. Pure; thread-safe.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "operator/common/wall_clock.h"
+
+namespace spawnpoint::op {
+
+struct PendingCheck {
+  std::string stuck_pod;  // the longest-pending pod past the timeout, "" if none
+  std::string message;    // "pod x-node-1 has been Pending for 5m0s: 0/3 nodes are available..."
+  // When the next pending pod will pass the timeout.
+  std::optional<Clock::Duration> recheck_after;
+};
+
+PendingCheck CheckPending(const std::vector<const nlohmann::json*>& pods, Clock::Duration timeout,
+                          WallTime now);
+
+}  // namespace spawnpoint::op

@@ -1,0 +1,47 @@
+#include "operator/policy/restart_policy.h"
+
+#include <algorithm>
+
+namespace spawnpoint::op {
+
+RestartDecision DecideRestart(const PodFailure& failure, const api::RestartPolicy& policy,
+                              int restarts) {
+  RestartDecision d;
+  const std::string what = failure.Describe();
+  if (!failure.retryable) {
+    d.reason = "NonRetryableFailure";
+    d.message = what + " (exit code " + std::to_string(failure.exit_code) +
+                " is not retryable under the restart policy)";
+    return d;
+  }
+  if (restarts >= policy.max_restarts) {
+    d.reason = "MaxRestartsReached";
+    d.message = what + " (maxRestarts " + std::to_string(policy.max_restarts) + " reached)";
+    return d;
+  }
+  const int next = restarts + 1;
+  d.restart = true;
+  d.reason = failure.reason.empty() ? "PodFailed" : failure.reason;
+  d.message = what + "; restart " + std::to_string(next) + " of " +
+              std::to_string(policy.max_restarts) + " after " +
+              FormatDuration(RestartBackoff(policy, next));
+  return d;
+}
+
+Clock::Duration RestartBackoff(const api::RestartPolicy& policy, int restart) {
+  if (restart < 1 || policy.backoff_seconds <= 0) return Clock::Duration::zero();
+  Clock::Duration wait = std::chrono::seconds(policy.backoff_seconds);
+  for (int i = 1; i < restart && wait < kMaxRestartBackoff; ++i) wait *= 2;
+  return std::min<Clock::Duration>(wait, kMaxRestartBackoff);
+}
+
+Clock::Duration RestartWaitRemaining(const api::RestartPolicy& policy, int restart,
+                                     std::optional<WallTime> failed_at, WallTime now) {
+  if (!failed_at) return Clock::Duration::zero();
+  auto ready =
+      *failed_at + std::chrono::duration_cast<WallTime::duration>(RestartBackoff(policy, restart));
+  if (now >= ready) return Clock::Duration::zero();
+  return std::chrono::duration_cast<Clock::Duration>(ready - now);
+}
+
+}  // namespace spawnpoint::op

@@ -1,0 +1,58 @@
+// The desired children of a TrainingJob, computed from the job alone (pure functions, so
+// they are deterministic and unit-tested without a cluster):
+//  - a headless Service <job> (clusterIP None, publishNotReadyAddresses, the rendezvous
+//    port) that gives every pod the DNS name <job>-node-<i>.<job> before it is ready;
+//  - pod <job>-node-<i> of an attempt: the template's pod with hostname/subdomain, labels
+//    (job-name, node-rank, attempt), a controller ownerReference, restartPolicy Never (the
+//    operator owns restarts), the GPU limit, a memory emptyDir at /dev/shm of shmSize, the
+//    rendezvous environment, and the trainer container's command replaced by the agent
+//    (`spawnpoint-agent run --job-env SPAWNPOINT_JOB --node-rank i ...`), which runs the
+//    trainer's own command and args for each rank. The agent comes from an init container
+//    that copies it out of the agent image into a shared emptyDir, or is used in place when
+//    the trainer image has it (PodSettings::agent_path or the job's
+//    spawnpoint.dev/agent-path annotation).
+// Pure functions; thread-safe.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "api/training_job.h"
+
+namespace spawnpoint::op {
+
+struct PodSettings {
+  // The image the init container copies the agent from; it holds agent_image_dir.
+  std::string agent_image = "ghcr.io/spawnpoint/agent:latest";
+  // What the agent image holds: bin/spawnpoint-agent and share/spawnpoint/python (the shim).
+  std::string agent_image_dir = "/opt/spawnpoint";
+  // Non-empty: the trainer image already has the agent at this path; no init container.
+  std::string agent_path;
+  // Non-empty: MASTER_ADDR for every job instead of <job>-node-0.<job> (a job's
+  // spawnpoint.dev/master-addr annotation wins over both).
+  std::string master_addr;
+  // The agent's status endpoint (GET /status), declared as a container port.
+  int status_port = 9400;
+};
+
+inline constexpr const char* kShmVolume = "spawnpoint-shm";
+inline constexpr const char* kAgentVolume = "spawnpoint-agent";
+inline constexpr const char* kAgentMountPath = "/spawnpoint";
+inline constexpr const char* kAgentInstallContainer = "spawnpoint-agent-install";
+
+// The controller reference to `owner` (a TrainingJob object with metadata.uid).
+nlohmann::json ControllerReference(const nlohmann::json& owner);
+
+// The name of the container that runs the ranks (the spec's trainer).
+std::string TrainerContainerName(const api::TrainingJob& job);
+std::string MasterAddr(const api::TrainingJob& job, const PodSettings& settings);
+std::string AgentPath(const api::TrainingJob& job, const PodSettings& settings);
+
+// The job as the agent reads it (spec with defaults; metadata name and namespace only).
+nlohmann::json JobForAgent(const api::TrainingJob& job);
+
+nlohmann::json BuildService(const api::TrainingJob& job, const nlohmann::json& owner);
+nlohmann::json BuildPod(const api::TrainingJob& job, const nlohmann::json& owner, int node,
+                        int attempt, const PodSettings& settings);
+
+}  // namespace spawnpoint::op

@@ -1,0 +1,74 @@
+// The typed form of TrainingJob.status, which only the operator writes: phase, metav1
+// Conditions (lastTransitionTime moves only when a condition's status flips), counts,
+// lastFailure and utilisation. ToJson(FromJson(x)) drops unknown fields, so comparing the
+// JSON before and after a reconcile tells whether a status write is needed.
+// A value type; not thread-safe to mutate concurrently.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace spawnpoint::op {
+
+namespace phase {
+inline constexpr const char* kPending = "Pending";
+inline constexpr const char* kRunning = "Running";
+inline constexpr const char* kRestarting = "Restarting";
+inline constexpr const char* kSucceeded = "Succeeded";
+inline constexpr const char* kFailed = "Failed";
+inline constexpr const char* kSuspended = "Suspended";
+}  // namespace phase
+
+namespace condition {
+inline constexpr const char* kCreated = "Created";
+inline constexpr const char* kRunning = "Running";
+inline constexpr const char* kRestarting = "Restarting";
+inline constexpr const char* kSucceeded = "Succeeded";
+inline constexpr const char* kFailed = "Failed";
+inline constexpr const char* kSuspended = "Suspended";
+}  // namespace condition
+
+struct Condition {
+  std::string type;
+  std::string status;  // "True", "False", "Unknown"
+  int64_t observed_generation = 0;
+  std::string last_transition_time;
+  std::string reason;
+  std::string message;
+};
+
+struct NodeCounts {
+  int pending = 0;
+  int running = 0;
+  int succeeded = 0;
+  int failed = 0;
+};
+
+struct JobStatus {
+  std::string phase;
+  std::vector<Condition> conditions;
+  int64_t observed_generation = 0;
+  int world_size = 0;
+  int gpus = 0;
+  int restarts = 0;
+  std::string start_time;       // "" when unset
+  std::string completion_time;  // "" when unset
+  NodeCounts nodes;
+  nlohmann::json last_failure;  // object, or null when none
+  nlohmann::json utilisation;   // object, or null when never read
+
+  static JobStatus FromJson(const nlohmann::json& status);
+  nlohmann::json ToJson() const;
+
+  const Condition* Find(const std::string& type) const;
+  bool IsTrue(const std::string& type) const;
+  bool Finished() const;  // Succeeded or Failed condition True
+  // Sets `type`; lastTransitionTime becomes `now` only if the status changed (or the
+  // condition is new). Returns true on such a transition.
+  bool SetCondition(const std::string& type, bool status, const std::string& reason,
+                    const std::string& message, int64_t generation, const std::string& now);
+};
+
+}  // namespace spawnpoint::op

@@ -1,0 +1,484 @@
+#include "operator/reconciler/reconciler.h"
+
+#include <algorithm>
+#include <set>
+
+#include "api/training_job.h"
+#include "operator/common/names.h"
+#include "operator/common/object.h"
+#include "operator/policy/clean_pod_policy.h"
+#include "operator/policy/deadline_policy.h"
+#include "operator/policy/failure_policy.h"
+#include "operator/policy/pending_policy.h"
+#include "operator/policy/restart_policy.h"
+#include "operator/policy/success_policy.h"
+#include "operator/policy/suspend_policy.h"
+#include "operator/policy/ttl_policy.h"
+#include "operator/reconciler/job_status.h"
+
+namespace spawnpoint::op {
+
+using nlohmann::json;
+
+namespace {
+// When a write's answer contradicts the cache (AlreadyExists for a pod the cache lacks),
+// look again after this long even if no event comes.
+constexpr Clock::Duration kRecheckAfter = std::chrono::seconds(1);
+}  // namespace
+
+struct Reconciler::Context {
+  json object;  // the job as read from the cache
+  api::TrainingJob job;
+  JobStatus status;  // being computed; starts as read
+  json old_status;   // as read, normalised through JobStatus
+  std::vector<json> pods;
+  std::optional<json> service;
+  std::set<std::string> deleted;  // pods deleted by this reconcile
+  WallTime now;
+  std::string now_text;
+  int64_t generation = 0;
+  Logger log;
+  std::string pending_message;  // a pod stuck Pending, for the Running condition
+  // Events about status transitions, recorded once the status write succeeded.
+  std::vector<std::tuple<EventType, std::string, std::string>> events;
+  std::optional<Clock::Duration> requeue_after;
+  Status error;
+  // The job is gone, or could not be confirmed live: end without a status write.
+  bool abandoned = false;
+  std::optional<bool> live;  // JobIsLive, asked at most once
+
+  void RequeueAfter(Clock::Duration d) {
+    if (d < Clock::Duration::zero()) d = Clock::Duration::zero();
+    if (!requeue_after || d < *requeue_after) requeue_after = d;
+  }
+  void Event(EventType type, std::string reason, std::string message) {
+    events.emplace_back(type, std::move(reason), std::move(message));
+  }
+  void KeepError(const Status& s) {
+    if (error.ok() && !s.ok()) error = s;
+  }
+  // Pods of the attempt in status.restarts that are not going away.
+  std::vector<const json*> CurrentPods() const {
+    std::vector<const json*> out;
+    for (const auto& p : pods) {
+      if (AttemptOf(p) != status.restarts || IsTerminating(p) || deleted.count(NameOf(p))) {
+        continue;
+      }
+      out.push_back(&p);
+    }
+    return out;
+  }
+  bool SetCondition(const char* type, bool value, const std::string& reason,
+                    const std::string& message) {
+    return status.SetCondition(type, value, reason, message, generation, now_text);
+  }
+  // Sets a condition to False only if it was ever set (no clutter of never-true conditions).
+  void ClearCondition(const char* type, const std::string& reason, const std::string& message) {
+    if (status.Find(type) != nullptr) SetCondition(type, false, reason, message);
+  }
+};
+
+Reconciler::Reconciler(Cluster* cluster, const WallClock* clock, ReconcilerOptions options,
+                       UtilisationSource* utilisation)
+    : cluster_(cluster), clock_(clock), options_(std::move(options)), utilisation_(utilisation) {}
+
+ReconcileResult Reconciler::Reconcile(const std::string& ns, const std::string& name,
+                                      const Logger& log) {
+  // Fetch. A job that is gone needs nothing: its children are garbage-collected.
+  std::optional<json> object = cluster_->GetJob(ns, name);
+  if (!object) return {};
+  if (IsTerminating(*object)) return {};
+
+  Context c;
+  c.object = std::move(*object);
+  c.log = log;
+  c.now = clock_->Now();
+  c.now_text = FormatTime(c.now);
+  c.generation = GenerationOf(c.object);
+  c.status = JobStatus::FromJson(c.object.value("status", json::object()));
+  c.old_status = c.status.ToJson();
+  c.status.observed_generation = c.generation;
+
+  // What the schema cannot express is checked here: a terminal InvalidSpec until the spec
+  // changes (a new generation gets another look).
+  StatusOr<api::TrainingJob> parsed = api::TrainingJobFromJson(c.object);
+  if (!parsed.ok()) {
+    InvalidSpec(c, parsed.status().message());
+    return Finish(c);
+  }
+  c.job = std::move(parsed).value();
+  const Condition* failed = c.status.Find(condition::kFailed);
+  if (failed && failed->status == "True" && failed->reason == "InvalidSpec") {
+    c.SetCondition(condition::kFailed, false, "SpecCorrected", "the spec is valid again");
+    c.status.phase = "";
+    c.status.completion_time = "";
+  }
+
+  c.pods = cluster_->ListPods(ns, UidOf(c.object));
+  c.service = cluster_->GetService(ns, ServiceName(name));
+  c.status.world_size = api::WorldSize(c.job.spec);
+  c.status.gpus = c.job.spec.nodes * c.job.spec.gpus_per_node;
+
+  if (c.status.Finished()) {
+    FinishedStep(c);
+    return Finish(c);
+  }
+  if (SuspendStep(c)) return Finish(c);
+  if (c.status.start_time.empty()) c.status.start_time = c.now_text;
+  if (DeadlineStep(c)) return Finish(c);
+  EnsureService(c);
+  DeleteStalePods(c);
+  if (FailureStep(c)) return Finish(c);
+  if (SuccessStep(c)) return Finish(c);
+  if (!BackoffElapsed(c)) return Finish(c);
+  CreateMissingPods(c);
+  PendingStep(c);
+  UpdatePhase(c);
+  return Finish(c);
+}
+
+void Reconciler::InvalidSpec(Context& c, const std::string& message) {
+  const Condition* failed = c.status.Find(condition::kFailed);
+  if (failed && failed->status == "True" && failed->reason == "InvalidSpec" &&
+      failed->message == message) {
+    return;  // already reported for this spec
+  }
+  c.status.phase = phase::kFailed;
+  c.SetCondition(condition::kFailed, true, "InvalidSpec", message);
+  c.ClearCondition(condition::kRunning, "InvalidSpec", message);
+  if (c.status.completion_time.empty()) c.status.completion_time = c.now_text;
+  c.Event(EventType::kWarning, "InvalidSpec", message);
+  c.log.Warning("invalid spec", {{"error", message}});
+}
+
+// Succeeded or Failed: apply cleanPodPolicy, then ttlSecondsAfterFinished.
+void Reconciler::FinishedStep(Context& c) {
+  const api::RunPolicy& run = c.job.spec.run_policy;
+  for (const auto& pod : c.pods) {
+    if (DeletePodWhenFinished(run.clean_pod_policy, pod)) {
+      DeletePod(c, pod,
+                std::string("cleanPodPolicy ") + api::CleanPodPolicyName(run.clean_pod_policy));
+    }
+  }
+  if (c.service && DeleteServiceWhenFinished(run.clean_pod_policy) && !IsTerminating(*c.service)) {
+    Status s = cluster_->DeleteService(c.job.namespace_, NameOf(*c.service), UidOf(*c.service));
+    if (!s.ok() && s.code() != StatusCode::kNotFound) c.KeepError(s);
+  }
+  TtlCheck ttl = CheckTtl(run, ParseTime(c.status.completion_time), c.now);
+  if (ttl.expired) {
+    Status s = cluster_->DeleteJob(c.job.namespace_, c.job.name, UidOf(c.object));
+    if (s.ok() || s.code() == StatusCode::kNotFound) {
+      c.abandoned = true;
+      c.log.Info("deleted the finished job: ttlSecondsAfterFinished passed",
+                 {{"ttl", std::to_string(*run.ttl_seconds_after_finished)}});
+    } else {
+      c.KeepError(s);
+    }
+    return;
+  }
+  if (ttl.remaining) c.RequeueAfter(*ttl.remaining);
+}
+
+bool Reconciler::SuspendStep(Context& c) {
+  switch (DecideSuspend(c.job.spec.run_policy, c.status.IsTrue(condition::kSuspended))) {
+    case SuspendTransition::kNone:
+      return false;
+    case SuspendTransition::kResume:
+      c.SetCondition(condition::kSuspended, false, "JobResumed", "spec.runPolicy.suspend is false");
+      c.Event(EventType::kNormal, "Resumed", "the job was resumed: recreating the gang");
+      return false;
+    case SuspendTransition::kSuspend:
+      break;
+  }
+  for (const auto& pod : c.pods) {
+    if (!IsTerminating(pod)) DeletePod(c, pod, "suspended");
+  }
+  const std::string message = "spec.runPolicy.suspend is true: the pods are deleted";
+  if (c.SetCondition(condition::kSuspended, true, "JobSuspended", message)) {
+    c.Event(EventType::kNormal, "Suspended", message);
+  }
+  c.ClearCondition(condition::kRunning, "JobSuspended", message);
+  c.status.phase = phase::kSuspended;
+  c.status.start_time = "";  // the deadline counts from the resume
+  return true;
+}
+
+bool Reconciler::DeadlineStep(Context& c) {
+  DeadlineCheck d = CheckDeadline(c.job.spec.run_policy, ParseTime(c.status.start_time), c.now);
+  if (!d.exceeded) {
+    if (d.remaining) c.RequeueAfter(*d.remaining);
+    return false;
+  }
+  // Past the deadline no rank may keep running, whatever cleanPodPolicy says.
+  for (const auto& pod : c.pods) {
+    const std::string p = PodPhase(pod);
+    if (!IsTerminating(pod) && p != "Succeeded" && p != "Failed") {
+      DeletePod(c, pod, "deadline exceeded");
+    }
+  }
+  Fail(c, "DeadlineExceeded", d.message);
+  return true;
+}
+
+void Reconciler::EnsureService(Context& c) {
+  if (c.service || !ConfirmJobLive(c)) return;
+  StatusOr<json> created = cluster_->CreateService(BuildService(c.job, c.object));
+  if (created.ok()) {
+    c.log.Info("created service", {{"service", ServiceName(c.job.name)}});
+  } else if (created.status().code() != StatusCode::kAlreadyExists) {
+    c.KeepError(created.status());
+  }
+}
+
+// Pods of earlier attempts: the failed gang, deleted once its failure is in status.
+void Reconciler::DeleteStalePods(Context& c) {
+  for (const auto& pod : c.pods) {
+    if (AttemptOf(pod) == c.status.restarts || IsTerminating(pod)) continue;
+    DeletePod(c, pod, "attempt " + std::to_string(AttemptOf(pod)) + " is over");
+  }
+}
+
+bool Reconciler::FailureStep(Context& c) {
+  std::vector<PodFailure> failures;
+  const std::string trainer = TrainerContainerName(c.job);
+  for (const json* pod : c.CurrentPods()) {
+    if (PodPhase(*pod) != "Failed") continue;
+    failures.push_back(ClassifyPodFailure(*pod, trainer, c.job.spec.restart_policy));
+  }
+  if (failures.empty()) return false;
+
+  const PodFailure& first = FirstFailure(failures);
+  const api::RestartPolicy& policy = c.job.spec.restart_policy;
+  RestartDecision decision = DecideRestart(first, policy, c.status.restarts);
+  json last = first.ToJson();
+  last["attempt"] = c.status.restarts;
+  last["time"] = FormatTime(c.now, /*millis=*/true);
+  c.status.last_failure = last;
+  c.Event(EventType::kWarning, "NodeFailed", first.Describe());
+  c.log.Warning("attempt failed", {{"attempt", c.status.restarts},
+                                   {"node", first.node},
+                                   {"rank", first.rank},
+                                   {"exitCode", first.exit_code},
+                                   {"reason", first.reason},
+                                   {"retryable", first.retryable ? "true" : "false"},
+                                   {"decision", decision.restart ? "restart" : "fail"}});
+  if (!decision.restart) {
+    Fail(c, decision.reason, decision.message);
+    return true;
+  }
+  c.status.restarts += 1;
+  c.status.phase = phase::kRestarting;
+  c.SetCondition(condition::kRestarting, true, decision.reason, decision.message);
+  c.ClearCondition(condition::kRunning, "GangFailed", first.Describe());
+  c.Event(EventType::kWarning, "Restarting", decision.message);
+  c.RequeueAfter(RestartBackoff(policy, c.status.restarts));
+  return true;
+}
+
+bool Reconciler::SuccessStep(Context& c) {
+  if (!AttemptSucceeded(c.CurrentPods(), c.job.spec.nodes)) return false;
+  const std::string message = "all " + std::to_string(c.job.spec.nodes) + " pods of attempt " +
+                              std::to_string(c.status.restarts) + " succeeded";
+  c.status.phase = phase::kSucceeded;
+  c.status.completion_time = c.now_text;
+  c.SetCondition(condition::kSucceeded, true, "AllNodesSucceeded", message);
+  c.ClearCondition(condition::kRunning, "JobSucceeded", message);
+  if (c.status.IsTrue(condition::kRestarting)) {
+    c.SetCondition(condition::kRestarting, false, "JobSucceeded", message);
+  }
+  c.Event(EventType::kNormal, "Succeeded", message);
+  c.log.Info("job succeeded", {{"attempt", c.status.restarts}});
+  return true;
+}
+
+// After a failure the next gang waits out the backoff, counted from lastFailure.time.
+bool Reconciler::BackoffElapsed(Context& c) {
+  if (c.status.restarts == 0) return true;
+  for (const auto& pod : c.pods) {
+    if (AttemptOf(pod) == c.status.restarts) return true;  // this attempt is already under way
+  }
+  std::optional<WallTime> failed_at;
+  if (c.status.last_failure.is_object()) {
+    failed_at = ParseTime(c.status.last_failure.value("time", ""));
+  }
+  Clock::Duration wait =
+      RestartWaitRemaining(c.job.spec.restart_policy, c.status.restarts, failed_at, c.now);
+  if (wait <= Clock::Duration::zero()) return true;
+  c.status.phase = phase::kRestarting;
+  c.RequeueAfter(wait);
+  return false;
+}
+
+void Reconciler::CreateMissingPods(Context& c) {
+  std::set<std::string> present;
+  for (const auto& pod : c.pods) present.insert(NameOf(pod));  // incl. stale ones still going
+  std::vector<std::string> created;
+  for (int node = 0; node < c.job.spec.nodes; ++node) {
+    const std::string name = PodName(c.job.name, node);
+    if (present.count(name)) continue;
+    if (!ConfirmJobLive(c)) return;
+    StatusOr<json> pod =
+        cluster_->CreatePod(BuildPod(c.job, c.object, node, c.status.restarts, options_.pods));
+    if (!pod.ok() && pod.status().code() == StatusCode::kAlreadyExists) {
+      // Usually cache lag; look again soon in case it was not (the pod was not made).
+      c.RequeueAfter(kRecheckAfter);
+      continue;
+    }
+    if (!pod.ok()) {
+      if (pod.status().code() == StatusCode::kInvalidArgument) {
+        // The API rejects the pod the template makes: terminal until the spec changes.
+        const std::string message = "pod " + name + ": " + pod.status().message();
+        if (c.SetCondition(condition::kCreated, false, "FailedCreatePod", message)) {
+          c.Event(EventType::kWarning, "FailedCreatePod", message);
+        }
+      }
+      c.KeepError(pod.status());
+      break;  // keep creation in node order: a crash leaves a prefix of the gang
+    }
+    created.push_back(name);
+    c.pods.push_back(std::move(pod).value());
+    if (options_.after_pod_create) options_.after_pod_create(name);
+  }
+  if (created.empty()) return;
+  std::string names;
+  for (const auto& n : created) names += (names.empty() ? "" : ", ") + n;
+  const std::string message = "created " + std::to_string(created.size()) + " pod" +
+                              (created.size() == 1 ? "" : "s") + " of attempt " +
+                              std::to_string(c.status.restarts) + ": " + names;
+  c.SetCondition(condition::kCreated, true, "GangCreated", message);
+  cluster_->RecordEvent(c.object, EventType::kNormal, "Created", message);
+  c.log.Info("created pods", {{"attempt", c.status.restarts}, {"pods", names}});
+}
+
+void Reconciler::PendingStep(Context& c) {
+  PendingCheck check = CheckPending(c.CurrentPods(), options_.pending_timeout, c.now);
+  if (check.recheck_after) c.RequeueAfter(*check.recheck_after);
+  c.pending_message = check.message;
+}
+
+void Reconciler::UpdatePhase(Context& c) {
+  std::set<int> up;
+  for (const json* pod : c.CurrentPods()) {
+    const std::string p = PodPhase(*pod);
+    if (p == "Running" || p == "Succeeded") up.insert(NodeRankOf(*pod));
+  }
+  const int nodes = c.job.spec.nodes;
+  const std::string attempt = std::to_string(c.status.restarts);
+  if (static_cast<int>(up.size()) == nodes) {
+    c.status.phase = phase::kRunning;
+    const std::string message =
+        "all " + std::to_string(nodes) + " pods of attempt " + attempt + " are running";
+    c.SetCondition(condition::kRunning, true, "GangRunning", message);
+    if (c.status.IsTrue(condition::kRestarting)) {
+      c.SetCondition(condition::kRestarting, false, "GangRunning", message);
+      c.Event(EventType::kNormal, "Restarted", message);
+    }
+    return;
+  }
+  c.status.phase = c.status.IsTrue(condition::kRestarting) ? phase::kRestarting : phase::kPending;
+  if (!c.pending_message.empty()) {
+    const Condition* running = c.status.Find(condition::kRunning);
+    bool reported = running && running->reason == "PodPending";
+    c.SetCondition(condition::kRunning, false, "PodPending", c.pending_message);
+    if (!reported) c.Event(EventType::kWarning, "PodPending", c.pending_message);
+    return;
+  }
+  c.ClearCondition(condition::kRunning, "PodsNotRunning",
+                   std::to_string(up.size()) + " of " + std::to_string(nodes) +
+                       " pods of attempt " + attempt + " are running");
+}
+
+ReconcileResult Reconciler::Finish(Context& c) {
+  if (c.abandoned) return {.status = c.error};
+  // Counts of the current attempt.
+  NodeCounts counts;
+  for (const json* pod : c.CurrentPods()) {
+    const std::string p = PodPhase(*pod);
+    if (p == "Running") {
+      ++counts.running;
+    } else if (p == "Succeeded") {
+      ++counts.succeeded;
+    } else if (p == "Failed") {
+      ++counts.failed;
+    } else {
+      ++counts.pending;
+    }
+  }
+  c.status.nodes = counts;
+  if (utilisation_ && c.status.phase == phase::kRunning) {
+    if (auto latest = utilisation_->Latest(c.job.namespace_, c.job.name)) {
+      c.status.utilisation = *latest;
+    }
+  }
+
+  ReconcileResult result;
+  result.requeue_after = c.requeue_after;
+  result.phase = c.status.phase;
+  json desired = c.status.ToJson();
+  if (desired != c.old_status) {
+    json updated = c.object;
+    updated["status"] = desired;
+    StatusOr<json> written = cluster_->UpdateJobStatus(updated);
+    if (!written.ok()) {
+      // Nothing of this decision is lost: the next reconcile makes it again.
+      c.KeepError(written.status());
+      result.status = c.error;
+      return result;
+    }
+    result.status_written = true;
+    if (desired.value("phase", "") != c.old_status.value("phase", "")) {
+      c.log.Info("phase changed", {{"from", c.old_status.value("phase", "")},
+                                   {"to", desired.value("phase", "")},
+                                   {"restarts", c.status.restarts}});
+    }
+  }
+  for (const auto& [type, reason, message] : c.events) {
+    cluster_->RecordEvent(c.object, type, reason, message);
+  }
+  result.status = c.error;
+  return result;
+}
+
+bool Reconciler::ConfirmJobLive(Context& c) {
+  if (!c.live) {
+    StatusOr<bool> live = cluster_->JobIsLive(c.job.namespace_, c.job.name, UidOf(c.object));
+    if (!live.ok()) {
+      c.KeepError(live.status());
+      c.live = false;
+      c.abandoned = true;
+    } else {
+      c.live = *live;
+      // Gone: the cache is behind; its deletion event brings nothing more to do.
+      if (!*live) c.abandoned = true;
+    }
+  }
+  return *c.live;
+}
+
+void Reconciler::Fail(Context& c, const std::string& reason, const std::string& message) {
+  c.status.phase = phase::kFailed;
+  c.status.completion_time = c.now_text;
+  c.SetCondition(condition::kFailed, true, reason, message);
+  c.ClearCondition(condition::kRunning, reason, message);
+  if (c.status.IsTrue(condition::kRestarting)) {
+    c.SetCondition(condition::kRestarting, false, reason, message);
+  }
+  c.Event(EventType::kWarning, reason == "DeadlineExceeded" ? "DeadlineExceeded" : "Failed",
+          message);
+  c.log.Warning("job failed", {{"reason", reason}, {"message", message}});
+}
+
+void Reconciler::DeletePod(Context& c, const json& pod, const std::string& why) {
+  const std::string name = NameOf(pod);
+  Status s = cluster_->DeletePod(c.job.namespace_, name, UidOf(pod));
+  if (s.ok() || s.code() == StatusCode::kNotFound || s.code() == StatusCode::kConflict) {
+    // kConflict: the UID precondition failed, the name already belongs to a successor.
+    c.deleted.insert(name);
+    if (!s.ok()) c.RequeueAfter(kRecheckAfter);
+    if (s.ok()) c.log.Info("deleted pod", {{"pod", name}, {"why", why}});
+    return;
+  }
+  c.KeepError(s);
+}
+
+}  // namespace spawnpoint::op

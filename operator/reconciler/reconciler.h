@@ -1,0 +1,94 @@
+// Reconciles one TrainingJob (namespace/name) towards its spec, level-triggered: it reads
+// the job, its pods and its service (from the caches), computes what the world should be,
+// runs a flat list of guarded steps that may return early (finished → clean up and TTL;
+// suspend; deadline; service; stale pods; failure → restart or fail; success; restart
+// backoff; create missing pods; pending check; phase), and writes status ONCE at the end,
+// skipped when nothing changed. Every step is idempotent, so a reconcile may be repeated or
+// interrupted at any line and the next one converges to the same state.
+//
+// Gang restarts are two reconciles apart on purpose: the one that sees a failed pod only
+// records it (restarts+1, lastFailure) in status; the pods of the failed attempt carry the old
+// spawnpoint.dev/attempt label, so once that status is written the next reconcile deletes
+// them as stale, and after the backoff creates the new attempt. A lost status write thus
+// never loses a failure, and a stale cache never restarts a gang twice (the write's
+// resourceVersion precondition fails).
+//
+// Thread-safe for different jobs (the work queue never hands one key to two workers).
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "operator/common/log.h"
+#include "operator/common/wall_clock.h"
+#include "operator/reconciler/children.h"
+#include "operator/reconciler/cluster.h"
+
+namespace spawnpoint::op {
+
+// The latest utilisation read from a running job's agents (status.utilisation), by key.
+class UtilisationSource {
+ public:
+  virtual ~UtilisationSource() = default;
+  virtual std::optional<nlohmann::json> Latest(const std::string& ns, const std::string& name) = 0;
+};
+
+struct ReconcilerOptions {
+  PodSettings pods;
+  // A pod Pending longer than this is reported (Running condition, reason PodPending).
+  Clock::Duration pending_timeout = std::chrono::minutes(5);
+  // Called after each pod was created (tests use it as a crash point).
+  std::function<void(const std::string& pod)> after_pod_create;
+};
+
+struct ReconcileResult {
+  // OK, or the first error: kConflict (stale read: requeue), retryable (kUnavailable,
+  // kDeadlineExceeded: requeue with backoff), or terminal (logged, not retried until the
+  // next change).
+  Status status;
+  // Time-driven work (restart backoff, deadline, TTL, pending timeout): reconcile again then.
+  std::optional<Clock::Duration> requeue_after;
+  bool status_written = false;
+  std::string phase;  // the phase after this reconcile ("" if the job is gone)
+};
+
+class Reconciler {
+ public:
+  Reconciler(Cluster* cluster, const WallClock* clock, ReconcilerOptions options,
+             UtilisationSource* utilisation = nullptr);
+
+  ReconcileResult Reconcile(const std::string& ns, const std::string& name, const Logger& log);
+
+ private:
+  struct Context;
+
+  void InvalidSpec(Context& c, const std::string& message);
+  void FinishedStep(Context& c);
+  bool SuspendStep(Context& c);
+  bool DeadlineStep(Context& c);
+  void EnsureService(Context& c);
+  void DeleteStalePods(Context& c);
+  bool FailureStep(Context& c);
+  bool SuccessStep(Context& c);
+  bool BackoffElapsed(Context& c);
+  void CreateMissingPods(Context& c);
+  void PendingStep(Context& c);
+  void UpdatePhase(Context& c);
+  ReconcileResult Finish(Context& c);
+
+  // Before the first create of a reconcile: false if the job is gone (stop here).
+  bool ConfirmJobLive(Context& c);
+  void Fail(Context& c, const std::string& reason, const std::string& message);
+  void DeletePod(Context& c, const nlohmann::json& pod, const std::string& why);
+
+  Cluster* const cluster_;
+  const WallClock* const clock_;
+  const ReconcilerOptions options_;
+  UtilisationSource* const utilisation_;
+};
+
+}  // namespace spawnpoint::op

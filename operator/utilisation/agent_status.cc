@@ -1,0 +1,83 @@
+#include "operator/utilisation/agent_status.h"
+
+#include <cmath>
+
+#include "operator/http/http_get.h"
+
+namespace spawnpoint::op {
+
+using nlohmann::json;
+
+StatusOr<json> HttpAgentStatusReader::Read(const std::string& pod_ip, int port) {
+  SP_ASSIGN_OR_RETURN(HttpGetResponse response, HttpGet(pod_ip, port, "/status", timeout_));
+  if (response.code != 200) {
+    return Unavailable("GET /status answered " + std::to_string(response.code));
+  }
+  json doc = json::parse(response.body, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return Internal("GET /status: the body is not a JSON object");
+  return doc;
+}
+
+namespace {
+
+// A fraction in [0, 1] from either a fraction or a percentage.
+std::optional<double> Fraction(const json& v) {
+  if (!v.is_number()) return std::nullopt;
+  double d = v.get<double>();
+  if (!std::isfinite(d) || d < 0) return std::nullopt;
+  return d > 1.0 ? d / 100.0 : d;
+}
+
+}  // namespace
+
+json AggregateUtilisation(const std::vector<PodReading>& readings, const std::string& updated) {
+  double gpu_sum = 0, stall_sum = 0, samples = 0;
+  int gpus = 0, ranks = 0, ok = 0;
+  bool any_samples = false;
+  std::string errors;
+  int failed = 0;
+  for (const auto& r : readings) {
+    if (!r.status.ok()) {
+      if (++failed <= 2) {
+        errors += (errors.empty() ? "" : "; ") + r.pod + ": " + r.status.status().message();
+      }
+      continue;
+    }
+    ++ok;
+    const json& doc = *r.status;
+    for (const auto& g : doc.value("gpus", json::array())) {
+      if (!g.is_object()) continue;
+      auto u = g.contains("utilisation") ? Fraction(g["utilisation"])
+                                         : Fraction(g.value("utilization", json()));
+      if (u) {
+        gpu_sum += *u;
+        ++gpus;
+      }
+    }
+    for (const auto& rank : doc.value("loader", json::array())) {
+      if (!rank.is_object() || !rank.contains("stats") || !rank["stats"].is_object()) continue;
+      if (rank.contains("up") && rank["up"].is_boolean() && !rank["up"].get<bool>()) continue;
+      const json& stats = rank["stats"];
+      if (auto stall = Fraction(stats.value("dataStall", json()))) {
+        stall_sum += *stall;
+        ++ranks;
+      }
+      if (stats.contains("samplesPerSecond") && stats["samplesPerSecond"].is_number()) {
+        samples += stats["samplesPerSecond"].get<double>();
+        any_samples = true;
+      }
+    }
+  }
+  json out = {{"pods", ok}, {"updated", updated}};
+  auto round3 = [](double v) { return std::round(v * 1000.0) / 1000.0; };
+  if (gpus > 0) out["gpu"] = round3(gpu_sum / gpus);
+  if (ranks > 0) out["dataStall"] = round3(stall_sum / ranks);
+  if (any_samples) out["samplesPerSecond"] = std::round(samples * 10.0) / 10.0;
+  if (failed > 0) {
+    if (failed > 2) errors += "; and " + std::to_string(failed - 2) + " more";
+    out["error"] = errors;
+  }
+  return out;
+}
+
+}  // namespace spawnpoint::op

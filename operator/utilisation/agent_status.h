@@ -1,0 +1,45 @@
+// Reading a node agent's JSON status (GET http://<podIP>:<port>/status) and folding the
+// pods' documents into a job's status.utilisation: GPU utilisation (mean over the GPUs
+// that report it, gpus[].utilisation), data stall (mean over the ranks that are up of
+// loader[].stats.dataStall) and samples per second (their sum): the document of the agent's
+// /status endpoint. Pods that cannot be read are named in `error`, never fatal.
+// AgentStatusReader implementations must be thread-safe; the functions here are pure.
+#pragma once
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace spawnpoint::op {
+
+class AgentStatusReader {
+ public:
+  virtual ~AgentStatusReader() = default;
+  virtual StatusOr<nlohmann::json> Read(const std::string& pod_ip, int port) = 0;
+};
+
+// Over plain HTTP with a per-read timeout.
+class HttpAgentStatusReader : public AgentStatusReader {
+ public:
+  explicit HttpAgentStatusReader(std::chrono::milliseconds timeout = std::chrono::seconds(2))
+      : timeout_(timeout) {}
+  StatusOr<nlohmann::json> Read(const std::string& pod_ip, int port) override;
+
+ private:
+  const std::chrono::milliseconds timeout_;
+};
+
+struct PodReading {
+  std::string pod;
+  StatusOr<nlohmann::json> status;
+};
+
+// status.utilisation from one round of readings, stamped `updated`:
+// {gpu?, dataStall?, samplesPerSecond?, pods, error?, updated}.
+nlohmann::json AggregateUtilisation(const std::vector<PodReading>& readings,
+                                    const std::string& updated);
+
+}  // namespace spawnpoint::op

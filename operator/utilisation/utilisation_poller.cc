@@ -1,0 +1,81 @@
+#include "operator/utilisation/utilisation_poller.h"
+
+#include <set>
+
+#include "operator/kube/timing.h"
+
+namespace spawnpoint::op {
+
+UtilisationPoller::UtilisationPoller(
+    AgentStatusReader* reader, const WallClock* clock, UtilisationOptions options,
+    std::function<std::vector<RunningJob>()> running_jobs,
+    std::function<void(const std::string&, const std::string&)> on_read)
+    : reader_(reader),
+      clock_(clock),
+      options_(options),
+      running_jobs_(std::move(running_jobs)),
+      on_read_(std::move(on_read)) {}
+
+UtilisationPoller::~UtilisationPoller() { Stop(); }
+
+void UtilisationPoller::Start() {
+  if (options_.interval <= Clock::Duration::zero() || thread_.joinable()) return;
+  thread_ = std::thread([this] {
+    Clock* clock = clock_->clock();
+    while (true) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        kube::WaitUntil(clock, cv_, lock, clock->Now() + options_.interval, [&] { return stop_; });
+        if (stop_) return;
+      }
+      PollOnce();
+    }
+  });
+}
+
+void UtilisationPoller::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void UtilisationPoller::PollOnce() {
+  std::vector<RunningJob> jobs = running_jobs_();
+  std::set<std::string> live;
+  for (const auto& job : jobs) {
+    const std::string key = job.ns + "/" + job.name;
+    live.insert(key);
+    std::vector<PodReading> readings;
+    for (const auto& [pod, ip] : job.pods) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stop_) return;
+      }
+      readings.push_back({pod, reader_->Read(ip, options_.port)});
+    }
+    if (readings.empty()) continue;
+    nlohmann::json utilisation = AggregateUtilisation(readings, FormatTime(clock_->Now()));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      latest_[key] = std::move(utilisation);
+    }
+    if (on_read_) on_read_(job.ns, job.name);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = latest_.begin(); it != latest_.end();) {
+    it = live.count(it->first) ? std::next(it) : latest_.erase(it);
+  }
+}
+
+std::optional<nlohmann::json> UtilisationPoller::Latest(const std::string& ns,
+                                                        const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = latest_.find(ns + "/" + name);
+  if (it == latest_.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace spawnpoint::op

@@ -1,0 +1,65 @@
+// Reads the agents of every running job on an interval and keeps the latest
+// status.utilisation per job for the reconciler (which writes it with the rest of the
+// status, so there is still one status write per reconcile). After each round it asks for
+// the jobs it read to be reconciled. Reads are sequential with a short timeout each;
+// failures end up in utilisation.error. Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "operator/common/wall_clock.h"
+#include "operator/reconciler/reconciler.h"
+#include "operator/utilisation/agent_status.h"
+
+namespace spawnpoint::op {
+
+// A running job and its pods that have an IP.
+struct RunningJob {
+  std::string ns;
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> pods;  // name, podIP
+};
+
+struct UtilisationOptions {
+  Clock::Duration interval = std::chrono::seconds(30);
+  int port = 9400;
+};
+
+class UtilisationPoller : public UtilisationSource {
+ public:
+  UtilisationPoller(AgentStatusReader* reader, const WallClock* clock, UtilisationOptions options,
+                    std::function<std::vector<RunningJob>()> running_jobs,
+                    std::function<void(const std::string& ns, const std::string& name)> on_read);
+  ~UtilisationPoller() override;  // Stop()
+
+  // Polls every interval on its own thread (sleeping on the WallClock's Clock).
+  void Start();
+  void Stop();
+  // One round, on the caller's thread.
+  void PollOnce();
+
+  std::optional<nlohmann::json> Latest(const std::string& ns, const std::string& name) override;
+
+ private:
+  AgentStatusReader* const reader_;
+  const WallClock* const clock_;
+  const UtilisationOptions options_;
+  const std::function<std::vector<RunningJob>()> running_jobs_;
+  const std::function<void(const std::string&, const std::string&)> on_read_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::map<std::string, nlohmann::json> latest_;
+  std::thread thread_;
+};
+
+}  // namespace spawnpoint::op

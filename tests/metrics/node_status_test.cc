@@ -1,0 +1,338 @@
+// NodeStatus in process, on a scripted GPU backend and hand-written loader statistics:
+// labels, units, the DCGM-compatible names, counters that survive a rank's restart, rank
+// up/down from the gang's events, and the /status document's aggregates.
+#include "agent/status/node_status.h"
+
+#include <filesystem>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "agent/loader/contract.h"
+#include "agent/status/agent_endpoint.h"
+#include "tests/metrics/sample_parser.h"
+#include "tests/support/test_process.h"
+
+namespace spawnpoint::agent {
+namespace {
+
+using testing::FindSample;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using testing::ParseSamples;
+
+class ScriptedGpus : public devices::GpuBackend {
+ public:
+  std::string Name() const override { return "nvml"; }
+  StatusOr<std::vector<devices::GpuDevice>> Discover() override { return devices; }
+  StatusOr<std::vector<devices::GpuSample>> Sample() override {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!error.empty()) return Internal(error);
+    return samples;
+  }
+  std::vector<devices::GpuDevice> devices;
+  std::mutex mu;
+  std::vector<devices::GpuSample> samples;
+  std::string error;
+};
+
+devices::GpuDevice Gpu(int index, const std::string& bus) {
+  devices::GpuDevice d;
+  d.index = index;
+  d.uuid = "GPU-" + std::to_string(index);
+  d.pci_bus_id = bus;
+  d.name = "NVIDIA A100-SXM4-80GB";
+  d.vendor = "nvidia";
+  d.memory_total_bytes = 80ull << 30;
+  return d;
+}
+
+class NodeStatusTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    gpus_.devices = {Gpu(3, "0000:07:00.0"), Gpu(1, "0000:0f:00.0")};
+    gpus_.samples = {{.index = 1,
+                      .utilisation = 0.2,
+                      .memory_used_bytes = 2ull << 30,
+                      .memory_total_bytes = 80ull << 30,
+                      .power_watts = 110.5,
+                      .temperature_celsius = 41},
+                     {.index = 3,
+                      .utilisation = 0.4,
+                      .memory_used_bytes = (4ull << 30) + 123,
+                      .memory_total_bytes = 80ull << 30,
+                      .power_watts = 130,
+                      .temperature_celsius = 43}};
+    for (int r = 0; r < 2; ++r) {
+      std::filesystem::create_directories(dir_.File("rank-" + std::to_string(r)));
+    }
+  }
+
+  NodeStatusOptions Options(bool with_gpus = true) {
+    NodeStatusOptions o;
+    o.identity = {.job = "resnet",
+                  .job_namespace = "ml",
+                  .pod = "resnet-node-0",
+                  .container = "trainer",
+                  .hostname = "gpu-node-7",
+                  .node_rank = 0};
+    o.ranks = {{.rank = 0,
+                .local_rank = 0,
+                .gpu_index = with_gpus ? 3 : -1,
+                .pool_dir = dir_.File("rank-0")},
+               {.rank = 1,
+                .local_rank = 1,
+                .gpu_index = with_gpus ? 1 : -1,
+                .pool_dir = dir_.File("rank-1")}};
+    if (with_gpus) {
+      o.gpus = gpus_.devices;
+      o.gpu_backend = &gpus_;
+      o.gpu_backend_name = "nvml";
+    }
+    return o;
+  }
+
+  void WriteStats(int rank, double batches, double wait, double stall, double sps, int died = 0) {
+    nlohmann::json j = {{"batches", batches},
+                        {"samples", batches * 32},
+                        {"waitSeconds", wait},
+                        {"dataStall", stall},
+                        {"samplesPerSecond", sps},
+                        {"queueDepth", 2},
+                        {"activeWorkers", 4},
+                        {"restarts", {{"died", died}, {"hung", 0}, {"oom", 0}, {"shm", 0}}}};
+    ASSERT_TRUE(loader::WriteFileAtomically(
+                    loader::StatsPath(dir_.File("rank-" + std::to_string(rank))), j.dump())
+                    .ok());
+  }
+
+  ScriptedGpus gpus_;
+  testing::TempDir dir_;
+};
+
+TEST(IdentityTest, FromThePodsEnvironment) {
+  auto pod = IdentityFromEnvironment({{"POD_NAME", "resnet-node-1"},
+                                      {"POD_NAMESPACE", "team-a"},
+                                      {"CONTAINER_NAME", "trainer"},
+                                      {"NODE_NAME", "gpu-node-7"}},
+                                     "resnet-node-1", "resnet", "ml", 1);
+  EXPECT_EQ(pod.pod, "resnet-node-1");
+  EXPECT_EQ(pod.job_namespace, "team-a");  // the pod's namespace wins
+  EXPECT_EQ(pod.container, "trainer");
+  EXPECT_EQ(pod.hostname, "gpu-node-7");
+  EXPECT_EQ(pod.node_rank, 1);
+
+  auto k8s = IdentityFromEnvironment({{"KUBERNETES_SERVICE_HOST", "10.0.0.1"}}, "pod-host",
+                                     "resnet", "ml", 0);
+  EXPECT_EQ(k8s.pod, "pod-host");  // a pod's hostname is its name
+  EXPECT_EQ(k8s.job_namespace, "ml");
+  EXPECT_EQ(k8s.hostname, "pod-host");
+
+  auto laptop = IdentityFromEnvironment({}, "laptop", "resnet", "", 0);
+  EXPECT_EQ(laptop.pod, "");
+  EXPECT_EQ(laptop.container, "");
+  EXPECT_EQ(laptop.job_namespace, "");
+  EXPECT_EQ(laptop.hostname, "laptop");
+}
+
+TEST(LocalNodeAddressTest, EachNodeGetsTheNextPort) {
+  EXPECT_EQ(LocalNodeMetricsAddress(":9400", 0), ":9400");
+  EXPECT_EQ(LocalNodeMetricsAddress(":9400", 2), ":9402");
+  EXPECT_EQ(LocalNodeMetricsAddress("127.0.0.1:9400", 1), "127.0.0.1:9401");
+  EXPECT_EQ(LocalNodeMetricsAddress("[::1]:9400", 1), "[::1]:9401");
+  EXPECT_EQ(LocalNodeMetricsAddress("127.0.0.1:0", 3), "127.0.0.1:0");
+  EXPECT_EQ(LocalNodeMetricsAddress("off", 1), "off");
+  EXPECT_EQ(LocalNodeMetricsAddress("", 1), "");
+  EXPECT_TRUE(MetricsDisabled("off"));
+  EXPECT_FALSE(MetricsDisabled(":9400"));
+}
+
+TEST_F(NodeStatusTest, GpuMetricsCarryDcgmsLabelsAndBaseUnits) {
+  NodeStatus status(Options());
+  const std::string text = status.registry().Render();
+  auto s = ParseSamples(text);
+  EXPECT_EQ(s.at("spawnpoint_gpu_utilisation_ratio{gpu=\"3\",UUID=\"GPU-3\",pci_bus_id=\"0000:07:"
+                 "00.0\",model_name=\"NVIDIA A100-SXM4-80GB\",Hostname=\"gpu-node-7\",namespace="
+                 "\"ml\",pod=\"resnet-node-0\",container=\"trainer\",rank=\"0\",job=\"resnet\"}"),
+            0.4);
+  EXPECT_EQ(FindSample(s, "spawnpoint_gpu_utilisation_ratio", {"rank=\"1\""}), 0.2);
+  EXPECT_EQ(FindSample(s, "spawnpoint_gpu_memory_used_bytes", {"gpu=\"3\""}), (4ull << 30) + 123);
+  EXPECT_EQ(FindSample(s, "spawnpoint_gpu_memory_total_bytes", {"gpu=\"3\""}), 80ull << 30);
+  EXPECT_EQ(FindSample(s, "spawnpoint_gpu_power_watts", {"gpu=\"1\""}), 110.5);
+  EXPECT_EQ(FindSample(s, "spawnpoint_gpu_temperature_celsius", {"gpu=\"1\""}), 41);
+  // Without the option, no DCGM names.
+  EXPECT_THAT(text, Not(HasSubstr("DCGM_")));
+  EXPECT_EQ(status.registry().CollectErrors(), 0) << status.registry().LastCollectError();
+}
+
+TEST_F(NodeStatusTest, DcgmCompatibleNamesUseDcgmsUnitsAndLabels) {
+  auto o = Options();
+  o.dcgm_compatible_names = true;
+  NodeStatus status(o);
+  auto s = ParseSamples(status.registry().Render());
+  const std::string labels =
+      "{gpu=\"3\",UUID=\"GPU-3\",device=\"nvidia3\",pci_bus_id=\"0000:07:00.0\",modelName=\"NVIDIA "
+      "A100-SXM4-80GB\",Hostname=\"gpu-node-7\",namespace=\"ml\",pod=\"resnet-node-0\",container="
+      "\"trainer\",rank=\"0\",job=\"resnet\"}";
+  EXPECT_EQ(s.at("DCGM_FI_DEV_GPU_UTIL" + labels), 40);   // percent
+  EXPECT_EQ(s.at("DCGM_FI_DEV_FB_USED" + labels), 4096);  // MiB, rounded down
+  EXPECT_EQ(s.at("DCGM_FI_DEV_FB_FREE" + labels), 80 * 1024 - 4096 - 1);
+  EXPECT_EQ(s.at("DCGM_FI_DEV_GPU_TEMP" + labels), 43);
+  EXPECT_EQ(s.at("DCGM_FI_DEV_POWER_USAGE" + labels), 130);
+  EXPECT_EQ(status.registry().CollectErrors(), 0) << status.registry().LastCollectError();
+}
+
+TEST_F(NodeStatusTest, AFailedGpuReadingDropsTheGpuSeriesAndIsCounted) {
+  NodeStatus status(Options());
+  {
+    std::lock_guard<std::mutex> lock(gpus_.mu);
+    gpus_.error = "nvmlDeviceGetCount_v2(): GPU is lost";
+  }
+  auto s = ParseSamples(status.registry().Render());
+  EXPECT_TRUE(std::isnan(FindSample(s, "spawnpoint_gpu_utilisation_ratio")));
+  EXPECT_EQ(FindSample(s, "spawnpoint_agent_gpu_sample_errors_total"), 1);
+  auto j = status.StatusJson();
+  EXPECT_TRUE(j["gpuUtilisation"].is_null());
+  EXPECT_THAT(j["gpuError"].get<std::string>(), HasSubstr("GPU is lost"));
+  EXPECT_EQ(j["gpus"].size(), 2u);  // still listed, without readings
+}
+
+TEST_F(NodeStatusTest, LoaderCountersKeepGoingUpWhenARankRestarts) {
+  NodeStatus status(Options());
+  status.OnPhase("Running", 2, 2, 0);
+  WriteStats(0, 100, 1.5, 0.05, 320, /*died=*/1);
+  auto s = ParseSamples(status.registry().Render());
+  EXPECT_EQ(FindSample(s, "spawnpoint_loader_batches_total", {"rank=\"0\""}), 100);
+  EXPECT_EQ(FindSample(s, "spawnpoint_loader_samples_total", {"rank=\"0\""}), 3200);
+  EXPECT_EQ(FindSample(s, "spawnpoint_loader_data_stall_seconds_total", {"rank=\"0\""}), 1.5);
+  EXPECT_EQ(FindSample(s, "spawnpoint_loader_worker_restarts_total", {"rank=\"0\"", "died"}), 1);
+  // Rank 1 has written nothing yet: no loader series for it.
+  EXPECT_TRUE(std::isnan(FindSample(s, "spawnpoint_loader_batches_total", {"rank=\"1\""})));
+
+  // The rank restarted: its new Loader counts from zero again.
+  WriteStats(0, 7, 0.25, 0.01, 300, /*died=*/0);
+  s = ParseSamples(status.registry().Render());
+  EXPECT_EQ(FindSample(s, "spawnpoint_loader_batches_total", {"rank=\"0\""}), 107);
+  EXPECT_EQ(FindSample(s, "spawnpoint_loader_data_stall_seconds_total", {"rank=\"0\""}), 1.75);
+  EXPECT_EQ(FindSample(s, "spawnpoint_loader_worker_restarts_total", {"rank=\"0\"", "died"}), 1);
+  WriteStats(0, 10, 0.5, 0.01, 300, /*died=*/2);
+  s = ParseSamples(status.registry().Render());
+  EXPECT_EQ(FindSample(s, "spawnpoint_loader_batches_total", {"rank=\"0\""}), 110);
+  EXPECT_EQ(FindSample(s, "spawnpoint_loader_worker_restarts_total", {"rank=\"0\"", "died"}), 3);
+  EXPECT_EQ(FindSample(s, "spawnpoint_loader_data_stall_ratio", {"rank=\"0\""}), 0.01);
+  EXPECT_EQ(FindSample(s, "spawnpoint_loader_queue_depth", {"rank=\"0\""}), 2);
+  EXPECT_EQ(FindSample(s, "spawnpoint_loader_active_workers", {"rank=\"0\""}), 4);
+}
+
+TEST_F(NodeStatusTest, RanksUpDownRestartsAndFailuresFollowTheGang) {
+  auto o = Options();
+  o.restart_count = 2;  // a pod of the job's third attempt
+  NodeStatus status(o);
+  auto s = ParseSamples(status.registry().Render());
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_up", {"rank=\"0\""}), 0);
+  EXPECT_EQ(FindSample(s, "spawnpoint_agent_phase", {"phase=\"Starting\""}), 1);
+  EXPECT_EQ(FindSample(s, "spawnpoint_agent_restarts_total"), 2);
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_restarts_total", {"rank=\"1\""}), 2);
+  EXPECT_EQ(FindSample(s, "spawnpoint_agent_ranks"), 2);
+
+  status.OnPhase("Running", 2, 2, 2);
+  s = ParseSamples(status.registry().Render());
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_up", {"rank=\"0\""}), 1);
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_up", {"rank=\"1\""}), 1);
+  EXPECT_EQ(FindSample(s, "spawnpoint_agent_ranks_up"), 2);
+  EXPECT_EQ(FindSample(s, "spawnpoint_agent_phase", {"phase=\"Running\""}), 1);
+  EXPECT_EQ(FindSample(s, "spawnpoint_agent_phase", {"phase=\"Starting\""}), 0);
+
+  status.OnRankFailure(1, "OOMKilled");
+  status.OnPhase("Running", 1, 2, 2);  // a status tick while the other is being stopped
+  s = ParseSamples(status.registry().Render());
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_up", {"rank=\"0\""}), 1);
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_up", {"rank=\"1\""}), 0);
+  EXPECT_EQ(FindSample(s, "spawnpoint_agent_ranks_up"), 1);
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_failures_total", {"rank=\"1\"", "OOMKilled"}), 1);
+
+  status.OnPhase("Restarting", 0, 0, 3);
+  s = ParseSamples(status.registry().Render());
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_up", {"rank=\"0\""}), 0);
+  EXPECT_EQ(FindSample(s, "spawnpoint_agent_restarts_total"), 3);
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_restarts_total", {"rank=\"0\""}), 3);
+  EXPECT_EQ(FindSample(s, "spawnpoint_agent_phase", {"phase=\"Restarting\""}), 1);
+  EXPECT_EQ(status.StatusJson()["phase"], "Restarting");
+
+  status.OnPhase("Running", 2, 2, 3);
+  s = ParseSamples(status.registry().Render());
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_up", {"rank=\"1\""}), 1);
+  EXPECT_EQ(FindSample(s, "spawnpoint_agent_restarts_total"), 3);  // no double count
+
+  status.OnPhase("Succeeded", 0, 0, 3);
+  s = ParseSamples(status.registry().Render());
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_up", {"rank=\"1\""}), 0);
+  EXPECT_EQ(FindSample(s, "spawnpoint_agent_phase", {"phase=\"Succeeded\""}), 1);
+}
+
+TEST_F(NodeStatusTest, StatusDocumentAggregatesWhatTheOperatorReads) {
+  NodeStatus status(Options());
+  auto j = status.StatusJson();
+  EXPECT_EQ(j["job"], "resnet");
+  EXPECT_EQ(j["namespace"], "ml");
+  EXPECT_EQ(j["pod"], "resnet-node-0");
+  EXPECT_EQ(j["phase"], "Starting");
+  EXPECT_EQ(j["ranks"], 2);
+  EXPECT_EQ(j["ranksUp"], 0);
+  EXPECT_EQ(j["restarts"], 0);
+  EXPECT_DOUBLE_EQ(j["gpuUtilisation"].get<double>(), 0.3);
+  EXPECT_TRUE(j["dataStall"].is_null());  // no loader statistics yet
+  EXPECT_TRUE(j["samplesPerSecond"].is_null());
+  EXPECT_EQ(j["gpus"][0]["uuid"], "GPU-3");
+  EXPECT_EQ(j["gpus"][0]["rank"], 0);
+  EXPECT_EQ(j["gpus"][0]["utilisation"], 0.4);
+  EXPECT_EQ(j["gpus"][1]["powerWatts"], 110.5);
+
+  status.OnPhase("Running", 2, 2, 0);
+  WriteStats(0, 10, 0.1, 0.02, 300);
+  WriteStats(1, 10, 0.1, 0.06, 200);
+  j = status.StatusJson();
+  EXPECT_EQ(j["ranksUp"], 2);
+  EXPECT_DOUBLE_EQ(j["dataStall"].get<double>(), 0.04);
+  EXPECT_DOUBLE_EQ(j["samplesPerSecond"].get<double>(), 500);
+  // The shape the operator's reader takes apart: loader[].stats.{dataStall,samplesPerSecond}.
+  EXPECT_EQ(j["loader"][1]["rank"], 1);
+  EXPECT_EQ(j["loader"][1]["up"], true);
+  EXPECT_EQ(j["loader"][1]["stats"]["dataStall"], 0.06);
+
+  // Down ranks deliver nothing, whatever their last statistics said.
+  status.OnPhase("Restarting", 0, 0, 1);
+  j = status.StatusJson();
+  EXPECT_EQ(j["samplesPerSecond"], 0);
+  EXPECT_TRUE(j["dataStall"].is_null());
+  EXPECT_EQ(j["restarts"], 1);
+  auto s = ParseSamples(status.registry().Render());
+  EXPECT_EQ(FindSample(s, "spawnpoint_loader_samples_per_second", {"rank=\"0\""}), 0);
+}
+
+TEST_F(NodeStatusTest, ACpuJobHasNoGpuSeriesAndANullGpuUtilisation) {
+  NodeStatus status(Options(/*with_gpus=*/false));
+  const std::string text = status.registry().Render();
+  EXPECT_THAT(text, Not(HasSubstr("spawnpoint_gpu_")));
+  EXPECT_THAT(text, HasSubstr("gpu_backend=\"none\""));
+  auto j = status.StatusJson();
+  EXPECT_TRUE(j["gpuUtilisation"].is_null());
+  EXPECT_TRUE(j["gpus"].empty());
+}
+
+TEST_F(NodeStatusTest, PoolExitsByReasonAreExported) {
+  auto o = Options(false);
+  o.pool_status = [] {
+    return std::vector<nlohmann::json>{
+        {{"rank", 0}, {"exitsByReason", {{"Killed", 2}, {"OOMKilled", 1}}}},
+        {{"rank", 1}, {"exitsByReason", nlohmann::json::object()}}};
+  };
+  NodeStatus status(o);
+  auto s = ParseSamples(status.registry().Render());
+  EXPECT_EQ(FindSample(s, "spawnpoint_loader_worker_exits_total", {"rank=\"0\"", "Killed"}), 2);
+  EXPECT_EQ(FindSample(s, "spawnpoint_loader_worker_exits_total", {"reason=\"OOMKilled\""}), 1);
+  EXPECT_EQ(status.StatusJson()["loader"][0]["pool"]["exitsByReason"]["Killed"], 2);
+}
+
+}  // namespace
+}  // namespace spawnpoint::agent

@@ -1,0 +1,162 @@
+// The desired Service and pods of a job: pure functions of the job and the settings.
+#include "operator/reconciler/children.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "operator/common/names.h"
+#include "tests/operator/test_jobs.h"
+
+namespace spawnpoint::op {
+namespace {
+
+using nlohmann::json;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+json Owner() {
+  return {{"metadata", {{"name", "job"}, {"namespace", "default"}, {"uid", "uid-1"}}}};
+}
+
+api::TrainingJob Parse(const json& object) {
+  auto job = api::TrainingJobFromJson(object);
+  EXPECT_TRUE(job.ok()) << job.status().ToString();
+  return *job;
+}
+
+json EnvOf(const json& container, const std::string& name) {
+  for (const auto& e : container["env"]) {
+    if (e["name"] == name) return e;
+  }
+  return json();
+}
+
+std::vector<std::string> Names(const json& list) {
+  std::vector<std::string> out;
+  for (const auto& e : list) out.push_back(e.value("name", ""));
+  return out;
+}
+
+TEST(ChildrenTest, ServiceIsHeadlessAndPublishesNotReadyAddresses) {
+  json object = testing::MakeJob("job");
+  object["spec"]["rendezvous"]["port"] = 29777;
+  json svc = BuildService(Parse(object), Owner());
+  EXPECT_EQ(svc["metadata"]["name"], "job");
+  EXPECT_EQ(svc["spec"]["clusterIP"], "None");
+  EXPECT_EQ(svc["spec"]["publishNotReadyAddresses"], true);
+  EXPECT_EQ(svc["spec"]["selector"][kJobNameLabel], "job");
+  EXPECT_EQ(svc["spec"]["ports"][0]["port"], 29777);
+  EXPECT_EQ(svc["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+  EXPECT_EQ(svc["metadata"]["ownerReferences"][0]["controller"], true);
+}
+
+TEST(ChildrenTest, PodRunsTheAgentWithTheRendezvousOfItsNode) {
+  json object = testing::MakeJob("job", 3);
+  object["spec"]["gpusPerNode"] = 4;
+  object["spec"]["gpuResource"] = "amd.com/gpu";
+  object["spec"]["template"]["metadata"] = {{"labels", {{"team", "ml"}}},
+                                            {"annotations", {{"note", "x"}}}};
+  json& trainer = object["spec"]["template"]["spec"]["containers"][0];
+  trainer["env"] = {{{"name", "NCCL_DEBUG"}, {"value", "INFO"}},
+                    {{"name", "WORLD_SIZE"}, {"value", "99"}}};
+  trainer["volumeMounts"] = {{{"name", "data"}, {"mountPath", "/data"}},
+                             {{"name", "small-shm"}, {"mountPath", "/dev/shm"}}};
+  trainer["resources"] = {{"limits", {{"memory", "64Gi"}}}};
+  PodSettings settings;
+  settings.agent_image = "registry/agent:2";
+  json pod = BuildPod(Parse(object), Owner(), 2, 1, settings);
+
+  EXPECT_EQ(pod["metadata"]["name"], "job-node-2");
+  EXPECT_EQ(pod["metadata"]["labels"][kJobNameLabel], "job");
+  EXPECT_EQ(pod["metadata"]["labels"][kNodeRankLabel], "2");
+  EXPECT_EQ(pod["metadata"]["labels"][kAttemptLabel], "1");
+  EXPECT_EQ(pod["metadata"]["labels"]["team"], "ml");
+  EXPECT_EQ(pod["metadata"]["annotations"]["note"], "x");
+  const json& spec = pod["spec"];
+  EXPECT_EQ(spec["restartPolicy"], "Never");
+  EXPECT_EQ(spec["hostname"], "job-node-2");
+  EXPECT_EQ(spec["subdomain"], "job");
+  EXPECT_EQ(spec["initContainers"][0]["image"], "registry/agent:2");
+  EXPECT_THAT(spec["initContainers"][0]["command"].get<std::vector<std::string>>(),
+              ElementsAre("cp", "-a", "/opt/spawnpoint/.", "/spawnpoint/"));
+  EXPECT_THAT(Names(spec["volumes"]), ElementsAre(kShmVolume, kAgentVolume));
+  EXPECT_EQ(spec["volumes"][0]["emptyDir"]["medium"], "Memory");
+  EXPECT_EQ(spec["volumes"][0]["emptyDir"]["sizeLimit"], "1Gi");
+
+  const json& c = spec["containers"][0];
+  EXPECT_THAT(c["command"].get<std::vector<std::string>>(),
+              ElementsAre("/spawnpoint/bin/spawnpoint-agent", "run", "--job-env", kJobEnv,
+                          "--node-rank", "2", "--nnodes", "3", "--master-addr", "job-node-0.job",
+                          "--master-port", "29500", "--max-restarts", "0", "--restart-count", "1",
+                          "--termination-log", "/dev/termination-log"));
+  EXPECT_FALSE(c.contains("args"));
+  EXPECT_EQ(c["resources"]["limits"]["amd.com/gpu"], "4");
+  EXPECT_EQ(c["resources"]["requests"]["amd.com/gpu"], "4");
+  EXPECT_EQ(c["resources"]["limits"]["memory"], "64Gi");
+  EXPECT_EQ(EnvOf(c, "NCCL_DEBUG")["value"], "INFO");
+  EXPECT_EQ(EnvOf(c, "WORLD_SIZE")["value"], "12") << "the operator owns the rendezvous variables";
+  EXPECT_EQ(EnvOf(c, "MASTER_ADDR")["value"], "job-node-0.job");
+  EXPECT_EQ(EnvOf(c, "NODE_RANK")["value"], "2");
+  EXPECT_EQ(EnvOf(c, "GROUP_RANK")["value"], "2");
+  EXPECT_EQ(EnvOf(c, "LOCAL_WORLD_SIZE")["value"], "4");
+  EXPECT_EQ(EnvOf(c, "TORCHELASTIC_RESTART_COUNT")["value"], "1");
+  EXPECT_EQ(EnvOf(c, "TORCHELASTIC_RUN_ID")["value"], "uid-1");
+  EXPECT_EQ(EnvOf(c, "POD_NAME")["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name");
+  std::vector<std::string> mounts;
+  for (const auto& m : c["volumeMounts"]) mounts.push_back(m["mountPath"]);
+  EXPECT_THAT(mounts, ElementsAre("/data", "/dev/shm", "/spawnpoint"));
+  EXPECT_EQ(c["terminationMessagePolicy"], "FallbackToLogsOnError");
+}
+
+TEST(ChildrenTest, AgentInTheImageAndMasterAddressOverrides) {
+  json object = testing::MakeJob("job");
+  PodSettings settings;
+  settings.agent_path = "/usr/local/bin/spawnpoint-agent";
+  settings.master_addr = "127.0.0.1";
+  json pod = BuildPod(Parse(object), Owner(), 0, 0, settings);
+  EXPECT_FALSE(pod["spec"].contains("initContainers"));
+  EXPECT_THAT(Names(pod["spec"]["volumes"]), ElementsAre(kShmVolume));
+  const json& c = pod["spec"]["containers"][0];
+  EXPECT_EQ(c["command"][0], "/usr/local/bin/spawnpoint-agent");
+  EXPECT_EQ(EnvOf(c, "MASTER_ADDR")["value"], "127.0.0.1");
+  EXPECT_FALSE(c["resources"].is_object() && c["resources"].contains("limits"));
+
+  // The job's annotations win over the operator's settings.
+  object["metadata"]["annotations"] = {{kAgentPathAnnotation, "/opt/agent"},
+                                       {kMasterAddrAnnotation, "10.0.0.7"}};
+  json annotated = BuildPod(Parse(object), Owner(), 0, 0, PodSettings{});
+  EXPECT_FALSE(annotated["spec"].contains("initContainers"));
+  EXPECT_EQ(annotated["spec"]["containers"][0]["command"][0], "/opt/agent");
+  EXPECT_EQ(annotated["spec"]["containers"][0]["command"][9], "10.0.0.7");
+}
+
+TEST(ChildrenTest, TheTrainerContainerIsTheOneNamedTrainer) {
+  json object = testing::MakeJob("job");
+  json sidecar = {{"name", "logger"}, {"image", "fluent"}, {"command", {"fluent-bit"}}};
+  auto& containers = object["spec"]["template"]["spec"]["containers"];
+  containers.insert(containers.begin(), sidecar);
+  json pod = BuildPod(Parse(object), Owner(), 0, 0, PodSettings{});
+  EXPECT_EQ(pod["spec"]["containers"][0]["command"][0], "fluent-bit");
+  EXPECT_EQ(pod["spec"]["containers"][1]["command"][1], "run");
+}
+
+TEST(ChildrenTest, TheAgentReadsBackTheJobItIsGiven) {
+  json object = testing::MakeJob("job");
+  object["metadata"]["uid"] = "uid-1";
+  object["metadata"]["managedFields"] = json::array({{{"manager", "kubectl"}}});
+  object["status"] = {{"phase", "Running"}};
+  api::TrainingJob job = Parse(object);
+  json pod = BuildPod(job, Owner(), 0, 0, PodSettings{});
+  std::string text = EnvOf(pod["spec"]["containers"][0], kJobEnv)["value"];
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("managedFields")));
+  auto parsed = api::ParseTrainingJobs(text, "$SPAWNPOINT_JOB");  // what the agent does
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_EQ(parsed->size(), 1u);
+  EXPECT_EQ((*parsed)[0].name, "job");
+  EXPECT_EQ((*parsed)[0].spec.trainer.command, job.spec.trainer.command);
+  EXPECT_EQ((*parsed)[0].spec.trainer.args, job.spec.trainer.args);
+  EXPECT_EQ((*parsed)[0].spec.shm_size_bytes, job.spec.shm_size_bytes);
+}
+
+}  // namespace
+}  // namespace spawnpoint::op

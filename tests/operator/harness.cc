@@ -1,0 +1,214 @@
+#include "tests/operator/harness.h"
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <regex>
+#include <thread>
+
+namespace spawnpoint::op::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+std::string Now() {
+  time_t t = time(nullptr);
+  struct tm tm {};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace
+
+json TestJob(const std::string& name, int nodes, int max_restarts, int backoff) {
+  return {{"apiVersion", "spawnpoint.dev/v1alpha1"},
+          {"kind", "TrainingJob"},
+          {"metadata", {{"name", name}, {"namespace", "default"}}},
+          {"spec",
+           {{"nodes", nodes},
+            {"procsPerNode", 1},
+            {"template",
+             {{"spec",
+               {{"containers", json::array({{{"name", "trainer"},
+                                             {"image", "trainer:1"},
+                                             {"command", {"python3", "train.py"}}}})}}}}},
+            {"restartPolicy", {{"maxRestarts", max_restarts}, {"backoffSeconds", backoff}}},
+            {"shmSize", "1Gi"}}}};
+}
+
+std::string JsonField(const json& object, const std::string& pointer) {
+  json::json_pointer p(pointer);
+  if (!object.is_object() || !object.contains(p)) return "";
+  const json& v = object.at(p);
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+OperatorHarness::OperatorHarness(std::vector<std::string> server_args) {
+  server_args.push_back("--bookmark-interval-ms");
+  server_args.push_back("200");
+  server_ = std::make_unique<KubeTestServer>(server_args);
+  if (!server_->ok()) {
+    error_ = "kube-test-server did not start: " + server_->error();
+    return;
+  }
+  KubectlResult crd = Kubectl({"apply", "-f", SOURCE_DIR "/crds/trainingjob.yaml"});
+  if (crd.code != 0) error_ = "kubectl apply of the CRD failed: " + crd.err;
+}
+
+OperatorHarness::~OperatorHarness() {
+  for (auto& o : operators_) {
+    if (o->Running()) kill(o->pid(), SIGTERM);
+  }
+  for (auto& o : operators_) o->Wait(seconds(10));
+}
+
+int OperatorHarness::StartOperator(const std::vector<std::string>& extra,
+                                   const std::string& identity) {
+  std::vector<std::string> argv = {OPERATOR_BIN,
+                                   "--kubeconfig",
+                                   server_->kubeconfig(),
+                                   "--identity",
+                                   identity,
+                                   "--health-addr",
+                                   "127.0.0.1:0",
+                                   "--metrics-addr",
+                                   "127.0.0.1:0",
+                                   "--utilisation-interval",
+                                   "0",
+                                   "--log-level",
+                                   "debug"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  operators_.push_back(std::make_unique<TestProcess>(argv));
+  return static_cast<int>(operators_.size()) - 1;
+}
+
+int OperatorHarness::ProbePort(int index, milliseconds timeout) {
+  static const std::regex serving("msg=serving .*port=([0-9]+)");
+  int port = 0;
+  WaitFor(
+      [&] {
+        std::smatch m;
+        std::string log = Log(index);
+        if (std::regex_search(log, m, serving)) port = std::stoi(m[1]);
+        return port > 0;
+      },
+      timeout);
+  return port;
+}
+
+KubectlResult OperatorHarness::Kubectl(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"/usr/bin/kubectl", "--kubeconfig", server_->kubeconfig()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  TestProcess p(argv, {{"KUBECACHEDIR", dir_.File("kubecache")}, {"HOME", dir_.path()}});
+  int code = p.Wait(seconds(30));
+  return {code, p.Stdout(), p.Stderr()};
+}
+
+bool OperatorHarness::Apply(const json& object) {
+  std::string path = dir_.File("object-" + std::to_string(files_++) + ".json");
+  spawnpoint::testing::WriteFile(path, object.dump(2));
+  KubectlResult r = Kubectl({"apply", "-f", path});
+  if (r.code != 0) ADD_FAILURE_AT(__FILE__, __LINE__) << "kubectl apply: " << r.err;
+  return r.code == 0;
+}
+
+kubetest::testing::HttpResponse OperatorHarness::Api(const std::string& method,
+                                                     const std::string& path,
+                                                     const std::string& body,
+                                                     const std::string& content_type) {
+  kubetest::testing::HttpResponse r;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    r = server_->Call(method, path, body, content_type);
+    if (r.code != 409 && r.code != 429 && r.code < 500 && r.code != 0) return r;
+    std::this_thread::sleep_for(milliseconds(20));  // a retry pause, not synchronisation
+  }
+  return r;
+}
+
+json OperatorHarness::Job(const std::string& name) {
+  auto r = Api("GET", "/apis/spawnpoint.dev/v1alpha1/namespaces/default/trainingjobs/" + name);
+  return r.code == 200 ? r.Json() : json();
+}
+
+json OperatorHarness::Pods(const std::string& job) {
+  auto r = Api("GET",
+               "/api/v1/namespaces/default/pods?labelSelector=spawnpoint.dev%2Fjob-name%3D" + job);
+  if (r.code != 200) return json::array();
+  json items = r.Json().value("items", json::array());
+  std::sort(items.begin(), items.end(), [](const json& a, const json& b) {
+    return a["metadata"]["name"] < b["metadata"]["name"];
+  });
+  return items;
+}
+
+json OperatorHarness::Pod(const std::string& name) {
+  auto r = Api("GET", "/api/v1/namespaces/default/pods/" + name);
+  return r.code == 200 ? r.Json() : json();
+}
+
+bool OperatorHarness::HasService(const std::string& name) {
+  return Api("GET", "/api/v1/namespaces/default/services/" + name).code == 200;
+}
+
+std::vector<json> OperatorHarness::Events(const std::string& job) {
+  auto r = Api("GET", "/api/v1/namespaces/default/events");
+  std::vector<json> out;
+  if (r.code != 200) return out;
+  for (const auto& e : r.Json().value("items", json::array())) {
+    if (e["involvedObject"].value("name", "") == job) out.push_back(e);
+  }
+  return out;
+}
+
+void OperatorHarness::SucceedPod(const std::string& pod) {
+  json patch = {
+      {"status",
+       {{"phase", "Succeeded"},
+        {"containerStatuses",
+         json::array(
+             {{{"name", "trainer"},
+               {"ready", false},
+               {"state",
+                {{"terminated",
+                  {{"exitCode", 0}, {"reason", "Completed"}, {"finishedAt", Now()}}}}}}})}}}};
+  auto r = Api("PATCH", "/api/v1/namespaces/default/pods/" + pod + "/status", patch.dump(),
+               "application/merge-patch+json");
+  if (r.code != 200) ADD_FAILURE_AT(__FILE__, __LINE__) << "patch " << pod << ": " << r.body;
+}
+
+void OperatorHarness::FailPod(const std::string& pod, int exit_code, const std::string& reason,
+                              const std::string& message) {
+  json terminated = {{"exitCode", exit_code}, {"reason", reason}, {"finishedAt", Now()}};
+  if (exit_code > 128) terminated["signal"] = exit_code - 128;
+  if (!message.empty()) terminated["message"] = message;
+  json patch = {
+      {"status",
+       {{"phase", "Failed"},
+        {"containerStatuses", json::array({{{"name", "trainer"},
+                                            {"ready", false},
+                                            {"state", {{"terminated", terminated}}}}})}}}};
+  auto r = Api("PATCH", "/api/v1/namespaces/default/pods/" + pod + "/status", patch.dump(),
+               "application/merge-patch+json");
+  if (r.code != 200) ADD_FAILURE_AT(__FILE__, __LINE__) << "patch " << pod << ": " << r.body;
+}
+
+bool OperatorHarness::WaitFor(const std::function<bool()>& condition, milliseconds timeout) {
+  return spawnpoint::testing::WaitUntil(condition, timeout);
+}
+
+std::string OperatorHarness::Phase(const std::string& job) {
+  return JsonField(Job(job), "/status/phase");
+}
+
+bool OperatorHarness::WaitPhase(const std::string& job, const std::string& phase,
+                                milliseconds timeout) {
+  return WaitFor([&] { return Phase(job) == phase; }, timeout);
+}
+
+}  // namespace spawnpoint::op::testing

@@ -1,0 +1,120 @@
+// End to end: kube-test-server runs each pod's trainer container as a local process, the
+// operator creates the pods with the agent used in place and rendezvous on 127.0.0.1, and
+// examples/local-cluster.yaml (2 nodes x 1 CPU rank of the example DDP trainer) is applied
+// with kubectl: the ranks rendezvous, train, the job reaches Succeeded and both ranks end
+// with the same parameters.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <regex>
+
+#include "tests/operator/harness.h"
+
+namespace spawnpoint::op::testing {
+namespace {
+
+using std::chrono::seconds;
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+  socklen_t len = sizeof sa;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  close(fd);
+  return ntohs(sa.sin_port);
+}
+
+std::string Replace(std::string text, const std::string& from, const std::string& to) {
+  size_t at = text.find(from);
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+TEST(OperatorEndToEnd, LocalClusterExampleTrainsToSuccess) {
+  OperatorHarness h({"--run-pods", "--simulate-nodes", "2"});
+  ASSERT_TRUE(h.ok()) << h.error();
+  h.StartOperator({"--agent-path", AGENT_BIN, "--master-addr", "127.0.0.1"});
+
+  // The example as a user applies it, with the trainer's absolute path (the test does not
+  // run from the repository root) and a free rendezvous port.
+  std::string manifest = spawnpoint::testing::ReadFile(SOURCE_DIR "/examples/local-cluster.yaml");
+  ASSERT_NE(manifest.find("build/bin/spawnpoint-example-trainer"), std::string::npos);
+  manifest = Replace(manifest, "build/bin/spawnpoint-example-trainer", TRAINER_BIN);
+  manifest = Replace(manifest, "port: 29531", "port: " + std::to_string(FreePort()));
+  const std::string path = h.dir() + "/local-cluster.yaml";
+  spawnpoint::testing::WriteFile(path, manifest);
+  KubectlResult apply = h.Kubectl({"apply", "-f", path});
+  ASSERT_EQ(apply.code, 0) << apply.err;
+
+  ASSERT_TRUE(h.WaitFor(
+      [&] {
+        std::string phase = h.Phase("local-cluster");
+        return phase == "Succeeded" || phase == "Failed";
+      },
+      seconds(90)))
+      << h.Job("local-cluster").dump(2) << h.Log();
+  ASSERT_EQ(h.Phase("local-cluster"), "Succeeded")
+      << h.Job("local-cluster").dump(2) << h.Kubectl({"logs", "local-cluster-node-0"}).out
+      << h.Kubectl({"logs", "local-cluster-node-1"}).out;
+
+  // Each pod's log (the agent's output) ends with its rank's final line.
+  static const std::regex final_line("\\[rank ([01])\\] final rank=[01] .*params=([0-9a-f]+)");
+  std::map<std::string, std::string> params;
+  for (int node = 0; node < 2; ++node) {
+    KubectlResult logs = h.Kubectl({"logs", "local-cluster-node-" + std::to_string(node)});
+    ASSERT_EQ(logs.code, 0) << logs.err;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(logs.out, m, final_line)) << logs.out;
+    params[m[1]] = m[2];
+  }
+  ASSERT_EQ(params.size(), 2u);
+  EXPECT_EQ(params["0"], params["1"]) << "both ranks hold the same parameters after DDP";
+  KubectlResult get = h.Kubectl({"get", "tj", "local-cluster"});
+  EXPECT_THAT(get.out, ::testing::HasSubstr("Succeeded"));
+}
+
+// The utilisation path: the operator reads each running pod's agent status endpoint and
+// writes status.utilisation, which `kubectl get tj` shows. The agent has no HTTP endpoint
+// yet, so the pod runs a stand-in that serves an agent status document on the status port.
+TEST(OperatorEndToEnd, UtilisationIsReadFromThePodsStatusEndpoint) {
+  OperatorHarness h({"--run-pods", "--simulate-nodes", "1"});
+  ASSERT_TRUE(h.ok()) << h.error();
+  const int port = FreePort();
+  const std::string site = h.dir() + "/site";
+  ASSERT_EQ(system(("mkdir -p " + site).c_str()), 0);
+  spawnpoint::testing::WriteFile(
+      site + "/status",
+      R"({"job":"util","nodeRank":0,"phase":"Running","gpus":[{"utilisation":0.93}],)"
+      R"("loader":[{"rank":0,"stats":{"dataStall":0.04,"samplesPerSecond":1234.5}}]})");
+  const std::string agent = h.dir() + "/fake-agent.sh";
+  spawnpoint::testing::WriteFile(agent, "#!/bin/sh\nexec python3 -m http.server " +
+                                            std::to_string(port) +
+                                            " --bind 127.0.0.1 --directory " + site + "\n");
+  ASSERT_EQ(chmod(agent.c_str(), 0755), 0);
+  h.StartOperator({"--agent-path", agent, "--agent-status-port", std::to_string(port),
+                   "--utilisation-interval", "500ms"});
+  json job = TestJob("util", 1);
+  ASSERT_TRUE(h.Apply(job));
+  ASSERT_TRUE(
+      h.WaitFor([&] { return JsonField(h.Job("util"), "/status/utilisation/dataStall") == "0.04"; },
+                seconds(20)))
+      << h.Job("util").dump(2) << h.Log();
+  const json u = h.Job("util")["status"]["utilisation"];
+  EXPECT_EQ(u["gpu"], 0.93);
+  EXPECT_EQ(u["samplesPerSecond"], 1234.5);
+  EXPECT_EQ(u["pods"], 1);
+  KubectlResult get = h.Kubectl({"get", "tj", "util"});
+  EXPECT_THAT(get.out, ::testing::HasSubstr("0.93"));
+  EXPECT_THAT(get.out, ::testing::HasSubstr("0.04"));
+  h.Kubectl({"delete", "tj", "util", "--wait=false"});
+}
+
+}  // namespace
+}  // namespace spawnpoint::op::testing

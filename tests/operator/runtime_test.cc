@@ -1,0 +1,227 @@
+// The operator's runtime pieces without a cluster: flags, metrics exposition, the probe
+// server and HTTP reader over loopback, the agents' status aggregation and poller, events.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "operator/app/options.h"
+#include "operator/controller/event_recorder.h"
+#include "operator/http/http_get.h"
+#include "operator/http/http_server.h"
+#include "operator/metrics/metrics.h"
+#include "operator/utilisation/agent_status.h"
+#include "operator/utilisation/utilisation_poller.h"
+#include "tests/kube/fake_clock.h"
+#include "tests/support/test_process.h"
+
+namespace spawnpoint::op {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+
+TEST(OperatorOptionsTest, ParsesTheFlags) {
+  auto o = ParseOperatorArgs({"--kubeconfig",
+                              "/kc",
+                              "--namespace=ml",
+                              "--leader-elect",
+                              "--leader-elect-lease-duration",
+                              "2s",
+                              "--leader-elect-renew-deadline",
+                              "1500ms",
+                              "--leader-elect-retry-period",
+                              "0.25",
+                              "--metrics-addr",
+                              ":9090",
+                              "--health-addr",
+                              "127.0.0.1:9091",
+                              "--agent-image",
+                              "a:1",
+                              "--max-concurrent-reconciles",
+                              "8",
+                              "--pending-timeout",
+                              "10m",
+                              "--utilisation-interval",
+                              "0"});
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  EXPECT_EQ(o->kubeconfig, "/kc");
+  EXPECT_EQ(o->ns, "ml");
+  EXPECT_TRUE(o->leader_elect);
+  EXPECT_EQ(o->lease_duration, seconds(2));
+  EXPECT_EQ(o->renew_deadline, milliseconds(1500));
+  EXPECT_EQ(o->retry_period, milliseconds(250));
+  EXPECT_EQ(o->metrics_addr, ":9090");
+  EXPECT_EQ(o->agent_image, "a:1");
+  EXPECT_EQ(o->max_concurrent_reconciles, 8);
+  EXPECT_EQ(o->pending_timeout, std::chrono::minutes(10));
+  EXPECT_EQ(o->utilisation_interval, Clock::Duration::zero());
+}
+
+TEST(OperatorOptionsTest, RejectsBadFlagsByName) {
+  EXPECT_THAT(ParseOperatorArgs({"--bogus"}).status().message(),
+              HasSubstr("unknown flag \"--bogus\""));
+  EXPECT_THAT(ParseOperatorArgs({"--max-concurrent-reconciles", "0"}).status().message(),
+              HasSubstr("--max-concurrent-reconciles: expected an integer in 1..256"));
+  EXPECT_THAT(ParseOperatorArgs({"--pending-timeout", "soon"}).status().message(),
+              HasSubstr("--pending-timeout: expected a duration"));
+  EXPECT_THAT(ParseOperatorArgs({"--leader-elect", "--leader-elect-lease-duration", "5s"})
+                  .status()
+                  .message(),
+              HasSubstr("must be longer than --leader-elect-renew-deadline"));
+  EXPECT_THAT(ParseOperatorArgs({"--namespace"}).status().message(), HasSubstr("missing value"));
+  EXPECT_TRUE(ParseOperatorArgs({"--help"})->help);
+}
+
+TEST(MetricsTest, ExpositionAndQuantiles) {
+  Metrics m;
+  for (int i = 1; i <= 100; ++i)
+    m.ObserveReconcile(i / 1000.0, i % 10 == 0 ? "requeue" : "success");
+  m.SetLeader(true);
+  m.AddCollector(
+      [] {
+        return std::vector<Sample>{
+            {"spawnpoint_trainingjob_restarts", {{"namespace", "ml"}, {"name", "a\"b"}}, 2}};
+      },
+      {{"spawnpoint_trainingjob_restarts", "Restarts."}}, {});
+  std::string text = m.Exposition();
+  EXPECT_THAT(text, HasSubstr("spawnpoint_operator_reconcile_total{result=\"success\"} 90\n"));
+  EXPECT_THAT(text, HasSubstr("spawnpoint_operator_reconcile_total{result=\"requeue\"} 10\n"));
+  EXPECT_THAT(text,
+              HasSubstr("spawnpoint_operator_reconcile_duration_seconds_bucket{le=\"0.05\"} 50\n"));
+  EXPECT_THAT(text, HasSubstr("spawnpoint_operator_reconcile_duration_seconds_count 100\n"));
+  EXPECT_THAT(
+      text, HasSubstr("spawnpoint_operator_reconcile_latency_seconds{quantile=\"0.99\"} 0.099\n"));
+  EXPECT_THAT(text, HasSubstr("spawnpoint_operator_leader 1\n"));
+  EXPECT_THAT(text,
+              HasSubstr("# HELP spawnpoint_trainingjob_restarts Restarts.\n"
+                        "# TYPE spawnpoint_trainingjob_restarts gauge\n"
+                        "spawnpoint_trainingjob_restarts{namespace=\"ml\",name=\"a\\\"b\"} 2\n"));
+  EXPECT_DOUBLE_EQ(m.ReconcileLatencyQuantile(0.99), 0.099);
+  EXPECT_DOUBLE_EQ(m.ReconcileLatencyQuantile(0.5), 0.050);
+  EXPECT_EQ(m.Reconciles(), 100);
+}
+
+TEST(HttpTest, ServerAndReaderOverLoopback) {
+  auto server = HttpServer::Start("127.0.0.1:0", [](const std::string& path) -> HttpReply {
+    if (path == "/status") {
+      return {200, "application/json",
+              R"({"loader":[{"rank":0,"stats":{"dataStall":0.1,"samplesPerSecond":100}},)"
+              R"({"rank":1,"stats":{"dataStall":0.3,"samplesPerSecond":50}},)"
+              R"({"rank":2,"up":false,"stats":{"dataStall":0.9,"samplesPerSecond":7}}],)"
+              R"("gpus":[{"utilisation":0.9},{"utilisation":97}]})"};
+    }
+    return {404, "text/plain", "no\n"};
+  });
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  int port = (*server)->port();
+  auto missing = HttpGet("127.0.0.1", port, "/nope", seconds(2));
+  ASSERT_TRUE(missing.ok());
+  EXPECT_EQ(missing->code, 404);
+  EXPECT_EQ(missing->body, "no\n");
+
+  HttpAgentStatusReader reader(seconds(2));
+  auto status = reader.Read("127.0.0.1", port);
+  ASSERT_TRUE(status.ok()) << status.status().ToString();
+  std::vector<PodReading> readings;
+  readings.push_back({"job-node-0", *status});
+  readings.push_back({"job-node-1", reader.Read("127.0.0.1", 1)});  // nothing listens there
+  json u = AggregateUtilisation(readings, "2024-05-01T10:00:00Z");
+  EXPECT_DOUBLE_EQ(u["gpu"].get<double>(), 0.935);
+  EXPECT_DOUBLE_EQ(u["dataStall"].get<double>(), 0.2);
+  EXPECT_DOUBLE_EQ(u["samplesPerSecond"].get<double>(), 150.0);
+  EXPECT_EQ(u["pods"], 1);
+  EXPECT_THAT(u["error"].get<std::string>(), HasSubstr("job-node-1: "));
+  EXPECT_EQ(u["updated"], "2024-05-01T10:00:00Z");
+  (*server)->Stop();
+  EXPECT_FALSE(HttpGet("127.0.0.1", port, "/status", milliseconds(500)).ok());
+}
+
+TEST(HttpTest, ListenAddresses) {
+  EXPECT_EQ(*ParseListenAddress(":8080"), std::make_pair(std::string("0.0.0.0"), 8080));
+  EXPECT_EQ(*ParseListenAddress("localhost:0"), std::make_pair(std::string("127.0.0.1"), 0));
+  EXPECT_FALSE(ParseListenAddress("host:x").ok());
+  EXPECT_FALSE(ParseListenAddress("example.com:80").ok());
+}
+
+class ScriptedReader : public AgentStatusReader {
+ public:
+  StatusOr<json> Read(const std::string& ip, int port) override {
+    ++reads;
+    last_port = port;
+    if (ip == "10.0.0.9") return Unavailable("connection refused");
+    return json{
+        {"loader",
+         json::array({{{"rank", 0}, {"stats", {{"dataStall", 0.5}, {"samplesPerSecond", 10}}}}})}};
+  }
+  int reads = 0;
+  int last_port = 0;
+};
+
+TEST(UtilisationPollerTest, ReadsRunningJobsAndForgetsFinishedOnes) {
+  SimulatedClock clock;
+  WallClock wall(&clock, WallTime(seconds(1'714'557'600)));
+  ScriptedReader reader;
+  std::vector<RunningJob> running = {
+      {"ml", "a", {{"a-node-0", "10.0.0.1"}, {"a-node-1", "10.0.0.9"}}}};
+  std::vector<std::string> enqueued;
+  UtilisationPoller poller(
+      &reader, &wall, {seconds(30), 9400}, [&] { return running; },
+      [&](const std::string& ns, const std::string& name) { enqueued.push_back(ns + "/" + name); });
+  EXPECT_FALSE(poller.Latest("ml", "a"));
+  poller.PollOnce();
+  EXPECT_EQ(reader.reads, 2);
+  EXPECT_EQ(reader.last_port, 9400);
+  auto latest = poller.Latest("ml", "a");
+  ASSERT_TRUE(latest);
+  EXPECT_EQ((*latest)["pods"], 1);
+  EXPECT_EQ((*latest)["dataStall"], 0.5);
+  EXPECT_THAT((*latest)["error"].get<std::string>(), HasSubstr("a-node-1: connection refused"));
+  EXPECT_EQ((*latest)["updated"], "2024-05-01T10:00:00Z");
+  EXPECT_EQ(enqueued, std::vector<std::string>{"ml/a"});
+  running.clear();
+  poller.PollOnce();
+  EXPECT_FALSE(poller.Latest("ml", "a"));
+}
+
+TEST(UtilisationPollerTest, PollsOnTheClock) {
+  kube::testing::FakeClock clock;
+  WallClock wall(&clock);
+  ScriptedReader reader;
+  std::atomic<int> rounds{0};
+  UtilisationPoller poller(
+      &reader, &wall, {seconds(30), 9400},
+      [&] {
+        ++rounds;
+        return std::vector<RunningJob>{};
+      },
+      nullptr);
+  poller.Start();
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_TRUE(clock.BlockUntilNextDeadlineIn(seconds(30))) << "waiting a whole interval";
+    EXPECT_EQ(rounds, i - 1);
+    clock.Advance(seconds(30));
+    ASSERT_TRUE(spawnpoint::testing::WaitUntil([&] { return rounds >= i; }, seconds(5))) << i;
+  }
+  poller.Stop();
+}
+
+TEST(EventRecorderTest, EventObject) {
+  json job = {
+      {"apiVersion", "spawnpoint.dev/v1alpha1"},
+      {"kind", "TrainingJob"},
+      {"metadata", {{"name", "j"}, {"namespace", "ml"}, {"uid", "u"}, {"resourceVersion", "7"}}}};
+  json e = MakeEvent(job, EventType::kWarning, "NodeFailed", std::string(2000, 'x'), "j.abc",
+                     "2024-05-01T10:00:00Z", "op-0");
+  EXPECT_EQ(e["metadata"]["namespace"], "ml");
+  EXPECT_EQ(e["involvedObject"]["kind"], "TrainingJob");
+  EXPECT_EQ(e["involvedObject"]["uid"], "u");
+  EXPECT_EQ(e["type"], "Warning");
+  EXPECT_EQ(e["reason"], "NodeFailed");
+  EXPECT_EQ(e["message"].get<std::string>().size(), 1024u);
+  EXPECT_EQ(e["source"]["component"], "spawnpoint-operator");
+  EXPECT_EQ(e["reportingInstance"], "op-0");
+}
+
+}  // namespace
+}  // namespace spawnpoint::op

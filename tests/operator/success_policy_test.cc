@@ -1,0 +1,29 @@
+// Success only when every pod of the attempt succeeded.
+#include "operator/policy/success_policy.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/operator/test_pods.h"
+
+namespace spawnpoint::op {
+namespace {
+
+using nlohmann::json;
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+using testing::kT0;
+using testing::Pod;
+using testing::Terminated;
+
+TEST(SuccessPolicyTest, EveryNodeOfTheAttemptMustSucceed) {
+  json a = Pod(0, "Succeeded"), b = Pod(1, "Running"), c = Pod(1, "Succeeded");
+  EXPECT_FALSE(AttemptSucceeded({&a, &b}, 2));
+  EXPECT_FALSE(AttemptSucceeded({&a}, 2));
+  EXPECT_TRUE(AttemptSucceeded({&a, &c}, 2));
+  c["metadata"]["deletionTimestamp"] = "2024-05-01T10:00:00Z";
+  EXPECT_FALSE(AttemptSucceeded({&a, &c}, 2));
+}
+
+}  // namespace
+}  // namespace spawnpoint::op

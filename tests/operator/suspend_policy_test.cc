@@ -1,0 +1,29 @@
+// Suspend and resume transitions.
+#include "operator/policy/suspend_policy.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/operator/test_pods.h"
+
+namespace spawnpoint::op {
+namespace {
+
+using nlohmann::json;
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+using testing::kT0;
+using testing::Pod;
+using testing::Terminated;
+
+TEST(SuspendPolicyTest, Transitions) {
+  api::RunPolicy p;
+  EXPECT_EQ(DecideSuspend(p, false), SuspendTransition::kNone);
+  EXPECT_EQ(DecideSuspend(p, true), SuspendTransition::kResume);
+  p.suspend = true;
+  EXPECT_EQ(DecideSuspend(p, false), SuspendTransition::kSuspend);
+  EXPECT_EQ(DecideSuspend(p, true), SuspendTransition::kSuspend);
+}
+
+}  // namespace
+}  // namespace spawnpoint::op
