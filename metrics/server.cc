@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <exception>
+#include <system_error>
 #include <vector>
 
 namespace spawnpoint::metrics {
@@ -320,7 +321,13 @@ void MetricsServer::AcceptLoop() {
     connections_.emplace_back();
     Connection* conn = &connections_.back();
     conn->fd = fd;
-    conn->thread = std::thread([this, conn] { Serve(conn); });
+    try {
+      conn->thread = std::thread([this, conn] { Serve(conn); });
+    } catch (const std::system_error&) {
+      // Out of threads: drop this connection rather than the whole server.
+      connections_.pop_back();
+      close(fd);
+    }
   }
 }
 

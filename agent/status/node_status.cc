@@ -169,7 +169,8 @@ void NodeStatus::OnPhase(const std::string& phase, int up, int total, int restar
   phase_name_ = phase;
   // The gang reports how many ranks run, not which: all of them or none is exact; in
   // between (ranks finishing at different times, or being stopped after a failure) the
-  // per-rank flags keep what was last known, and OnRankFailure clears the failed one.
+  // per-rank flags keep what was last known until the attempt ends (OnRankFailure, then a
+  // phase other than Running, clear them).
   const bool running = phase == "Running";
   ranks_up_count_ = running ? up : 0;
   if (!running || up == 0) {

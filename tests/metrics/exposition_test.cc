@@ -24,7 +24,7 @@ std::string EscapedHelp(std::string_view v) {
   return out;
 }
 
-TEST(EscapeTest, LabelValuesEscapeBackslashQuoteAndNewline) {
+TEST(MetricsEscapeTest, LabelValuesEscapeBackslashQuoteAndNewline) {
   EXPECT_EQ(EscapedLabel(R"(C:\path)"), R"(C:\\path)");
   EXPECT_EQ(EscapedLabel(R"(say "hi")"), R"(say \"hi\")");
   EXPECT_EQ(EscapedLabel("two\nlines"), R"(two\nlines)");
@@ -33,7 +33,7 @@ TEST(EscapeTest, LabelValuesEscapeBackslashQuoteAndNewline) {
   EXPECT_EQ(EscapedLabel("a\tb\rc{}=,"), "a\tb\rc{}=,");
 }
 
-TEST(EscapeTest, LabelValuesKeepUtf8AndReplaceInvalidBytes) {
+TEST(MetricsEscapeTest, LabelValuesKeepUtf8AndReplaceInvalidBytes) {
   EXPECT_EQ(EscapedLabel("Grüße 日本 🚀"), "Grüße 日本 🚀");
   EXPECT_EQ(EscapedLabel("bad\xff"
                          "byte"),
@@ -44,13 +44,13 @@ TEST(EscapeTest, LabelValuesKeepUtf8AndReplaceInvalidBytes) {
   EXPECT_EQ(EscapedLabel("surrogate \xED\xA0\x80").substr(0, 13), "surrogate \xEF\xBF\xBD");
 }
 
-TEST(EscapeTest, HelpEscapesBackslashAndNewlineButNotQuotes) {
+TEST(MetricsEscapeTest, HelpEscapesBackslashAndNewlineButNotQuotes) {
   EXPECT_EQ(EscapedHelp(R"(a\b)"), R"(a\\b)");
   EXPECT_EQ(EscapedHelp("line1\nline2"), R"(line1\nline2)");
   EXPECT_EQ(EscapedHelp(R"(the "quoted" word)"), R"(the "quoted" word)");
 }
 
-TEST(ValueTest, ShortestRoundTripAndSpecialValues) {
+TEST(MetricsValueTest, ShortestRoundTripAndSpecialValues) {
   EXPECT_EQ(FormatValue(0), "0");
   EXPECT_EQ(FormatValue(1), "1");
   EXPECT_EQ(FormatValue(-3.5), "-3.5");
@@ -64,7 +64,7 @@ TEST(ValueTest, ShortestRoundTripAndSpecialValues) {
   EXPECT_EQ(FormatValue(std::nan("")), "NaN");
 }
 
-TEST(NameTest, MetricNames) {
+TEST(MetricsNameTest, MetricNames) {
   EXPECT_TRUE(ValidateMetricName("spawnpoint_gpu_power_watts").ok());
   EXPECT_TRUE(ValidateMetricName("DCGM_FI_DEV_GPU_UTIL").ok());
   EXPECT_TRUE(ValidateMetricName("job:rate5m").ok());  // recording-rule style
@@ -76,7 +76,7 @@ TEST(NameTest, MetricNames) {
   EXPECT_FALSE(ValidateMetricName("ümlaut").ok());
 }
 
-TEST(NameTest, LabelNames) {
+TEST(MetricsNameTest, LabelNames) {
   EXPECT_TRUE(ValidateLabelName("pci_bus_id").ok());
   EXPECT_TRUE(ValidateLabelName("UUID").ok());
   EXPECT_FALSE(ValidateLabelName("").ok());
@@ -87,7 +87,7 @@ TEST(NameTest, LabelNames) {
   EXPECT_THAT(reserved.message(), HasSubstr("reserves"));
 }
 
-TEST(ConventionTest, CountersAndOnlyCountersEndInTotal) {
+TEST(MetricsConventionTest, CountersAndOnlyCountersEndInTotal) {
   EXPECT_TRUE(CheckNamingConventions("x_batches_total", MetricType::kCounter).ok());
   Status s = CheckNamingConventions("x_batches", MetricType::kCounter);
   EXPECT_THAT(s.message(), HasSubstr("must end in \"_total\""));
@@ -95,7 +95,7 @@ TEST(ConventionTest, CountersAndOnlyCountersEndInTotal) {
   EXPECT_FALSE(CheckNamingConventions("x_total", MetricType::kHistogram).ok());
 }
 
-TEST(ConventionTest, BaseUnitsOnly) {
+TEST(MetricsConventionTest, BaseUnitsOnly) {
   EXPECT_TRUE(CheckNamingConventions("x_wait_seconds_total", MetricType::kCounter).ok());
   EXPECT_TRUE(CheckNamingConventions("x_memory_used_bytes", MetricType::kGauge).ok());
   EXPECT_TRUE(CheckNamingConventions("x_utilisation_ratio", MetricType::kGauge).ok());
@@ -106,14 +106,14 @@ TEST(ConventionTest, BaseUnitsOnly) {
   EXPECT_FALSE(CheckNamingConventions("x_util_percent", MetricType::kGauge).ok());
 }
 
-TEST(ConventionTest, HistogramNamesLeaveTheSuffixesToTheirSamples) {
+TEST(MetricsConventionTest, HistogramNamesLeaveTheSuffixesToTheirSamples) {
   EXPECT_TRUE(CheckNamingConventions("x_duration_seconds", MetricType::kHistogram).ok());
   EXPECT_FALSE(CheckNamingConventions("x_duration_count", MetricType::kHistogram).ok());
   EXPECT_FALSE(CheckNamingConventions("x_bucket", MetricType::kHistogram).ok());
   EXPECT_FALSE(CheckNamingConventions("x_sum", MetricType::kHistogram).ok());
 }
 
-TEST(LabelPairsTest, FormatsInOrderWithEscaping) {
+TEST(MetricsLabelPairsTest, FormatsInOrderWithEscaping) {
   EXPECT_EQ(FormatLabelPairs({"a", "b"}, {"x", "say \"y\""}), R"(a="x",b="say \"y\"")");
   EXPECT_EQ(FormatLabelPairs({}, {}), "");
 }

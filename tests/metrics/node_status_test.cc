@@ -110,7 +110,7 @@ class NodeStatusTest : public ::testing::Test {
   testing::TempDir dir_;
 };
 
-TEST(IdentityTest, FromThePodsEnvironment) {
+TEST(AgentIdentityTest, FromThePodsEnvironment) {
   auto pod = IdentityFromEnvironment({{"POD_NAME", "resnet-node-1"},
                                       {"POD_NAMESPACE", "team-a"},
                                       {"CONTAINER_NAME", "trainer"},
@@ -135,7 +135,7 @@ TEST(IdentityTest, FromThePodsEnvironment) {
   EXPECT_EQ(laptop.hostname, "laptop");
 }
 
-TEST(LocalNodeAddressTest, EachNodeGetsTheNextPort) {
+TEST(LocalNodeMetricsAddressTest, EachNodeGetsTheNextPort) {
   EXPECT_EQ(LocalNodeMetricsAddress(":9400", 0), ":9400");
   EXPECT_EQ(LocalNodeMetricsAddress(":9400", 2), ":9402");
   EXPECT_EQ(LocalNodeMetricsAddress("127.0.0.1:9400", 1), "127.0.0.1:9401");

@@ -5,6 +5,8 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstring>
+#include <fstream>
 #include <sstream>
 
 #include <gmock/gmock.h>
@@ -81,12 +83,18 @@ class Prometheus {
   int port() const { return port_; }
   std::string Log() const { return process_ ? process_->Stderr() : ""; }
 
+  // The API's whole answer to an instant query ({"status": "success", "data": ...} or
+  // {"status": "error", "error": ...}); null when there was no answer.
+  json Raw(const std::string& promql) {
+    auto r = HttpGet("127.0.0.1", port_, "/api/v1/query?query=" + UrlEncode(promql));
+    if (!r.ok()) return json();
+    json j = json::parse(r->body, nullptr, false);
+    return j.is_discarded() ? json() : j;
+  }
   // The instant vector of a PromQL query: the "result" array, or empty on any error.
   json Query(const std::string& promql) {
-    auto r = HttpGet("127.0.0.1", port_, "/api/v1/query?query=" + UrlEncode(promql));
-    if (!r.ok() || r->status != 200) return json::array();
-    json j = json::parse(r->body, nullptr, false);
-    if (j.is_discarded() || j.value("status", "") != "success") return json::array();
+    json j = Raw(promql);
+    if (!j.is_object() || j.value("status", "") != "success") return json::array();
     return j["data"].value("result", json::array());
   }
   // What Grafana's label_values(match, label) asks: GET /api/v1/label/<label>/values.
@@ -178,6 +186,34 @@ TEST(PrometheusTest, ScrapesTheAgentAndAnswersWithTheFakeGpusValues) {
   EXPECT_EQ(prom.Poll("spawnpoint_agent_phase{job=\"metrics-demo\",phase=\"Running\"}",
                       [](double v) { return v == 1; }),
             1);
+
+  // Every query of the Grafana dashboard is valid PromQL, and those over the agent's
+  // metrics find data (failures need a failure; the operator's panels need the operator).
+  std::ifstream in(DASHBOARD_JSON);
+  json dashboard = json::parse(in, nullptr, false);
+  ASSERT_TRUE(dashboard.is_object()) << DASHBOARD_JSON;
+  int queries = 0;
+  bool operator_row = false;  // the panels after the "Operator" row read operator metrics
+  for (const auto& panel : dashboard["panels"]) {
+    if (panel["type"] == "row") operator_row = panel["title"] == "Operator";
+    for (const auto& target : panel.value("targets", json::array())) {
+      std::string expr = target["expr"];
+      for (auto [var, value] : {std::pair{"$namespace", ".*"}, std::pair{"$job", ".*"},
+                                std::pair{"$__rate_interval", "5s"}}) {
+        for (size_t at; (at = expr.find(var)) != std::string::npos;) {
+          expr.replace(at, strlen(var), value);
+        }
+      }
+      ++queries;
+      const std::string title = panel["title"];
+      json answer = prom.Raw(expr);
+      ASSERT_EQ(answer.value("status", ""), "success") << title << ": " << expr << "\n" << answer;
+      if (title == "Rank failures by reason" || operator_row) continue;
+      EXPECT_TRUE(WaitUntil([&] { return !prom.Query(expr).empty(); }, kDeadline))
+          << title << ": no data for " << expr;
+    }
+  }
+  EXPECT_GE(queries, 15);
 }
 
 }  // namespace

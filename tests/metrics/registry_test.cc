@@ -21,7 +21,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::ParseSamples;
 
-TEST(RegistryTest, UnlabelledCounterIsExportedFromTheStart) {
+TEST(MetricsRegistryTest, UnlabelledCounterIsExportedFromTheStart) {
   Registry r;
   auto* c = r.AddCounter({.name = "x_events_total", .help = "Events."}).value();
   EXPECT_EQ(r.Render(),
@@ -35,7 +35,7 @@ TEST(RegistryTest, UnlabelledCounterIsExportedFromTheStart) {
   EXPECT_THAT(r.Render(), HasSubstr("\nx_events_total 3.5\n"));
 }
 
-TEST(RegistryTest, LabelledSeriesAreSortedAndEscaped) {
+TEST(MetricsRegistryTest, LabelledSeriesAreSortedAndEscaped) {
   Registry r;
   auto* g = r.AddGauge({.name = "x_temperature_celsius",
                         .help = "Temperature in \\ degrees\nCelsius.",
@@ -51,13 +51,13 @@ TEST(RegistryTest, LabelledSeriesAreSortedAndEscaped) {
             "x_temperature_celsius{gpu=\"1\",modelName=\"Model \\\"B\\\"\\nrev\\\\2\"} 41\n");
 }
 
-TEST(RegistryTest, AFamilyWithoutSeriesWritesNothing) {
+TEST(MetricsRegistryTest, AFamilyWithoutSeriesWritesNothing) {
   Registry r;
   ASSERT_TRUE(r.AddGauge({.name = "x_up", .help = "Up.", .labels = {"rank"}}).ok());
   EXPECT_EQ(r.Render(), "");
 }
 
-TEST(RegistryTest, HistogramBucketsAreCumulativeWithInclusiveBounds) {
+TEST(MetricsRegistryTest, HistogramBucketsAreCumulativeWithInclusiveBounds) {
   Registry r;
   auto* h = r.AddHistogram({.name = "x_duration_seconds", .help = "Time.", .labels = {"verb"}},
                            {0.1, 1, 2.5})
@@ -80,7 +80,7 @@ TEST(RegistryTest, HistogramBucketsAreCumulativeWithInclusiveBounds) {
   EXPECT_DOUBLE_EQ(snap.sum, 106.65);
 }
 
-TEST(RegistryTest, UnlabelledHistogramAndBucketHelpers) {
+TEST(MetricsRegistryTest, UnlabelledHistogramAndBucketHelpers) {
   Registry r;
   auto* h =
       r.AddHistogram({.name = "x_size_bytes", .help = "Sizes."}, ExponentialBuckets(1024, 4, 3))
@@ -96,7 +96,7 @@ TEST(RegistryTest, UnlabelledHistogramAndBucketHelpers) {
   EXPECT_TRUE(ExponentialBuckets(0, 2, 3).empty());
 }
 
-TEST(RegistryTest, HistogramBoundsAreChecked) {
+TEST(MetricsRegistryTest, HistogramBoundsAreChecked) {
   Registry r;
   auto unsorted = r.AddHistogram({.name = "a_seconds", .help = "h"}, {1, 0.5});
   EXPECT_FALSE(unsorted.ok());
@@ -110,7 +110,7 @@ TEST(RegistryTest, HistogramBoundsAreChecked) {
   EXPECT_THAT(le.status().message(), HasSubstr("bucket label"));
 }
 
-TEST(RegistryTest, RegistrationRules) {
+TEST(MetricsRegistryTest, RegistrationRules) {
   Registry r;
   ASSERT_TRUE(r.AddCounter({.name = "x_total", .help = "h"}).ok());
   auto dup = r.AddGauge({.name = "x_total", .help = "h", .check_conventions = false});
@@ -129,7 +129,7 @@ TEST(RegistryTest, RegistrationRules) {
       r.AddGauge({.name = "DCGM_FI_DEV_FB_USED", .help = "h", .check_conventions = false}).ok());
 }
 
-TEST(RegistryTest, WrongLabelCountIsAnErrorOrADetachedSeries) {
+TEST(MetricsRegistryTest, WrongLabelCountIsAnErrorOrADetachedSeries) {
   Registry r;
   auto* c = r.AddCounter({.name = "x_total", .help = "h", .labels = {"a", "b"}}).value();
   auto got = c->Get({"only-one"});
@@ -143,7 +143,7 @@ TEST(RegistryTest, WrongLabelCountIsAnErrorOrADetachedSeries) {
   EXPECT_EQ(r.Render(), "");
 }
 
-TEST(RegistryTest, TheSameLabelsGiveTheSameSeries) {
+TEST(MetricsRegistryTest, TheSameLabelsGiveTheSameSeries) {
   Registry r;
   auto* c = r.AddCounter({.name = "x_total", .help = "h", .labels = {"a"}}).value();
   auto one = c->WithLabels({"v"});
@@ -157,7 +157,7 @@ TEST(RegistryTest, TheSameLabelsGiveTheSameSeries) {
   EXPECT_EQ(p->Size(), 3u);
 }
 
-TEST(RegistryTest, RemovingLabelSetsForAFinishedJob) {
+TEST(MetricsRegistryTest, RemovingLabelSetsForAFinishedJob) {
   Registry r;
   auto* util =
       r.AddGauge(
@@ -197,7 +197,7 @@ TEST(RegistryTest, RemovingLabelSetsForAFinishedJob) {
   EXPECT_EQ(util->Size(), 0u);
 }
 
-TEST(RegistryTest, CollectorsAreReadAtScrapeTime) {
+TEST(MetricsRegistryTest, CollectorsAreReadAtScrapeTime) {
   Registry r;
   std::atomic<int> calls{0};
   double reading = 40;
@@ -225,7 +225,7 @@ TEST(RegistryTest, CollectorsAreReadAtScrapeTime) {
   EXPECT_EQ(r.Render(), "");
 }
 
-TEST(RegistryTest, CollectedSamplesJoinARegisteredFamilysGroup) {
+TEST(MetricsRegistryTest, CollectedSamplesJoinARegisteredFamilysGroup) {
   Registry r;
   auto* c =
       r.AddCounter({.name = "x_restarts_total", .help = "Restarts.", .labels = {"cause"}}).value();
@@ -250,7 +250,7 @@ TEST(RegistryTest, CollectedSamplesJoinARegisteredFamilysGroup) {
             "x_after 0\n");
 }
 
-TEST(RegistryTest, InvalidCollectedFamiliesAreSkippedAndCounted) {
+TEST(MetricsRegistryTest, InvalidCollectedFamiliesAreSkippedAndCounted) {
   Registry r;
   ASSERT_TRUE(r.AddGauge({.name = "x_taken", .help = "h"}).ok());
   r.AddCollector([](std::vector<CollectedFamily>* out) {
@@ -275,7 +275,7 @@ TEST(RegistryTest, InvalidCollectedFamiliesAreSkippedAndCounted) {
 }
 
 // Many threads add to one counter and one histogram: nothing is lost.
-TEST(RegistryConcurrencyTest, UpdatesFromManyThreadsAreAllCounted) {
+TEST(MetricsRegistryConcurrencyTest, UpdatesFromManyThreadsAreAllCounted) {
   Registry r;
   auto* c = r.AddCounter({.name = "x_total", .help = "h", .labels = {"t"}}).value();
   auto* h = r.AddHistogram({.name = "x_seconds", .help = "h"}, {0.5}).value();
@@ -301,7 +301,7 @@ TEST(RegistryConcurrencyTest, UpdatesFromManyThreadsAreAllCounted) {
 
 // Scrapes race observations, new label sets and removals: every scrape is well formed, a
 // histogram's count equals its +Inf bucket, and counters never go backwards.
-TEST(RegistryConcurrencyTest, ScrapesRacingUpdatesAreConsistent) {
+TEST(MetricsRegistryConcurrencyTest, ScrapesRacingUpdatesAreConsistent) {
   Registry r;
   auto* c = r.AddCounter({.name = "x_total", .help = "h"}).value();
   auto* h = r.AddHistogram({.name = "x_seconds", .help = "h"}, {0.1, 1}).value();

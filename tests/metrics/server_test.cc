@@ -37,7 +37,7 @@ int ConnectIdle(int port) {
   return fd;
 }
 
-class ServerTest : public ::testing::Test {
+class MetricsServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto* c =
@@ -54,7 +54,7 @@ class ServerTest : public ::testing::Test {
   Registry registry_;
 };
 
-TEST_F(ServerTest, ServesMetricsInTheTextFormat) {
+TEST_F(MetricsServerTest, ServesMetricsInTheTextFormat) {
   auto server = Start();
   ASSERT_GT(server->port(), 0);
   EXPECT_EQ(server->address(), "127.0.0.1:" + std::to_string(server->port()));
@@ -73,7 +73,7 @@ TEST_F(ServerTest, ServesMetricsInTheTextFormat) {
   EXPECT_EQ(head->headers["content-length"], std::to_string(r->body.size()));
 }
 
-TEST_F(ServerTest, HealthAndReadiness) {
+TEST_F(MetricsServerTest, HealthAndReadiness) {
   auto server = Start();
   EXPECT_EQ(HttpGet("127.0.0.1", server->port(), "/healthz")->status, 200);
   auto not_ready = HttpGet("127.0.0.1", server->port(), "/readyz");
@@ -87,7 +87,7 @@ TEST_F(ServerTest, HealthAndReadiness) {
   EXPECT_EQ(draining->body, "not ready: ranks restarting\n");
 }
 
-TEST_F(ServerTest, ExtraHandlersSeeThePathAndQuery) {
+TEST_F(MetricsServerTest, ExtraHandlersSeeThePathAndQuery) {
   auto server = Start();
   std::string seen_query;
   server->Handle("/status", [&](const HttpRequest& req) {
@@ -110,7 +110,7 @@ TEST_F(ServerTest, ExtraHandlersSeeThePathAndQuery) {
   EXPECT_THAT(index->body, HasSubstr("/metrics"));
 }
 
-TEST_F(ServerTest, BadRequestsGetTheirStatus) {
+TEST_F(MetricsServerTest, BadRequestsGetTheirStatus) {
   auto server = Start();
   const int port = server->port();
   EXPECT_EQ(HttpGet("127.0.0.1", port, "/nope")->status, 404);
@@ -124,7 +124,7 @@ TEST_F(ServerTest, BadRequestsGetTheirStatus) {
   EXPECT_EQ(HttpRaw("127.0.0.1", port, "GET /healthz HTTP/1.0\n\n")->status, 200);
 }
 
-TEST_F(ServerTest, AddressesAndBindErrors) {
+TEST_F(MetricsServerTest, AddressesAndBindErrors) {
   auto p = ParseListenAddress(":9400");
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->first, "");
@@ -146,13 +146,13 @@ TEST_F(ServerTest, AddressesAndBindErrors) {
   EXPECT_FALSE(unresolvable.ok());
 }
 
-TEST_F(ServerTest, EveryInterfaceIsReachableOnLoopback) {
+TEST_F(MetricsServerTest, EveryInterfaceIsReachableOnLoopback) {
   auto s = MetricsServer::Start({.address = ":0", .registry = &registry_});
   ASSERT_TRUE(s.ok()) << s.status().message();
   EXPECT_EQ(HttpGet("127.0.0.1", (*s)->port(), "/metrics")->status, 200);
 }
 
-TEST_F(ServerTest, ASilentClientIsCutAndDoesNotBlockOthers) {
+TEST_F(MetricsServerTest, ASilentClientIsCutAndDoesNotBlockOthers) {
   auto server = Start({.io_timeout = milliseconds(300)});
   int idle = ConnectIdle(server->port());
   // Served meanwhile on another thread.
@@ -172,7 +172,7 @@ TEST_F(ServerTest, ASilentClientIsCutAndDoesNotBlockOthers) {
   EXPECT_EQ(partial->status, 408);
 }
 
-TEST_F(ServerTest, ConnectionsOverTheLimitGet503) {
+TEST_F(MetricsServerTest, ConnectionsOverTheLimitGet503) {
   auto server = Start({.max_connections = 2, .io_timeout = milliseconds(20'000)});
   int a = ConnectIdle(server->port());
   int b = ConnectIdle(server->port());
@@ -191,7 +191,7 @@ TEST_F(ServerTest, ConnectionsOverTheLimitGet503) {
       milliseconds(10'000)));
 }
 
-TEST_F(ServerTest, StopCutsOpenConnectionsPromptly) {
+TEST_F(MetricsServerTest, StopCutsOpenConnectionsPromptly) {
   auto server = Start({.io_timeout = milliseconds(60'000)});
   int idle = ConnectIdle(server->port());
   const int port = server->port();
@@ -205,7 +205,7 @@ TEST_F(ServerTest, StopCutsOpenConnectionsPromptly) {
   EXPECT_FALSE(HttpGet("127.0.0.1", port, "/healthz").ok());
 }
 
-TEST_F(ServerTest, ConcurrentScrapesAllSucceed) {
+TEST_F(MetricsServerTest, ConcurrentScrapesAllSucceed) {
   auto server = Start();
   auto* g = registry_.AddGauge({.name = "x_value", .help = "h"}).value();
   std::atomic<int> ok{0}, bad{0};
