@@ -198,7 +198,8 @@ int main(int argc, char** argv) {
   // Throughput over the steady epochs, epoch boundaries included (as the reference).
   const double steady_s = Seconds(last - steady_start) / static_cast<double>(steady_batches);
   const double median_boundary = Median(boundaries);
-  double peak = VmHwmMb(getpid());
+  const double peak_main = VmHwmMb(getpid());
+  double peak = peak_main;
   for (pid_t pid : loader.loader().WorkerPids()) {
     if (pid > 0) peak += VmHwmMb(pid);
   }
@@ -208,6 +209,7 @@ int main(int argc, char** argv) {
       {"batches_per_s", 1.0 / steady_s},
       {"epoch_boundary_ms", std::max(0.0, (median_boundary - steady_s) * 1000.0)},
       {"peak_rss_mb", peak},
+      {"peak_rss_main_mb", peak_main},
       {"epoch_boundary_matched_ms",
        std::max(0.0,
                 (median_boundary - (same_position.empty() ? steady_s : Median(same_position))) *

@@ -175,8 +175,8 @@ def main():
                     help="a run during which other processes used more CPUs than this on "
                     "average is repeated (default 0.25)")
     ap.add_argument("--retries", type=int, default=1, help="repeats of a disturbed run (1)")
-    ap.add_argument("--budget", type=float, default=150,
-                    help="seconds after which disturbed runs are no longer repeated (150)")
+    ap.add_argument("--budget", type=float, default=60,
+                    help="seconds after which disturbed runs are no longer repeated (60)")
     ap.add_argument("--json", help="also write every run's result to this file")
     ap.add_argument("--report", metavar="FILE",
                     help="only print the table of the runs a previous --json saved")

@@ -119,13 +119,15 @@ def main():
     # Throughput over the steady epochs, epoch boundaries included.
     steady_s = (last - steady_start) / steady_batches
     worker_pids = [w.pid for w in loader._iterator._workers]
-    peak = vm_hwm_mb(os.getpid()) + sum(vm_hwm_mb(pid) for pid in worker_pids)
+    peak_main = vm_hwm_mb(os.getpid())
+    peak = peak_main + sum(vm_hwm_mb(pid) for pid in worker_pids)
     del loader
     out = {
         "first_batch_s": first_batch_s,
         "batches_per_s": 1.0 / steady_s,
         "epoch_boundary_ms": max(0.0, (statistics.median(boundaries) - steady_s) * 1000.0),
         "peak_rss_mb": peak,
+        "peak_rss_main_mb": peak_main,
         "epoch_boundary_matched_ms": max(0.0, (statistics.median(boundaries) - (
             statistics.median(same_position) if same_position else steady_s)) * 1000.0),
         "checksum": checksum,
