@@ -235,6 +235,28 @@ TEST(ShmRing, ReservesMapsAndLeavesNoFileBehind) {
   EXPECT_FALSE(ShmRing::Attach(dup((*ring)->fd()), 4, (*ring)->slot_bytes()).ok());
 }
 
+TEST(ShmRing, ReservesLaterSlotsOnlyWhenAskedAndOnce) {
+  // /dev/shm is the tmpfs the loader uses: fallocate there really takes pages.
+  std::string dir = "/dev/shm/spawnpoint-ring-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  const size_t slot = RoundUpToPages(1 << 20);
+  auto ring = ShmRing::Create(dir, 4, slot, /*reserve_slots=*/1);
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(ring.ok()) << ring.status().ToString();
+  auto reserved = [&] {
+    struct stat st {};
+    EXPECT_EQ(fstat((*ring)->fd(), &st), 0);
+    return static_cast<size_t>(st.st_blocks) * 512;
+  };
+  EXPECT_EQ(reserved(), slot);  // only slot 0 up front: the first batch is not delayed
+  ASSERT_TRUE((*ring)->ReserveSlot(2).ok());
+  EXPECT_EQ(reserved(), 2 * slot);
+  ASSERT_TRUE((*ring)->ReserveSlot(2).ok());  // a slot already reserved costs nothing
+  EXPECT_EQ(reserved(), 2 * slot);
+  for (size_t i = 0; i < 4; ++i) ASSERT_TRUE((*ring)->ReserveSlot(i).ok());
+  EXPECT_EQ(reserved(), 4 * slot);
+}
+
 TEST(ShmRing, TooLittleSpaceFailsNowWithTheFix) {
   testing::TempDir dir;
   auto ring = ShmRing::Create(dir.path(), 12, size_t{1} << 40);
