@@ -1,5 +1,7 @@
 #include "agent/cli/options.h"
 
+#include "common/flags.h"
+
 #include <charconv>
 #include <functional>
 #include <map>
@@ -8,17 +10,6 @@
 
 namespace spawnpoint::agent {
 namespace {
-
-StatusOr<long long> ParseInt(const std::string& flag, const std::string& value, long long min,
-                             long long max) {
-  long long v = 0;
-  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-  if (ec != std::errc() || ptr != value.data() + value.size() || v < min || v > max) {
-    return InvalidArgument(flag + ": expected an integer in " + std::to_string(min) + ".." +
-                           std::to_string(max) + ", got \"" + value + "\"");
-  }
-  return v;
-}
 
 StatusOr<std::chrono::milliseconds> ParseSeconds(const std::string& flag,
                                                  const std::string& value) {
@@ -105,7 +96,7 @@ StatusOr<AgentOptions> ParseAgentArgs(const std::vector<std::string>& args) {
   };
   auto integer = [](int* field, long long min, long long max) -> Setter {
     return [=](const std::string& flag, const std::string& v) {
-      SP_ASSIGN_OR_RETURN(long long n, ParseInt(flag, v, min, max));
+      SP_ASSIGN_OR_RETURN(long long n, ParseIntFlag(flag, v, min, max));
       *field = static_cast<int>(n);
       return Status::Ok();
     };
@@ -159,17 +150,8 @@ StatusOr<AgentOptions> ParseAgentArgs(const std::vector<std::string>& args) {
   };
 
   for (size_t i = 1; i < args.size(); ++i) {
-    std::string flag = args[i];
-    std::string value;
-    bool has_value = false;
-    if (flag.rfind("--", 0) == 0) {
-      size_t eq = flag.find('=');
-      if (eq != std::string::npos) {
-        value = flag.substr(eq + 1);
-        flag = flag.substr(0, eq);
-        has_value = true;
-      }
-    }
+    const FlagArg arg = SplitFlag(args[i]);
+    const std::string& flag = arg.name;
     if (flag == "-h" || flag == "--help") {
       o.command = AgentCommand::kHelp;
       return o;
@@ -186,10 +168,7 @@ StatusOr<AgentOptions> ParseAgentArgs(const std::vector<std::string>& args) {
     if (it == valued.end()) {
       return InvalidArgument("unknown flag \"" + flag + "\" for " + cmd + "; see --help");
     }
-    if (!has_value) {
-      if (i + 1 >= args.size()) return InvalidArgument(flag + ": missing value");
-      value = args[++i];
-    }
+    SP_ASSIGN_OR_RETURN(std::string value, FlagValue(arg, args, &i));
     SP_RETURN_IF_ERROR(it->second(flag, value));
   }
   if (o.file.empty() && o.job_env.empty()) {

@@ -1,5 +1,7 @@
 #include "operator/app/options.h"
 
+#include "common/flags.h"
+
 #include <charconv>
 #include <functional>
 #include <map>
@@ -86,13 +88,8 @@ StatusOr<OperatorOptions> ParseOperatorArgs(const std::vector<std::string>& args
   };
   auto integer = [](int* field, int min, int max) -> Setter {
     return [=](const std::string& flag, const std::string& v) {
-      int n = 0;
-      auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-      if (ec != std::errc() || ptr != v.data() + v.size() || n < min || n > max) {
-        return InvalidArgument(flag + ": expected an integer in " + std::to_string(min) + ".." +
-                               std::to_string(max) + ", got \"" + v + "\"");
-      }
-      *field = n;
+      SP_ASSIGN_OR_RETURN(long long n, ParseIntFlag(flag, v, min, max));
+      *field = static_cast<int>(n);
       return Status::Ok();
     };
   };
@@ -150,17 +147,10 @@ StatusOr<OperatorOptions> ParseOperatorArgs(const std::vector<std::string>& args
       {"--crash-after-pod-creates", integer(&o.crash_after_pod_creates, 0, 1000000)},
   };
   for (size_t i = 0; i < args.size(); ++i) {
-    std::string flag = args[i];
-    std::string value;
-    bool has_value = false;
-    if (flag.rfind("--", 0) == 0) {
-      size_t eq = flag.find('=');
-      if (eq != std::string::npos) {
-        value = flag.substr(eq + 1);
-        flag = flag.substr(0, eq);
-        has_value = true;
-      }
-    }
+    const FlagArg arg = SplitFlag(args[i]);
+    const std::string& flag = arg.name;
+    const bool has_value = arg.has_value;
+    const std::string& value = arg.value;
     if (flag == "-h" || flag == "--help") {
       o.help = true;
       return o;
@@ -174,11 +164,8 @@ StatusOr<OperatorOptions> ParseOperatorArgs(const std::vector<std::string>& args
     }
     auto it = valued.find(flag);
     if (it == valued.end()) return InvalidArgument("unknown flag \"" + flag + "\"; see --help");
-    if (!has_value) {
-      if (i + 1 >= args.size()) return InvalidArgument(flag + ": missing value");
-      value = args[++i];
-    }
-    SP_RETURN_IF_ERROR(it->second(flag, value));
+    SP_ASSIGN_OR_RETURN(std::string flag_value, FlagValue(arg, args, &i));
+    SP_RETURN_IF_ERROR(it->second(flag, flag_value));
   }
   if (o.leader_elect) {
     if (!(o.lease_duration > o.renew_deadline)) {
