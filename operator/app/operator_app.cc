@@ -10,15 +10,16 @@
 #include <mutex>
 #include <thread>
 
+#include "metrics/registry.h"
+#include "metrics/server.h"
 #include "operator/common/log.h"
 #include "operator/common/object.h"
 #include "operator/common/wall_clock.h"
 #include "operator/controller/controller.h"
-#include "operator/http/http_server.h"
 #include "operator/kube/client.h"
 #include "operator/kube/config.h"
 #include "operator/kube/leader_election.h"
-#include "operator/metrics/metrics.h"
+#include "operator/metrics/operator_metrics.h"
 #include "operator/utilisation/agent_status.h"
 #include "operator/utilisation/utilisation_poller.h"
 
@@ -73,46 +74,6 @@ kube::Logger KubeLogger(const Logger& log) {
   };
 }
 
-// Per-job gauges, computed from the job cache at scrape time.
-std::vector<Sample> JobSamples(const kube::Store& jobs) {
-  static const char* kPhases[] = {"Pending",   "Running", "Restarting",
-                                  "Succeeded", "Failed",  "Suspended"};
-  std::vector<Sample> out;
-  for (const auto& job : jobs.List()) {
-    const std::string ns = NamespaceOf(*job), name = NameOf(*job);
-    const nlohmann::json status = job->value("status", nlohmann::json::object());
-    const std::string current = status.value("phase", "");
-    auto labels = [&](std::vector<std::pair<std::string, std::string>> more = {}) {
-      std::vector<std::pair<std::string, std::string>> l = {{"namespace", ns}, {"name", name}};
-      l.insert(l.end(), more.begin(), more.end());
-      return l;
-    };
-    for (const char* p : kPhases) {
-      out.push_back({"spawnpoint_trainingjob_status_phase", labels({{"phase", p}}),
-                     current == p ? 1.0 : 0.0});
-    }
-    out.push_back({"spawnpoint_trainingjob_restarts", labels(),
-                   static_cast<double>(status.value("restarts", 0))});
-    out.push_back({"spawnpoint_trainingjob_world_size", labels(),
-                   static_cast<double>(status.value("worldSize", 0))});
-    const nlohmann::json nodes = status.value("nodes", nlohmann::json::object());
-    for (const char* state : {"pending", "running", "succeeded", "failed"}) {
-      out.push_back({"spawnpoint_trainingjob_nodes", labels({{"state", state}}),
-                     static_cast<double>(nodes.value(state, 0))});
-    }
-    const nlohmann::json u = status.value("utilisation", nlohmann::json::object());
-    for (const auto& [field, metric] : std::vector<std::pair<std::string, std::string>>{
-             {"gpu", "spawnpoint_trainingjob_gpu_utilisation"},
-             {"dataStall", "spawnpoint_trainingjob_data_stall"},
-             {"samplesPerSecond", "spawnpoint_trainingjob_samples_per_second"}}) {
-      if (u.contains(field) && u[field].is_number()) {
-        out.push_back({metric, labels(), u[field].get<double>()});
-      }
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 int RunOperator(const OperatorOptions& o) {
@@ -136,7 +97,13 @@ int RunOperator(const OperatorOptions& o) {
     log.Error("cannot load the Kubernetes configuration", {{"error", config.status().message()}});
     return 2;
   }
+  // Before the client: it reports every API request here.
+  metrics::Registry registry;
+  OperatorMetrics metrics(&registry);
   kube::ClientOptions client_options;
+  client_options.on_response = [&metrics](const std::string& verb, int code, Clock::Duration took) {
+    metrics.ObserveApiRequest(verb, code, std::chrono::duration<double>(took).count());
+  };
   client_options.qps = o.kube_api_qps;
   client_options.burst = o.kube_api_burst;
   client_options.user_agent = "spawnpoint-operator/" + identity;
@@ -169,7 +136,6 @@ int RunOperator(const OperatorOptions& o) {
   };
 
   WallClock wall(RealClock::Get());
-  Metrics metrics;
   HttpAgentStatusReader reader;
   Controller* controller_ptr = nullptr;
   UtilisationOptions util_options{o.utilisation_interval, o.agent_status_port};
@@ -202,53 +168,46 @@ int RunOperator(const OperatorOptions& o) {
   }
   Controller controller(client->get(), &wall, co, &metrics, &poller, log);
   controller_ptr = &controller;
-  metrics.AddCollector(
-      [&] { return JobSamples(controller.jobs()); },
-      {{"spawnpoint_trainingjob_status_phase", "1 for the job's current phase."},
-       {"spawnpoint_trainingjob_restarts", "Whole-gang restarts so far."},
-       {"spawnpoint_trainingjob_world_size", "DDP ranks of the job."},
-       {"spawnpoint_trainingjob_nodes", "Pods of the current attempt by state."},
-       {"spawnpoint_trainingjob_gpu_utilisation",
-        "Mean GPU utilisation of the running pods (0-1)."},
-       {"spawnpoint_trainingjob_data_stall", "Mean fraction of time ranks waited for data (0-1)."},
-       {"spawnpoint_trainingjob_samples_per_second", "Samples per second over all ranks."}},
-      {});
+  metrics.CollectJobs(&controller.jobs());
 
   std::unique_ptr<kube::LeaderElector> elector;
   std::atomic<bool> synced{false};
-  auto ready = [&]() -> std::pair<bool, std::string> {
-    if (!synced) return {false, "caches not synced"};
-    if (!elector) return {true, "ok"};
-    if (elector->IsLeader()) return {true, "ok: leading"};
-    if (!elector->GetLeader().empty()) return {true, "ok: standing by for " + elector->GetLeader()};
-    return {false, "campaigning"};
+  // Ready once the caches synced and, with leader election, once leading or following a
+  // known leader. Read live on every probe.
+  std::atomic<kube::LeaderElector*> elector_seen{nullptr};
+  auto readyz = [&](const metrics::HttpRequest&) {
+    auto text = [](int code, std::string body) {
+      return metrics::HttpResponse{code, "text/plain; charset=utf-8", body + "\n"};
+    };
+    if (!synced) return text(503, "not ready: caches not synced");
+    kube::LeaderElector* e = elector_seen.load();
+    if (!e) return text(200, "ok");
+    if (e->IsLeader()) return text(200, "ok: leading");
+    const std::string leader = e->GetLeader();
+    if (!leader.empty()) return text(200, "ok: standing by for " + leader);
+    return text(503, "not ready: campaigning");
   };
-  HttpHandler handler = [&](const std::string& path) -> HttpReply {
-    if (path == "/healthz" || path == "/livez") return {200, "text/plain; charset=utf-8", "ok\n"};
-    if (path == "/readyz") {
-      auto [ok, why] = ready();
-      return {ok ? 200 : 503, "text/plain; charset=utf-8", why + "\n"};
-    }
-    if (path == "/metrics") {
-      return {200, "text/plain; version=0.0.4; charset=utf-8", metrics.Exposition()};
-    }
-    return {404, "text/plain; charset=utf-8", "not found\n"};
-  };
-  std::vector<std::unique_ptr<HttpServer>> servers;
-  for (const std::string& addr : {o.health_addr, o.metrics_addr}) {
+  // /metrics, /healthz and /readyz on the metrics address; the probes also on the health
+  // address when it differs (probes then never queue behind a slow scrape).
+  std::vector<std::unique_ptr<metrics::MetricsServer>> servers;
+  for (const std::string& addr : {o.metrics_addr, o.health_addr}) {
     if (addr.empty() || addr == "0") continue;
-    if (!servers.empty() && addr == o.health_addr) continue;  // same address: one server
-    auto server = HttpServer::Start(addr, handler);
+    if (!servers.empty() && addr == o.metrics_addr) continue;  // same address: one server
+    auto server = metrics::MetricsServer::Start(
+        {.address = addr, .registry = addr == o.metrics_addr ? &registry : nullptr});
     if (!server.ok()) {
       log.Error("cannot serve", {{"addr", addr}, {"error", server.status().message()}});
       controller.Stop();
       end_signal_thread();
       return 2;
     }
+    (*server)->Handle("/livez", [](const metrics::HttpRequest&) {
+      return metrics::HttpResponse{.body = "ok\n"};
+    });
+    (*server)->Handle("/readyz", readyz);
     log.Info("serving", {{"addr", addr}, {"port", (*server)->port()}});
     servers.push_back(std::move(server).value());
   }
-
   controller.StartInformers();
   while (!controller.WaitForSync(std::chrono::milliseconds(200))) {
     if (stop.Stopped()) break;
@@ -294,14 +253,13 @@ int RunOperator(const OperatorOptions& o) {
       return 2;
     }
     elector = std::move(created).value();
+    elector_seen = elector.get();
     elector_thread = std::thread([&] { elector->Run(); });
   } else if (!stop.Stopped()) {
     start_acting();
   }
 
-  while (!stop.WaitFor(std::chrono::seconds(1))) {
-    metrics.SetQueueDepth(static_cast<int64_t>(controller.queue().Len()));
-  }
+  while (!stop.WaitFor(std::chrono::hours(1))) continue;
   int code;
   {
     std::lock_guard<std::mutex> lock(stop.mu);
@@ -315,6 +273,7 @@ int RunOperator(const OperatorOptions& o) {
     if (elector_thread.joinable()) elector_thread.join();
   }
   for (auto& s : servers) s->Stop();
+  metrics.StopCollectingJobs();
   end_signal_thread();
   log.Info("stopped", {{"exitCode", code}});
   return code;

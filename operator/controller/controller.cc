@@ -41,7 +41,7 @@ kube::InformerOptions JobInformerOptions(const ControllerOptions& o) {
 }  // namespace
 
 Controller::Controller(kube::Client* client, const WallClock* clock, ControllerOptions options,
-                       Metrics* metrics, UtilisationSource* utilisation, Logger log)
+                       OperatorMetrics* metrics, UtilisationSource* utilisation, Logger log)
     : client_(client),
       clock_(clock),
       options_(std::move(options)),
@@ -50,7 +50,8 @@ Controller::Controller(kube::Client* client, const WallClock* clock, ControllerO
       jobs_(client, kube::resources::TrainingJobs(), JobInformerOptions(options_)),
       pods_(client, kube::resources::Pods(), ChildInformerOptions(options_)),
       services_(client, kube::resources::Services(), ChildInformerOptions(options_)),
-      queue_(clock->clock(), {.name = "trainingjobs"}),
+      queue_(clock->clock(),
+             {.name = "trainingjobs", .metrics = metrics ? metrics->QueueHooks() : nullptr}),
       events_(client, clock, options_.instance, log_),
       cluster_(client, &jobs_.store(), &pods_.store(), &services_.store(), &events_),
       reconciler_(&cluster_, clock, options_.reconciler, utilisation) {
@@ -127,7 +128,6 @@ void Controller::Worker(int index) {
   while (auto key = queue_.Get()) {
     ProcessKey(*key);
     queue_.Done(*key);
-    if (metrics_) metrics_->SetQueueDepth(static_cast<int64_t>(queue_.Len()));
   }
 }
 
@@ -146,7 +146,10 @@ void Controller::ProcessKey(const std::string& key) {
     result.status = Internal(std::string("reconcile threw: ") + e.what());
   }
   const double seconds = std::chrono::duration<double>(clock->Now() - start).count();
-  if (result.status_written && metrics_) metrics_->IncStatusWrites();
+  if (result.status_written && metrics_) {
+    metrics_->ObserveStatusWrite(ns, result.previous_phase, result.phase, result.previous_restarts,
+                                 result.restarts);
+  }
 
   const Status& s = result.status;
   std::string outcome = "success";

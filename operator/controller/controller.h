@@ -22,7 +22,7 @@
 #include "operator/kube/client.h"
 #include "operator/kube/informer.h"
 #include "operator/kube/workqueue.h"
-#include "operator/metrics/metrics.h"
+#include "operator/metrics/operator_metrics.h"
 #include "operator/reconciler/reconciler.h"
 #include "operator/utilisation/utilisation_poller.h"
 
@@ -40,7 +40,7 @@ struct ControllerOptions {
 class Controller {
  public:
   Controller(kube::Client* client, const WallClock* clock, ControllerOptions options,
-             Metrics* metrics, UtilisationSource* utilisation, Logger log);
+             OperatorMetrics* metrics, UtilisationSource* utilisation, Logger log);
   ~Controller();  // Stop()
 
   void StartInformers();
@@ -67,7 +67,7 @@ class Controller {
   kube::Client* const client_;
   const WallClock* const clock_;
   const ControllerOptions options_;
-  Metrics* const metrics_;
+  OperatorMetrics* const metrics_;
   const Logger log_;
 
   kube::Informer jobs_;

@@ -212,7 +212,9 @@ StatusOr<HttpResponse> Client::Do(const std::string& method, const std::string& 
       req.timeout = std::min(req.timeout, std::chrono::ceil<std::chrono::milliseconds>(left));
     }
 
+    const auto sent_at = clock_->Now();
     HttpResponse resp = transport_->Send(req);
+    if (options_.on_response) options_.on_response(method, resp.status, clock_->Now() - sent_at);
     if (resp.status >= 200 && resp.status < 300) return resp;
 
     Status error;
@@ -397,7 +399,9 @@ StatusOr<std::unique_ptr<WatchStream>> Client::Watch(const GroupVersionResource&
   SP_RETURN_IF_ERROR(Authorize(&req.headers).WithPrefix(context));
   req.timeout = options.idle_timeout;
   std::unique_ptr<HttpStream> stream;
+  const auto sent_at = clock_->Now();
   HttpResponse resp = transport_->OpenStream(req, &stream);
+  if (options_.on_response) options_.on_response("WATCH", resp.status, clock_->Now() - sent_at);
   if (resp.status == 0) return resp.error.WithPrefix(context);
   if (resp.status < 200 || resp.status >= 300 || !stream) {
     if (resp.status == 401 && token_source_) token_source_->Invalidate();

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -130,6 +131,10 @@ struct ClientOptions {
   Logger logger = StderrLogger();
   // Overrides the token source derived from the RestConfig (tests).
   std::shared_ptr<TokenSource> token_source;
+  // Called after every HTTP attempt (each retry too) with the method ("WATCH" for a watch),
+  // the status code (0: no answer) and how long it took; from any thread, so it must be
+  // thread-safe and cheap. For request metrics.
+  std::function<void(const std::string& verb, int code, Clock::Duration took)> on_response;
 };
 
 struct CallOptions {

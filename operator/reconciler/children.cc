@@ -181,6 +181,9 @@ json BuildPod(const api::TrainingJob& job, const json& owner, int node, int atte
       Env("TORCHELASTIC_RUN_ID", UidOf(owner).empty() ? job.name : UidOf(owner)),
       FieldEnv("POD_NAME", "metadata.name"),
       FieldEnv("POD_NAMESPACE", "metadata.namespace"),
+      // The agent's metrics labels (DCGM's `container` and `Hostname`).
+      Env("CONTAINER_NAME", TrainerContainerName(job)),
+      FieldEnv("NODE_NAME", "spec.nodeName"),
   });
   MergeByKey(trainer["env"], env, "name");
 

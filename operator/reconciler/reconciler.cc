@@ -414,6 +414,9 @@ ReconcileResult Reconciler::Finish(Context& c) {
   ReconcileResult result;
   result.requeue_after = c.requeue_after;
   result.phase = c.status.phase;
+  result.previous_phase = c.old_status.value("phase", "");
+  result.previous_restarts = c.old_status.value("restarts", 0);
+  result.restarts = c.status.restarts;
   json desired = c.status.ToJson();
   if (desired != c.old_status) {
     json updated = c.object;

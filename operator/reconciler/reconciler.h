@@ -54,6 +54,10 @@ struct ReconcileResult {
   std::optional<Clock::Duration> requeue_after;
   bool status_written = false;
   std::string phase;  // the phase after this reconcile ("" if the job is gone)
+  // The phase and restart count before this reconcile, and the restart count after it.
+  std::string previous_phase;
+  int previous_restarts = 0;
+  int restarts = 0;
 };
 
 class Reconciler {

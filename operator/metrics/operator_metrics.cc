@@ -1,0 +1,208 @@
+#include "operator/metrics/operator_metrics.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+namespace spawnpoint::op {
+namespace {
+
+using metrics::CollectedFamily;
+using metrics::MetricType;
+
+// Phases as the reconciler writes them; a job it has not seen yet counts as Pending.
+constexpr const char* kPhases[] = {"Pending",   "Running", "Restarting",
+                                   "Succeeded", "Failed",  "Suspended"};
+
+// Registration can only fail on a programming error (a bad or duplicate name), which the
+// unit tests catch; crash loudly rather than run without metrics.
+template <typename T>
+T Must(StatusOr<T> added) {
+  if (!added.ok()) {
+    fprintf(stderr, "operator metrics: %s\n", added.status().ToString().c_str());
+    abort();
+  }
+  return *added;
+}
+
+const nlohmann::json* Field(const nlohmann::json& object, const char* key) {
+  if (!object.is_object()) return nullptr;
+  auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+std::string StringAt(const nlohmann::json& object, const char* a, const char* b) {
+  const nlohmann::json* outer = Field(object, a);
+  const nlohmann::json* inner = outer ? Field(*outer, b) : nullptr;
+  return inner && inner->is_string() ? inner->get<std::string>() : "";
+}
+
+}  // namespace
+
+class OperatorMetrics::QueueHooksImpl : public kube::WorkQueueMetrics {
+ public:
+  explicit QueueHooksImpl(OperatorMetrics* owner) : owner_(owner) {}
+  void OnAdd(const std::string&) override { owner_->queue_adds_->Inc(); }
+  void OnDepth(size_t depth) override { owner_->queue_depth_->Set(static_cast<double>(depth)); }
+  void OnRetry(const std::string&) override { owner_->queue_retries_->Inc(); }
+
+ private:
+  OperatorMetrics* const owner_;
+};
+
+OperatorMetrics::OperatorMetrics(metrics::Registry* registry) : registry_(registry) {
+  // 0.5 ms .. ~16 s: reconciles from the cache take milliseconds, API calls tens of them.
+  const std::vector<double> latency = metrics::ExponentialBuckets(0.0005, 2, 16);
+  reconcile_duration_ =
+      Must(registry->AddHistogram({.name = "spawnpoint_reconcile_duration_seconds",
+                                   .help = "Time per reconcile, by result (success, requeue, "
+                                           "error).",
+                                   .labels = {"result"}},
+                                  latency));
+  reconcile_errors_ = Must(registry->AddCounter({.name = "spawnpoint_reconcile_errors_total",
+                                                 .help = "Reconciles that returned an error."}))
+                          ->WithLabels({});
+  auto per_namespace = [&](const char* name, const char* help) {
+    return Must(registry->AddCounter({.name = name, .help = help, .labels = {"namespace"}}));
+  };
+  jobs_created_ = per_namespace("spawnpoint_jobs_created_total",
+                                "TrainingJobs the operator started (first status written).");
+  jobs_succeeded_ =
+      per_namespace("spawnpoint_jobs_succeeded_total", "TrainingJobs that reached Succeeded.");
+  jobs_failed_ = per_namespace("spawnpoint_jobs_failed_total", "TrainingJobs that reached Failed.");
+  jobs_restarted_ =
+      per_namespace("spawnpoint_jobs_restarted_total", "Whole-gang restarts the operator made.");
+  queue_depth_ = Must(registry->AddGauge({.name = "spawnpoint_workqueue_depth",
+                                          .help = "Job keys waiting for a worker."}))
+                     ->WithLabels({});
+  queue_adds_ = Must(registry->AddCounter({.name = "spawnpoint_workqueue_adds_total",
+                                           .help = "Job keys added to the work queue."}))
+                    ->WithLabels({});
+  queue_retries_ =
+      Must(registry->AddCounter({.name = "spawnpoint_workqueue_retries_total",
+                                 .help = "Job keys re-added with backoff after a failure."}))
+          ->WithLabels({});
+  api_requests_ = Must(registry->AddCounter(
+      {.name = "spawnpoint_api_requests_total",
+       .help = "Kubernetes API requests by verb (HTTP method, WATCH for watches) and status "
+               "code (0: no answer).",
+       .labels = {"verb", "code"}}));
+  api_duration_ = Must(registry->AddHistogram(
+      {.name = "spawnpoint_api_request_duration_seconds",
+       .help = "Kubernetes API request latency by verb (a watch: until its headers arrive).",
+       .labels = {"verb"}},
+      latency));
+  leader_ = Must(registry->AddGauge({.name = "spawnpoint_leader",
+                                     .help = "1 while this replica leads (or runs alone)."}))
+                ->WithLabels({});
+}
+
+OperatorMetrics::~OperatorMetrics() { StopCollectingJobs(); }
+
+void OperatorMetrics::ObserveReconcile(double seconds, const std::string& result) {
+  reconcile_duration_->WithLabels({result})->Observe(seconds);
+  if (result == "error") reconcile_errors_->Inc();
+}
+
+void OperatorMetrics::ObserveStatusWrite(const std::string& ns, const std::string& old_phase,
+                                         const std::string& new_phase, int old_restarts,
+                                         int new_restarts) {
+  // Every namespace's series exist from its first job on, at 0, so rate() and increase()
+  // see the first success or failure rather than a series appearing.
+  auto created = jobs_created_->WithLabels({ns});
+  jobs_succeeded_->WithLabels({ns});
+  jobs_failed_->WithLabels({ns});
+  jobs_restarted_->WithLabels({ns});
+  if (old_phase.empty() && !new_phase.empty()) created->Inc();
+  if (new_phase != old_phase) {
+    if (new_phase == "Succeeded") jobs_succeeded_->WithLabels({ns})->Inc();
+    if (new_phase == "Failed") jobs_failed_->WithLabels({ns})->Inc();
+  }
+  if (new_restarts > old_restarts) {
+    jobs_restarted_->WithLabels({ns})->Inc(new_restarts - old_restarts);
+  }
+}
+
+void OperatorMetrics::SetLeader(bool leader) { leader_->Set(leader ? 1 : 0); }
+
+void OperatorMetrics::SetQueueDepth(size_t depth) { queue_depth_->Set(static_cast<double>(depth)); }
+
+std::shared_ptr<kube::WorkQueueMetrics> OperatorMetrics::QueueHooks() {
+  return std::make_shared<QueueHooksImpl>(this);
+}
+
+void OperatorMetrics::ObserveApiRequest(const std::string& verb, int code, double seconds) {
+  api_requests_->WithLabels({verb, std::to_string(code)})->Inc();
+  api_duration_->WithLabels({verb})->Observe(seconds);
+}
+
+void OperatorMetrics::CollectJobs(const kube::Store* jobs) {
+  StopCollectingJobs();
+  jobs_collector_ = registry_->AddCollector([jobs](std::vector<CollectedFamily>* out) {
+    for (auto& family : JobFamilies(jobs->List())) out->push_back(std::move(family));
+  });
+}
+
+void OperatorMetrics::StopCollectingJobs() {
+  if (jobs_collector_ != 0) registry_->RemoveCollector(jobs_collector_);
+  jobs_collector_ = 0;
+}
+
+std::vector<CollectedFamily> JobFamilies(const std::vector<kube::ObjectPtr>& jobs) {
+  std::map<std::string, std::map<std::string, int>> by_namespace;  // namespace -> phase -> n
+  CollectedFamily gpu{.name = "spawnpoint_job_gpu_utilisation_ratio",
+                      .help =
+                          "Mean GPU utilisation (0-1) of a running job's GPUs, from "
+                          "status.utilisation.gpu.",
+                      .label_names = {"namespace", "job"}};
+  CollectedFamily stall{.name = "spawnpoint_job_data_stall_ratio",
+                        .help =
+                            "Fraction of time a running job's ranks waited for data (0-1), "
+                            "from status.utilisation.dataStall.",
+                        .label_names = {"namespace", "job"}};
+  CollectedFamily samples{.name = "spawnpoint_job_samples_per_second",
+                          .help =
+                              "Samples per second over a running job's ranks, from "
+                              "status.utilisation.samplesPerSecond.",
+                          .label_names = {"namespace", "job"}};
+  for (const kube::ObjectPtr& job : jobs) {
+    const std::string ns = StringAt(*job, "metadata", "namespace");
+    const std::string name = StringAt(*job, "metadata", "name");
+    std::string phase = StringAt(*job, "status", "phase");
+    if (phase.empty()) phase = "Pending";
+    ++by_namespace[ns][phase];
+    if (phase != "Running") continue;
+    const nlohmann::json* status = Field(*job, "status");
+    const nlohmann::json* u = status ? Field(*status, "utilisation") : nullptr;
+    if (!u) continue;
+    for (auto [field, family] : {std::pair{"gpu", &gpu}, std::pair{"dataStall", &stall},
+                                 std::pair{"samplesPerSecond", &samples}}) {
+      const nlohmann::json* value = Field(*u, field);
+      if (value && value->is_number()) family->Add({ns, name}, value->get<double>());
+    }
+  }
+  CollectedFamily phases{.name = "spawnpoint_jobs",
+                         .help =
+                             "TrainingJobs by phase (a job not yet reconciled counts as "
+                             "Pending).",
+                         .label_names = {"namespace", "phase"}};
+  for (const auto& [ns, counts] : by_namespace) {
+    std::set<std::string> known(std::begin(kPhases), std::end(kPhases));
+    for (const char* p : kPhases) {
+      auto it = counts.find(p);
+      phases.Add({ns, p}, it == counts.end() ? 0 : it->second);
+    }
+    for (const auto& [p, n] : counts) {
+      if (!known.count(p)) phases.Add({ns, p}, n);  // a phase newer than this operator
+    }
+  }
+  std::vector<CollectedFamily> out;
+  out.push_back(std::move(phases));
+  for (CollectedFamily* f : {&gpu, &stall, &samples}) {
+    if (!f->samples.empty()) out.push_back(std::move(*f));
+  }
+  return out;
+}
+
+}  // namespace spawnpoint::op
