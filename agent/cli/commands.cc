@@ -24,6 +24,7 @@
 #include "agent/status/agent_endpoint.h"
 #include "agent/supervisor/gang.h"
 #include "agent/supervisor/restart_policy.h"
+#include "common/self_exe.h"
 
 namespace spawnpoint::agent {
 namespace {
@@ -162,9 +163,9 @@ StatusOr<Node> DiscoverNode(const AgentOptions& o) {
 // share this layout). SPAWNPOINT_PYTHON_SHIM_DIR overrides it.
 std::string PythonShimDir() {
   if (const char* dir = getenv("SPAWNPOINT_PYTHON_SHIM_DIR"); dir != nullptr) return dir;
+  std::filesystem::path exe = SelfExecutablePath();
+  if (exe.empty()) return "";
   std::error_code ec;
-  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return "";
   auto dir = exe.parent_path().parent_path() / "share" / "spawnpoint" / "python";
   if (!std::filesystem::exists(dir / "sitecustomize.py", ec)) return "";
   return dir.string();
@@ -258,7 +259,7 @@ struct AttemptHooks {
   std::function<bool(pid_t, int)> on_other_exit;
   std::function<std::vector<pid_t>()> keep_pids;
   std::function<void()> on_tick;
-  std::function<std::string()> status_suffix;  // appended to the status line
+  std::function<std::string()> status_suffix;     // appended to the status line
   std::function<nlohmann::json()> loader_status;  // per-rank loader statistics
   // The metrics endpoint's view (agent/status): every status-file event, and failures.
   std::function<void(const std::string& phase, int up, int total, int restarts)> on_phase;
@@ -279,8 +280,7 @@ void WriteStatusFile(const AgentOptions& o, const api::TrainingJob& job, const s
       {"membersUp", up},
       {"members", total},
       {"restarts", restarts},
-      {"elapsedSeconds",
-       std::chrono::duration<double>(SteadyClock::now() - start).count()},
+      {"elapsedSeconds", std::chrono::duration<double>(SteadyClock::now() - start).count()},
   };
   if (hooks.loader_status) j["loader"] = hooks.loader_status();
   const std::string tmp = o.status_file + ".tmp";
@@ -384,7 +384,8 @@ int RunLocalNodes(const AgentOptions& o, const Node& n, SignalWatcher* signals) 
   char tmpl[] = "/tmp/spawnpoint-nodes-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return Fail(Internal("mkdtemp failed"));
   const std::string dir = tmpl;
-  std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string self = SelfExecutablePath();
+  if (self.empty()) return Fail(Internal("cannot read /proc/self/exe"));
   const auto shares = SplitCpusAcrossNodes(n.cpus.AllCpus(), nnodes);
   Say(n.job.name + ": running " + std::to_string(nnodes) + " nodes locally, rendezvous on " +
       (o.master_addr.empty() ? "127.0.0.1" : o.master_addr) + ":" + std::to_string(port));

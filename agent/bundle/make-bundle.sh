@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Builds the self-contained agent bundle: the agent, every shared library it needs, the
+# dynamic loader and a static launcher, so it runs inside images of other distributions.
+#
+#   make-bundle.sh <agent binary> <shim file> <out dir> <launcher binary>
+#
+# Layout under <out dir> (the agent image installs it as /opt/spawnpoint; the operator's
+# init container copies it to /spawnpoint in the trainer pod; it works from any path):
+#   bin/spawnpoint-agent                    static launcher (agent/bundle/launcher.c)
+#   libexec/spawnpoint-agent                the agent itself, debug info stripped
+#   lib/ld-linux-x86-64.so.2                the dynamic loader the launcher executes
+#   lib/<soname>                            what `ldd <agent>` lists, plus glibc's small
+#                                           companion libraries (see below)
+#   share/spawnpoint/python/sitecustomize.py  the Python start-up shim
+#   share/spawnpoint/bundle-manifest.txt    where each file came from
+set -euo pipefail
+
+die() {
+  echo "make-bundle: $*" >&2
+  exit 1
+}
+
+[ $# -eq 4 ] || die "usage: make-bundle.sh <agent binary> <shim file> <out dir> <launcher binary>"
+agent=$1
+shim=$2
+out=$3
+launcher=$4
+for f in "$agent" "$shim" "$launcher"; do [ -f "$f" ] || die "$f does not exist"; done
+
+# ldd prints "name => /path (addr)", "/path/ld-linux... (addr)" or "name => not found".
+listing=$(ldd "$agent") || die "ldd $agent failed"
+if grep -q "not found" <<<"$listing"; then
+  echo "$listing" >&2
+  die "ldd reports missing libraries for $agent (above); refusing to build an incomplete bundle"
+fi
+
+tmp="$out.tmp.$$"
+rm -rf "$tmp"
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/bin" "$tmp/libexec" "$tmp/lib" "$tmp/share/spawnpoint/python"
+manifest="$tmp/share/spawnpoint/bundle-manifest.txt"
+{
+  echo "# spawnpoint agent bundle: file <- source"
+  echo "# $(ldd --version | head -n 1)"
+} >"$manifest"
+
+copy() {  # copy <source> <destination relative to the bundle> <mode>
+  install -m "$3" "$(readlink -f "$1")" "$tmp/$2"
+  echo "$2 <- $1" >>"$manifest"
+}
+
+loader=""
+libc_dir=""
+while read -r line; do
+  case "$line" in
+    *"=>"*)
+      name=${line%% =>*}
+      path=$(awk '{print $3}' <<<"$line")
+      [ -f "$path" ] || die "ldd names $path for $name, which does not exist"
+      copy "$path" "lib/$name" 0644
+      if [ "$name" = "libc.so.6" ]; then libc_dir=$(dirname "$path"); fi
+      ;;
+    /*)
+      loader=$(awk '{print $1}' <<<"$line")
+      ;;
+    *) ;;  # linux-vdso.so.1: provided by the kernel
+  esac
+done <<<"$listing"
+[ -n "$loader" ] || die "ldd names no dynamic loader for $agent (is it statically linked?)"
+[ -n "$libc_dir" ] || die "ldd names no libc.so.6 for $agent"
+[ "$(basename "$loader")" = "ld-linux-x86-64.so.2" ] ||
+  die "unexpected dynamic loader $loader (the launcher executes lib/ld-linux-x86-64.so.2)"
+copy "$loader" "lib/ld-linux-x86-64.so.2" 0755
+
+# glibc's companion libraries, none of which the agent links: a library the agent dlopens
+# from the image (NVML needs libpthread, libdl and librt; NSS modules libresolv) must get
+# them from the bundle's glibc, never from the image's glibc of another version.
+for name in libpthread.so.0 libdl.so.2 librt.so.1 libutil.so.1 libanl.so.1 libresolv.so.2 \
+  libnss_files.so.2 libnss_dns.so.2; do
+  if [ -e "$tmp/lib/$name" ]; then continue; fi
+  [ -e "$libc_dir/$name" ] || die "$libc_dir/$name does not exist (glibc is incomplete?)"
+  copy "$libc_dir/$name" "lib/$name" 0644
+done
+
+copy "$agent" "libexec/spawnpoint-agent" 0755
+copy "$launcher" "bin/spawnpoint-agent" 0755
+copy "$shim" "share/spawnpoint/python/sitecustomize.py" 0644
+chmod 0644 "$manifest"
+
+# Debian's libraries carry no debug info; the agent built RelWithDebInfo does (~30 MB).
+for f in "$tmp/libexec/spawnpoint-agent" "$tmp/bin/spawnpoint-agent" "$tmp"/lib/*; do
+  objcopy --strip-debug "$f"
+done
+
+# The bundle's loader must resolve every library of the agent inside the bundle.
+resolved=$("$tmp/lib/ld-linux-x86-64.so.2" --library-path "$tmp/lib" --list \
+  "$tmp/libexec/spawnpoint-agent") || die "the bundled loader cannot load the agent"
+while read -r line; do
+  case "$line" in
+    *"=>"*)
+      path=$(awk '{print $3}' <<<"$line")
+      case "$path" in
+        "$tmp/lib/"*) ;;
+        *) die "the bundled agent resolves ${line%% =>*} outside the bundle: $path" ;;
+      esac
+      ;;
+  esac
+done <<<"$resolved"
+
+rm -rf "$out"
+mv "$tmp" "$out"
+trap - EXIT
+echo "make-bundle: $out ($(du -sh "$out" | cut -f1)): $(find "$out" -type f | wc -l) files"
