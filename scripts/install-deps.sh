@@ -12,6 +12,11 @@ packages=(
   python3 python3-torch python3-yaml
   procps
   prometheus  # /usr/bin/prometheus and promtool: the metrics tests scrape the agent with them
+  # Go and the libraries (GOPATH sources under /usr/share/gocode) of tests/helm/renderer,
+  # which renders the Helm chart like `helm template`; sprig pulls in its own dependencies.
+  golang-go golang-github-masterminds-sprig-dev golang-github-xeipuuv-gojsonschema-dev
+  golang-k8s-sigs-yaml-dev golang-gopkg-yaml.v2-dev golang-github-gobwas-glob-dev
+  golang-github-burntsushi-toml-dev
 )
 
 missing=()
