@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build test demo bench-launch bench-loader bench-kube demo-cluster bench-operator format clean
+.PHONY: deps configure build test demo bench-launch bench-loader bench-kube demo-cluster bench-operator bench-metrics agent-bundle chart sync-chart-crds format clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -42,6 +42,22 @@ bench-metrics: configure
 
 bench-loader: build
 	bash bench/loader_bench.sh
+
+# The self-contained agent (binary, libraries, ld.so) the agent image carries.
+agent-bundle: configure
+	ninja -C $(BUILD) -j $(JOBS) agent-bundle
+	@echo "bundle: $(BUILD)/agent-bundle"
+
+# The chart as `helm template` renders it (no helm needed): make chart VALUES=my-values.yaml
+chart: configure
+	ninja -C $(BUILD) -j $(JOBS) spawnpoint-chart-render
+	$(BUILD)/bin/spawnpoint-chart-render --namespace spawnpoint-system --include-crds \
+	  $(if $(VALUES),--values $(VALUES)) spawnpoint charts/spawnpoint
+
+# The chart's crds/ is a copy of crds/ (Helm packages cannot follow links out of a chart);
+# chart_test fails until they are identical.
+sync-chart-crds:
+	cp crds/trainingjob.yaml charts/spawnpoint/crds/trainingjob.yaml
 
 format:
 	git ls-files '*.cc' '*.h' '*.c' | xargs clang-format -i

@@ -1,8 +1,11 @@
 #include "tests/apiserver/api_server.h"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 #include "tests/apiserver/discovery.h"
@@ -22,6 +25,7 @@ struct ApiServer::RequestInfo {
   std::string name;
   std::string verb;
   bool watch_path = false;  // a legacy /watch/ path
+  UserInfo user;            // who asks (after impersonation)
 };
 
 namespace {
@@ -97,15 +101,129 @@ std::string FormatLog(const RequestRecord& r, const std::string& ms) {
   if (!r.query.empty()) line += " query=" + json(r.query).dump();
   if (!r.verb.empty()) line += " verb=" + r.verb;
   if (r.code >= 0) line += " code=" + std::to_string(r.code);
+  line += " user=" + json(r.user).dump() + " allowed=" + (r.allowed ? "true" : "false");
   line += " ms=" + ms;
   if (!r.fault.empty()) line += " fault=" + r.fault;
   return line;
 }
 
+const char* kRbacGroup = "rbac.authorization.k8s.io";
+
+// The RBAC objects as the authorizer sees them: straight from the store.
+class StoreRbacObjects : public RbacObjects {
+ public:
+  StoreRbacObjects(Store* store, Registry* registry) : store_(store), registry_(registry) {}
+
+  std::vector<json> ClusterRoleBindings() const override { return List("clusterrolebindings", ""); }
+  std::vector<json> RoleBindings(const std::string& ns) const override {
+    return List("rolebindings", ns);
+  }
+  std::vector<json> ClusterRoles() const override { return List("clusterroles", ""); }
+  std::optional<json> ClusterRole(const std::string& name) const override {
+    return Get("clusterroles", "", name);
+  }
+  std::optional<json> Role(const std::string& ns, const std::string& name) const override {
+    return Get("roles", ns, name);
+  }
+
+ private:
+  std::vector<json> List(const std::string& plural, const std::string& ns) const {
+    auto info = registry_->FindAnyVersion(kRbacGroup, plural);
+    if (!info) return {};
+    try {
+      return store_->List(*info, ns, ListOptions{}).items;
+    } catch (const ApiError&) {
+      return {};
+    }
+  }
+  std::optional<json> Get(const std::string& plural, const std::string& ns,
+                          const std::string& name) const {
+    auto info = registry_->FindAnyVersion(kRbacGroup, plural);
+    if (!info) return std::nullopt;
+    try {
+      return store_->Get(*info, ns, name);
+    } catch (const ApiError&) {
+      return std::nullopt;
+    }
+  }
+
+  Store* store_;
+  Registry* registry_;
+};
+
+}  // namespace
+
+// The routing view of a request path: /api/v1/..., /apis/<group>/<version>/...
+ApiServer::RequestInfo ApiServer::ParseRequestInfo(const HttpRequest& req) {
+  RequestInfo ri;
+  auto parts = SplitPath(req.path);
+  size_t i = 0;
+  if (parts.size() >= 2 && parts[0] == "api") {
+    ri.version = parts[1];
+    i = 2;
+  } else if (parts.size() >= 3 && parts[0] == "apis") {
+    ri.group = parts[1];
+    ri.version = parts[2];
+    i = 3;
+  }
+  if (i > 0 && i < parts.size()) {
+    ri.resource_request = true;
+    if (parts[i] == "watch") {
+      ri.watch_path = true;
+      ++i;
+    }
+    std::vector<std::string> rest(parts.begin() + static_cast<long>(i), parts.end());
+    // namespaces/<ns>/status and /finalize are subresources of the namespace itself.
+    bool namespace_subresource = rest.size() == 3 && (rest[2] == "status" || rest[2] == "finalize");
+    if (rest.size() >= 3 && rest[0] == "namespaces" && !namespace_subresource) {
+      ri.ns = rest[1];
+      rest.erase(rest.begin(), rest.begin() + 2);
+    }
+    if (!rest.empty()) ri.resource = rest[0];
+    if (rest.size() >= 2) ri.name = rest[1];
+    if (rest.size() >= 3) ri.subresource = rest[2];
+    if (rest.size() > 3 || ri.resource.empty()) ri.resource_request = false;
+  }
+  const std::string& m = req.method;
+  bool watch = ri.watch_path || TrueParam(req.Query("watch"));
+  if (m == "GET") {
+    ri.verb = watch ? "watch" : (ri.name.empty() ? "list" : "get");
+  } else if (m == "POST") {
+    ri.verb = "create";
+  } else if (m == "PUT") {
+    ri.verb = "update";
+  } else if (m == "PATCH") {
+    ri.verb = "patch";
+  } else if (m == "DELETE") {
+    ri.verb = ri.name.empty() ? "deletecollection" : "delete";
+  }
+  return ri;
+}
+
+namespace {
+
+// Header values repeated in a request are joined by "\n" (see http_server.cc).
+std::vector<std::string> HeaderValues(const HttpRequest& req, const std::string& name) {
+  std::vector<std::string> out;
+  std::istringstream in(req.Header(name));
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) out.push_back(line);
+  }
+  return out;
+}
+
+json StatusForReview(const Decision& d) {
+  json st = {{"allowed", d.allowed}};
+  if (!d.reason.empty()) st["reason"] = d.reason;
+  return st;
+}
+
 }  // namespace
 
 ApiServer::ApiServer(ServerOptions options)
-    : options_(options), store_(&registry_, Store::Options{options.watch_window}) {}
+    : options_(options), store_(&registry_, Store::Options{options.watch_window}) {
+  rbac_objects_ = std::make_unique<StoreRbacObjects>(&store_, &registry_);
+}
 
 ApiServer::~ApiServer() { Stop(); }
 
@@ -115,6 +233,17 @@ StatusOr<int> ApiServer::Start() {
   auto port = http_->Start(options_.port);
   if (!port.ok()) return port.status();
   port_ = *port;
+  if (options_.authorization == AuthorizationMode::kRbac) {
+    // The defaults every cluster has (reconciled at start, like the real server).
+    auto roles = registry_.FindAnyVersion(kRbacGroup, "clusterroles");
+    auto bindings = registry_.FindAnyVersion(kRbacGroup, "clusterrolebindings");
+    try {
+      for (auto& r : BootstrapClusterRoles()) store_.Create(*roles, "", r, {});
+      for (auto& b : BootstrapClusterRoleBindings()) store_.Create(*bindings, "", b, {});
+    } catch (const ApiError& e) {
+      return Internal("creating the default RBAC objects: " + std::string(e.what()));
+    }
+  }
   if (options_.simulate_nodes > 0) {
     NodeSimulator::Options nopts;
     nopts.nodes = options_.simulate_nodes;
@@ -167,50 +296,52 @@ void ApiServer::Handle(const HttpRequest& req, HttpResponder& resp) {
              static_cast<int>(ms.count()));
     rec.time = buf;
   }
-  if (!HandleNonResource(req, resp)) {
-    // /api/v1/... or /apis/<group>/<version>/...
-    RequestInfo ri;
-    auto parts = SplitPath(req.path);
-    size_t i = 0;
-    if (parts.size() >= 2 && parts[0] == "api") {
-      ri.version = parts[1];
-      i = 2;
-    } else if (parts.size() >= 3 && parts[0] == "apis") {
-      ri.group = parts[1];
-      ri.version = parts[2];
-      i = 3;
-    }
-    if (i > 0 && i < parts.size()) {
-      ri.resource_request = true;
-      if (parts[i] == "watch") {
-        ri.watch_path = true;
-        ++i;
-      }
-      std::vector<std::string> rest(parts.begin() + static_cast<long>(i), parts.end());
-      if (rest.size() >= 3 && rest[0] == "namespaces") {
-        ri.ns = rest[1];
-        rest.erase(rest.begin(), rest.begin() + 2);
-      }
-      if (!rest.empty()) ri.resource = rest[0];
-      if (rest.size() >= 2) ri.name = rest[1];
-      if (rest.size() >= 3) ri.subresource = rest[2];
-      if (rest.size() > 3 || ri.resource.empty()) ri.resource_request = false;
-    }
-    if (!ri.resource_request) {
-      rec.code = 404;
-      resp.Send(404, "text/plain; charset=utf-8", "404 page not found\n");
-    } else {
-      HandleResource(req, resp, ri, rec);
-    }
-    rec.verb = ri.verb;
+  RequestInfo ri = ParseRequestInfo(req);
+  auto fill_record = [&] {
+    if (ri.resource_request) rec.verb = ri.verb;
     rec.group = ri.group;
     rec.version = ri.version;
     rec.resource = ri.resource;
     rec.subresource = ri.subresource;
     rec.ns = ri.ns;
     rec.name = ri.name;
-  } else {
+  };
+  const std::string authorization = req.Header("authorization");
+  Authentication auth =
+      authorization.empty() ? NoToken() : Authenticate(BearerToken(authorization));
+  if (!auth.ok && options_.authorization == AuthorizationMode::kRbac) {
+    rec.reason = auth.error;
+    rec.code = 401;
+    SendError(resp, ApiError(401, "Unauthorized", "Unauthorized"));
+    fill_record();
+  } else if (!Impersonate(req, &auth.user, resp, rec)) {
+    rec.user = auth.user.name;
     rec.code = resp.code();
+    fill_record();
+  } else {
+    ri.user = auth.user;
+    rec.user = ri.user.name;
+    Attributes attrs = RequestAttributes(req.method, req.path, req.query);
+    attrs.user = ri.user;
+    Decision decision = Decide(attrs);
+    rec.allowed = decision.allowed;
+    rec.reason = decision.reason;
+    if (!decision.allowed) {
+      rec.code = 403;
+      SendError(resp, AuthorizationForbiddenError(attrs, decision.reason));
+      fill_record();
+    } else if (!HandleNonResource(req, resp)) {
+      // /api/v1/... or /apis/<group>/<version>/...
+      if (!ri.resource_request) {
+        rec.code = 404;
+        resp.Send(404, "text/plain; charset=utf-8", "404 page not found\n");
+      } else {
+        HandleResource(req, resp, ri, rec);
+      }
+      fill_record();
+    } else {
+      rec.code = resp.code();
+    }
   }
   std::string ms = Elapsed(start, &rec.duration_ms);
   if (rec.code == kAlreadyLogged) {
@@ -220,6 +351,139 @@ void ApiServer::Handle(const HttpRequest& req, HttpResponder& resp) {
   if (rec.code == 0) rec.code = resp.code();
   if (options_.verbose) std::cerr << FormatLog(rec, ms) << std::endl;
   requests_.Add(std::move(rec));
+}
+
+ApiServer::Authentication ApiServer::NoToken() const {
+  Authentication a;
+  a.ok = options_.no_token != NoTokenMode::kReject;
+  if (options_.no_token == NoTokenMode::kAdmin) {
+    a.user.name = "system:unsecured";
+    a.user.groups = {kSystemMasters, kAllAuthenticated};
+  } else {
+    a.user.name = kAnonymousUser;
+    a.user.groups = {kAllUnauthenticated};
+    if (!a.ok) a.error = "no bearer token";
+  }
+  return a;
+}
+
+ApiServer::Authentication ApiServer::Authenticate(const std::string& token) {
+  Authentication a;
+  auto lookup = tokens_.Find(token, std::chrono::system_clock::now());
+  if (lookup.kind == Tokens::Kind::kAdmin) {
+    a.ok = true;
+    a.user = AdminUser();
+    return a;
+  }
+  if (lookup.kind == Tokens::Kind::kServiceAccount) {
+    // Like the real token authenticator: the service account must still exist.
+    auto info = registry_.FindAnyVersion("", "serviceaccounts");
+    try {
+      json sa = store_.Get(*info, lookup.sa.ns, lookup.sa.name);
+      std::string uid = sa["metadata"].value("uid", "");
+      if (uid == lookup.sa.uid) {
+        a.ok = true;
+        a.user = ServiceAccountUser(lookup.sa.ns, lookup.sa.name, uid);
+        return a;
+      }
+      a.error = "service account " + lookup.sa.ns + "/" + lookup.sa.name +
+                " has been deleted and recreated";
+    } catch (const ApiError&) {
+      a.error = "service account " + lookup.sa.ns + "/" + lookup.sa.name + " has been deleted";
+    }
+  } else {
+    a.error = lookup.error;
+  }
+  a.user.name = kAnonymousUser;
+  a.user.groups = {kAllUnauthenticated};
+  return a;
+}
+
+bool ApiServer::Impersonate(const HttpRequest& req, UserInfo* user, HttpResponder& resp,
+                            RequestRecord& rec) {
+  std::string as_user = req.Header("impersonate-user");
+  std::vector<std::string> groups = HeaderValues(req, "impersonate-group");
+  std::string uid = req.Header("impersonate-uid");
+  if (as_user.empty()) {
+    if (groups.empty() && uid.empty()) return true;
+    rec.reason = "impersonation without Impersonate-User";
+    resp.Send(500, "text/plain; charset=utf-8",
+              "Internal Server Error: " + json(req.target).dump() +
+                  ": requested impersonation of groups or uid without impersonating a user\n");
+    return false;
+  }
+  // Each impersonated value needs the "impersonate" verb on it, checked as the requestor.
+  std::vector<Attributes> checks;
+  Attributes base;
+  base.user = *user;
+  base.verb = "impersonate";
+  base.resource_request = true;
+  std::string sa_ns, sa_name;
+  bool is_sa = ParseServiceAccountUser(as_user, &sa_ns, &sa_name);
+  Attributes u = base;
+  if (is_sa) {
+    u.resource = "serviceaccounts";
+    u.ns = sa_ns;
+    u.name = sa_name;
+  } else {
+    u.resource = "users";
+    u.name = as_user;
+  }
+  checks.push_back(u);
+  for (const auto& g : groups) {
+    Attributes a = base;
+    a.resource = "groups";
+    a.name = g;
+    checks.push_back(a);
+  }
+  if (!uid.empty()) {
+    Attributes a = base;
+    a.api_group = "authentication.k8s.io";
+    a.resource = "uids";
+    a.name = uid;
+    checks.push_back(a);
+  }
+  for (const auto& check : checks) {
+    Decision d = Decide(check);
+    if (!d.allowed) {
+      rec.reason = d.reason;
+      SendError(resp, AuthorizationForbiddenError(check, d.reason));
+      return false;
+    }
+  }
+  UserInfo next;
+  next.name = as_user;
+  next.uid = uid;
+  if (!groups.empty()) {
+    next.groups = groups;
+  } else if (is_sa) {
+    next.groups = ServiceAccountUser(sa_ns, sa_name).groups;
+  }
+  bool has_auth = next.InGroup(kAllAuthenticated), has_unauth = next.InGroup(kAllUnauthenticated);
+  if (as_user == kAnonymousUser) {
+    if (!has_unauth) next.groups.push_back(kAllUnauthenticated);
+  } else if (!has_auth && !has_unauth) {
+    next.groups.push_back(kAllAuthenticated);
+  }
+  *user = std::move(next);
+  return true;
+}
+
+Decision ApiServer::Decide(const Attributes& attributes) {
+  if (options_.authorization != AuthorizationMode::kRbac) return {true, ""};
+  return Authorize(*rbac_objects_, attributes);
+}
+
+StatusOr<std::string> ApiServer::IssueServiceAccountToken(const std::string& ns,
+                                                          const std::string& name,
+                                                          std::chrono::seconds expiration) {
+  auto info = registry_.FindAnyVersion("", "serviceaccounts");
+  try {
+    json sa = store_.Get(*info, ns, name);
+    return tokens_.Issue(ns, name, sa["metadata"].value("uid", ""), expiration, {});
+  } catch (const ApiError& e) {
+    return Status(StatusCode::kNotFound, e.message());
+  }
 }
 
 bool ApiServer::HandleNonResource(const HttpRequest& req, HttpResponder& resp) {
@@ -339,7 +603,35 @@ void ApiServer::HandleTesting(const HttpRequest& req, HttpResponder& resp) {
               {"watchWindow", options_.watch_window},
               {"simulatedNodes", options_.simulate_nodes},
               {"runPods", options_.run_pods},
-              {"bookmarkIntervalMs", options_.bookmark_interval.count()}});
+              {"bookmarkIntervalMs", options_.bookmark_interval.count()},
+              {"authorization",
+               options_.authorization == AuthorizationMode::kRbac ? "rbac" : "always-allow"},
+              {"noToken", options_.no_token == NoTokenMode::kAdmin       ? "admin"
+                          : options_.no_token == NoTokenMode::kAnonymous ? "anonymous"
+                                                                         : "reject"}});
+  } else if (p == "/testing/serviceaccount-token" && req.method == "POST") {
+    json body = json::parse(req.body, nullptr, false);
+    std::string ns = body.is_object() ? body.value("namespace", "") : "";
+    std::string name = body.is_object() ? body.value("name", "") : "";
+    if (ns.empty() || name.empty() ||
+        (body.contains("expirationSeconds") && !body["expirationSeconds"].is_number_integer())) {
+      SendJson(resp, 400,
+               BadRequestError("the body must be {\"namespace\": ..., \"name\": ..., "
+                               "\"expirationSeconds\": N (optional)}")
+                   .ToStatus());
+      return;
+    }
+    auto token = IssueServiceAccountToken(
+        ns, name, std::chrono::seconds(body.value("expirationSeconds", int64_t{0})));
+    if (!token.ok()) {
+      SendJson(resp, 404, NotFoundError("", "serviceaccounts", name).ToStatus());
+      return;
+    }
+    std::string user = "system:serviceaccount:" + ns + ":" + name;
+    SendJson(resp, 200,
+             {{"token", *token},
+              {"user", user},
+              {"kubeconfig", KubeconfigFor(port_, user, *token, ns, user)}});
   } else {
     resp.Send(404, "text/plain; charset=utf-8", "404 page not found\n");
   }
@@ -347,28 +639,15 @@ void ApiServer::HandleTesting(const HttpRequest& req, HttpResponder& resp) {
 
 void ApiServer::HandleResource(const HttpRequest& req, HttpResponder& resp, RequestInfo& ri,
                                RequestRecord& rec) {
-  const std::string& m = req.method;
-  bool watch = ri.watch_path || TrueParam(req.Query("watch"));
-  if (m == "GET") {
-    ri.verb = watch ? "watch" : (ri.name.empty() ? "list" : "get");
-  } else if (m == "POST") {
-    ri.verb = "create";
-  } else if (m == "PUT") {
-    ri.verb = "update";
-  } else if (m == "PATCH") {
-    ri.verb = "patch";
-  } else if (m == "DELETE") {
-    ri.verb = ri.name.empty() ? "deletecollection" : "delete";
-  }
   auto info_opt = registry_.Find(ri.group, ri.version, ri.resource);
-  if (!info_opt || ri.verb.empty()) {
+  bool auth_api = IsAuthApi(ri);
+  if ((!info_opt && !auth_api) || ri.verb.empty()) {
     ApiError e(404, "NotFound", "the server could not find the requested resource",
                json{{"group", ri.group}, {"kind", ri.resource}});
     SendError(resp, e);
     rec.code = 404;
     return;
   }
-  const ResourceInfo& info = *info_opt;
   std::string fault_resource =
       ri.subresource.empty() ? ri.resource : ri.resource + "/" + ri.subresource;
   FaultDecision fault = faults_.Decide(ri.verb, fault_resource, ri.ns, ri.name);
@@ -392,6 +671,11 @@ void ApiServer::HandleResource(const HttpRequest& req, HttpResponder& resp, Requ
                          "injected fault: HTTP " + std::to_string(fault.code));
       }
     }
+    if (auth_api) {
+      ServeAuthApi(req, resp, ri, rec);
+      return;
+    }
+    const ResourceInfo& info = *info_opt;
     if (!ri.subresource.empty()) {
       bool status_ok = ri.subresource == "status" && info.status_subresource;
       bool log_ok = ri.subresource == "log" && info.group.empty() && info.plural == "pods";
@@ -607,6 +891,184 @@ void ApiServer::HandleResource(const HttpRequest& req, HttpResponder& resp, Requ
   }
 }
 
+bool ApiServer::IsAuthApi(const RequestInfo& ri) const {
+  if (ri.group.empty()) {
+    return ri.version == "v1" && ri.resource == "serviceaccounts" && ri.subresource == "token";
+  }
+  if (ri.group == "authorization.k8s.io") {
+    return ri.version == "v1" &&
+           (ri.resource == "selfsubjectaccessreviews" || ri.resource == "subjectaccessreviews" ||
+            ri.resource == "selfsubjectrulesreviews");
+  }
+  if (ri.group == "authentication.k8s.io") {
+    return ri.version == "v1" &&
+           (ri.resource == "selfsubjectreviews" || ri.resource == "tokenreviews");
+  }
+  return false;
+}
+
+void ApiServer::ServeAuthApi(const HttpRequest& req, HttpResponder& resp, const RequestInfo& ri,
+                             RequestRecord& rec) {
+  const bool token_request = ri.resource == "serviceaccounts";
+  if (ri.verb != "create") {
+    throw MethodNotSupportedError(ri.group, token_request ? "serviceaccounts/token" : ri.resource,
+                                  ri.verb);
+  }
+  if (token_request ? (ri.ns.empty() || ri.name.empty()) : (!ri.ns.empty() || !ri.name.empty())) {
+    throw ApiError(404, "NotFound", "the server could not find the requested resource");
+  }
+  const std::string content_type = req.Header("content-type");
+  auto decode = [&](ReviewKind kind) {
+    auto body = DecodeReviewBody(kind, content_type, req.body);
+    if (!body.ok()) throw BadRequestError(body.status().message());
+    json spec = body->value("spec", json::object());
+    return spec.is_object() ? spec : json::object();
+  };
+  auto strings = [](const json& spec, const char* key) {
+    std::vector<std::string> out;
+    if (spec.contains(key) && spec[key].is_array()) {
+      for (const auto& v : spec[key]) {
+        if (v.is_string()) out.push_back(v.get<std::string>());
+      }
+    }
+    return out;
+  };
+  auto reply = [&](const std::string& kind, json body) {
+    body["kind"] = kind;
+    body["apiVersion"] = ri.group + "/" + ri.version;
+    if (!body.contains("metadata")) body["metadata"] = {{"creationTimestamp", nullptr}};
+    rec.code = 201;
+    SendJson(resp, 201, body);
+  };
+  const auto now = std::chrono::system_clock::now();
+
+  if (token_request) {
+    json spec = decode(ReviewKind::kTokenRequest);
+    int64_t seconds = 3600;
+    if (spec.contains("expirationSeconds") && spec["expirationSeconds"].is_number_integer()) {
+      seconds = spec["expirationSeconds"].get<int64_t>();
+    }
+    if (seconds < 600 || seconds > (int64_t{1} << 32)) {
+      throw InvalidError("authentication.k8s.io", "TokenRequest", ri.name,
+                         {{FieldError::Type::kInvalid, "spec.expirationSeconds", seconds,
+                           seconds < 600 ? "may not specify a duration less than 10 minutes"
+                                         : "may not specify a duration larger than 2^32 seconds"}});
+    }
+    auto info = registry_.FindAnyVersion("", "serviceaccounts");
+    json sa = store_.Get(*info, ri.ns, ri.name);  // 404 for an unknown service account
+    std::vector<std::string> audiences = strings(spec, "audiences");
+    if (audiences.empty()) audiences = {kApiAudience};
+    std::string token = tokens_.Issue(ri.ns, ri.name, sa["metadata"].value("uid", ""),
+                                      std::chrono::seconds(seconds), audiences);
+    rec.code = 201;
+    SendJson(
+        resp, 201,
+        {{"kind", "TokenRequest"},
+         {"apiVersion", "authentication.k8s.io/v1"},
+         {"metadata",
+          {{"name", ri.name}, {"namespace", ri.ns}, {"creationTimestamp", FormatTimestamp(now)}}},
+         {"spec",
+          {{"audiences", audiences},
+           {"expirationSeconds", seconds},
+           {"boundObjectRef", spec.value("boundObjectRef", json())}}},
+         {"status",
+          {{"token", token},
+           {"expirationTimestamp", FormatTimestamp(now + std::chrono::seconds(seconds))}}}});
+    return;
+  }
+
+  if (ri.resource == "selfsubjectaccessreviews" || ri.resource == "subjectaccessreviews") {
+    const bool self = ri.resource == "selfsubjectaccessreviews";
+    const std::string kind = self ? "SelfSubjectAccessReview" : "SubjectAccessReview";
+    json spec =
+        decode(self ? ReviewKind::kSelfSubjectAccessReview : ReviewKind::kSubjectAccessReview);
+    std::vector<FieldError> errors;
+    auto attrs = AttributesFromReviewSpec(spec);
+    if (!attrs.ok()) {
+      bool both = spec.contains("resourceAttributes") && spec["resourceAttributes"].is_object();
+      errors.push_back({FieldError::Type::kInvalid,
+                        both ? "spec.nonResourceAttributes" : "spec.resourceAttributes",
+                        both ? spec["nonResourceAttributes"] : json(), attrs.status().message()});
+    }
+    UserInfo user = ri.user;
+    if (!self) {
+      user = UserInfo{spec.value("user", ""), spec.value("uid", ""), strings(spec, "groups")};
+      if (user.name.empty() && user.groups.empty()) {
+        errors.push_back({FieldError::Type::kInvalid, "spec.user", "",
+                          "at least one of user or group must be specified"});
+      }
+    }
+    if (!errors.empty()) throw InvalidError("authorization.k8s.io", kind, "", errors);
+    Attributes a = *attrs;
+    a.user = user;
+    reply(kind, {{"spec", spec}, {"status", StatusForReview(Decide(a))}});
+    return;
+  }
+
+  if (ri.resource == "selfsubjectrulesreviews") {
+    json spec = decode(ReviewKind::kSelfSubjectRulesReview);
+    json resource_rules = json::array(), non_resource_rules = json::array();
+    std::vector<std::string> errors;
+    auto add = [&](const PolicyRule& r) {
+      if (!r.resources.empty()) {
+        json j = {{"verbs", r.verbs}, {"apiGroups", r.api_groups}, {"resources", r.resources}};
+        if (!r.resource_names.empty()) j["resourceNames"] = r.resource_names;
+        resource_rules.push_back(j);
+      }
+      if (!r.non_resource_urls.empty()) {
+        non_resource_rules.push_back(
+            {{"verbs", r.verbs}, {"nonResourceURLs", r.non_resource_urls}});
+      }
+    };
+    if (options_.authorization == AuthorizationMode::kRbac) {
+      VisitRulesFor(*rbac_objects_, ri.user, spec.value("namespace", ""),
+                    [&](const std::string&, const PolicyRule* rule, const std::string& error) {
+                      if (rule) add(*rule);
+                      if (!error.empty()) errors.push_back(error);
+                      return true;
+                    });
+    } else {
+      add(PolicyRule{{"*"}, {"*"}, {"*"}, {}, {}});
+      add(PolicyRule{{"*"}, {}, {}, {}, {"*"}});
+    }
+    json status = {{"resourceRules", resource_rules},
+                   {"nonResourceRules", non_resource_rules},
+                   {"incomplete", !errors.empty()}};
+    if (!errors.empty()) {
+      std::string agg = errors.size() == 1 ? errors[0] : "[";
+      for (size_t i = 0; errors.size() > 1 && i < errors.size(); ++i) {
+        agg += (i ? ", " : "") + errors[i] + (i + 1 == errors.size() ? "]" : "");
+      }
+      status["evaluationError"] = agg;
+    }
+    reply("SelfSubjectRulesReview", {{"spec", spec}, {"status", status}});
+    return;
+  }
+
+  auto user_json = [](const UserInfo& u) {
+    json j = {{"username", u.name}, {"groups", u.groups}};
+    if (!u.uid.empty()) j["uid"] = u.uid;
+    return j;
+  };
+  if (ri.resource == "selfsubjectreviews") {
+    decode(ReviewKind::kSelfSubjectReview);
+    reply("SelfSubjectReview", {{"status", {{"userInfo", user_json(ri.user)}}}});
+    return;
+  }
+  // tokenreviews
+  json spec = decode(ReviewKind::kTokenReview);
+  Authentication auth = Authenticate(spec.value("token", ""));
+  json status;
+  if (auth.ok) {
+    status = {{"authenticated", true},
+              {"user", user_json(auth.user)},
+              {"audiences", json::array({kApiAudience})}};
+  } else {
+    status = {{"user", json::object()}, {"error", auth.error}};
+  }
+  reply("TokenReview", {{"spec", spec}, {"status", status}});
+}
+
 void ApiServer::ServeWatch(const HttpRequest& req, HttpResponder& resp, const RequestInfo& ri,
                            const ResourceInfo& info, const FaultDecision& fault) {
   ListOptions sel;
@@ -727,6 +1189,18 @@ void ApiServer::ServeWatch(const HttpRequest& req, HttpResponder& resp, const Re
 }
 
 std::string KubeconfigFor(int port) {
+  return KubeconfigFor(port, "kube-test-user", kAdminToken, "default");
+}
+
+std::string KubeconfigFor(int port, const std::string& user, const std::string& token,
+                          const std::string& ns, const std::string& as) {
+  // Plain YAML scalars where they are safe, so the admin's file stays as it always was.
+  auto scalar = [](const std::string& v) {
+    bool plain = !v.empty() && std::all_of(v.begin(), v.end(), [](unsigned char c) {
+      return std::isalnum(c) || c == '-' || c == '_' || c == '.';
+    });
+    return plain ? v : json(v).dump();
+  };
   std::string server = "http://127.0.0.1:" + std::to_string(port);
   return "apiVersion: v1\n"
          "kind: Config\n"
@@ -737,15 +1211,22 @@ std::string KubeconfigFor(int port) {
          server +
          "\n"
          "users:\n"
-         "- name: kube-test-user\n"
+         "- name: " +
+         scalar(user) +
+         "\n"
          "  user:\n"
-         "    token: kube-test-server-dummy-token\n"
+         "    token: " +
+         scalar(token) + "\n" + (as.empty() ? "" : "    as: " + scalar(as) + "\n") +
          "contexts:\n"
          "- name: kube-test-server\n"
          "  context:\n"
          "    cluster: kube-test-server\n"
-         "    user: kube-test-user\n"
-         "    namespace: default\n"
+         "    user: " +
+         scalar(user) +
+         "\n"
+         "    namespace: " +
+         scalar(ns) +
+         "\n"
          "current-context: kube-test-server\n"
          "preferences: {}\n";
 }

@@ -213,7 +213,10 @@ json RequestRecord::ToJson() const {
             {"query", query},
             {"code", code},
             {"userAgent", user_agent},
-            {"durationMs", duration_ms}};
+            {"durationMs", duration_ms},
+            {"user", user},
+            {"allowed", allowed}};
+  if (!reason.empty()) j["reason"] = reason;
   if (!resource.empty()) {
     j["group"] = group;
     j["version"] = version;

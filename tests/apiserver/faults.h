@@ -96,6 +96,9 @@ struct RequestRecord {
   std::string fault;
   std::string user_agent;
   double duration_ms = 0;
+  std::string user;  // the authenticated (or impersonated) user name; "" when unauthenticated
+  bool allowed = false;
+  std::string reason;  // why it was (not) allowed: "RBAC: allowed by ...", "invalid bearer token"
 
   nlohmann::json ToJson() const;
 };

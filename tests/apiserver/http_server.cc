@@ -125,6 +125,8 @@ bool ReadRequest(int fd, Reader& reader, HttpRequest* req) {
       auto it = req->headers.find(name);
       if (it != req->headers.end() && name == "accept") {
         it->second += "," + value;
+      } else if (it != req->headers.end() && name == "impersonate-group") {
+        it->second += "\n" + value;
       } else {
         req->headers[name] = value;
       }

@@ -29,11 +29,13 @@ using HeaderList = std::vector<std::pair<std::string, std::string>>;
 
 struct HttpRequest {
   std::string method;
-  std::string target;                          // as sent: path and query
-  std::string path;                            // percent-decoded, without the query
-  std::string raw_query;                       // as sent, without '?'
-  std::map<std::string, std::string> query;    // decoded; a repeated key keeps the last value
-  std::map<std::string, std::string> headers;  // names lower-cased
+  std::string target;                        // as sent: path and query
+  std::string path;                          // percent-decoded, without the query
+  std::string raw_query;                     // as sent, without '?'
+  std::map<std::string, std::string> query;  // decoded; a repeated key keeps the last value
+  // Names lower-cased. A repeated header keeps its last value, except Accept (joined by
+  // ",") and Impersonate-Group (joined by "\n").
+  std::map<std::string, std::string> headers;
   std::string body;
   std::string remote;  // "ip:port" of the peer
 

@@ -106,10 +106,11 @@ class KubectlTest : public ::testing::Test {
     kubectl_ = EnvOr("KUBECTL", "/usr/bin/kubectl");
     if (access(kubectl_.c_str(), X_OK) != 0) GTEST_SKIP() << "no kubectl at " << kubectl_;
     subject_ = Subject::Load();
-    server_ =
-        std::make_unique<KubeTestServer>(std::vector<std::string>{"--bookmark-interval-ms", "200"});
+    server_ = std::make_unique<KubeTestServer>(ServerArgs());
     ASSERT_TRUE(server_->ok()) << server_->error();
   }
+
+  virtual std::vector<std::string> ServerArgs() const { return {"--bookmark-interval-ms", "200"}; }
 
   std::map<std::string, std::string> Env() {
     return {{"KUBECACHEDIR", dir_.File("cache")}, {"HOME", dir_.path()}};
@@ -123,6 +124,15 @@ class KubectlTest : public ::testing::Test {
 
   Result Kubectl(const std::vector<std::string>& args) {
     TestProcess p(Argv(args), Env());
+    int code = p.Wait(seconds(30));
+    return {code, p.Stdout(), p.Stderr()};
+  }
+
+  // kubectl with another kubeconfig.
+  Result KubectlWith(const std::string& kubeconfig, const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {kubectl_, "--kubeconfig", kubeconfig};
+    argv.insert(argv.end(), args.begin(), args.end());
+    TestProcess p(argv, Env());
     int code = p.Wait(seconds(30));
     return {code, p.Stdout(), p.Stderr()};
   }
@@ -278,6 +288,138 @@ TEST_F(KubectlTest, UnknownFieldsAreRejectedUnderStrictValidation) {
   Result warn = Kubectl({"apply", "--validate=warn", "-f", manifest});
   EXPECT_EQ(warn.code, 0) << warn.err;
   EXPECT_THAT(warn.err, HasSubstr("Warning: unknown field \"spec.bogusField\""));
+}
+
+// The same server with --authorization rbac: the admin applies a ServiceAccount, a Role
+// and a RoleBinding, then kubectl with the ServiceAccount's kubeconfig sees what a real
+// cluster would show it.
+class KubectlRbacTest : public KubectlTest {
+ protected:
+  std::vector<std::string> ServerArgs() const override { return {"--authorization", "rbac"}; }
+
+  // ServiceAccount "op" in default, allowed to read the custom resources there.
+  std::string ApplyReaderServiceAccount() {
+    std::string manifest = dir_.File("rbac.yaml");
+    WriteFile(manifest, R"(apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: op
+  namespace: default
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: reader
+  namespace: default
+rules:
+- apiGroups: [")" + subject_.group +
+                            R"("]
+  resources: [")" + subject_.plural +
+                            R"("]
+  verbs: ["get", "list", "watch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: op-reader
+  namespace: default
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: reader
+subjects:
+- kind: ServiceAccount
+  name: op
+  namespace: default
+)");
+    Result apply = Kubectl({"apply", "-f", manifest});
+    EXPECT_EQ(apply.code, 0) << apply.err;
+    std::string kubeconfig = dir_.File("op.kubeconfig");
+    Status st = server_->WriteServiceAccountKubeconfig("default", "op", kubeconfig);
+    EXPECT_TRUE(st.ok()) << st.message();
+    return kubeconfig;
+  }
+
+  const std::string kOp = "system:serviceaccount:default:op";
+};
+
+TEST_F(KubectlRbacTest, AServiceAccountIsForbiddenWhatItsRoleDoesNotGrant) {
+  ApplyBoth();
+  std::string op = ApplyReaderServiceAccount();
+  Result get = KubectlWith(op, {"get", subject_.plural + "." + subject_.group, "-o", "name"});
+  EXPECT_EQ(get.code, 0) << get.err;
+  EXPECT_THAT(get.out, HasSubstr("/" + subject_.cr_name));
+
+  Result pods = KubectlWith(op, {"get", "pods"});
+  EXPECT_EQ(pods.code, 1);
+  EXPECT_EQ(pods.err, "Error from server (Forbidden): pods is forbidden: User \"" + kOp +
+                          "\" cannot list resource \"pods\" in API group \"\" in the namespace "
+                          "\"default\"\n");
+  Result nodes = KubectlWith(op, {"get", "nodes"});
+  EXPECT_THAT(nodes.err,
+              HasSubstr("Error from server (Forbidden): nodes is forbidden: User \"" + kOp +
+                        "\" cannot list resource \"nodes\" in API group \"\" at the "
+                        "cluster scope"));
+  Result del =
+      KubectlWith(op, {"delete", subject_.plural + "." + subject_.group, subject_.cr_name});
+  EXPECT_EQ(del.code, 1);
+  EXPECT_THAT(del.err,
+              HasSubstr("Error from server (Forbidden): " + subject_.plural + "." + subject_.group +
+                        " \"" + subject_.cr_name + "\" is forbidden: User \"" + kOp +
+                        "\" cannot delete resource \"" + subject_.plural + "\" in API group \"" +
+                        subject_.group + "\" in the namespace \"default\""));
+  Result other_ns =
+      KubectlWith(op, {"get", subject_.plural + "." + subject_.group, "-n", "kube-system"});
+  EXPECT_EQ(other_ns.code, 1);
+  EXPECT_THAT(other_ns.err, HasSubstr("in the namespace \"kube-system\""));
+  Result still_there = Kubectl({"get", subject_.plural + "." + subject_.group, subject_.cr_name});
+  EXPECT_EQ(still_there.code, 0) << "the admin is not restricted";
+
+  bool logged = false;
+  const nlohmann::json log = server_->Requests();
+  for (const auto& r : log["requests"]) {
+    if (r["user"] == kOp && r["verb"] == "delete") logged = r["code"] == 403 && !r["allowed"];
+  }
+  EXPECT_TRUE(logged) << "the request log names the user and the decision";
+}
+
+TEST_F(KubectlRbacTest, AuthCanIAndWhoami) {
+  ApplyBoth();
+  std::string op = ApplyReaderServiceAccount();
+  std::string jobs = subject_.plural + "." + subject_.group;
+  Result yes = KubectlWith(op, {"auth", "can-i", "list", jobs});
+  EXPECT_EQ(yes.code, 0) << yes.err;
+  EXPECT_EQ(yes.out, "yes\n");
+  Result no = KubectlWith(op, {"auth", "can-i", "delete", jobs});
+  EXPECT_EQ(no.code, 1);
+  EXPECT_EQ(no.out, "no\n");
+  Result pods = Kubectl({"auth", "can-i", "list", "pods", "--as", kOp});
+  EXPECT_EQ(pods.out, "no\n") << "the admin asks about the ServiceAccount by impersonation";
+  Result admin = Kubectl({"auth", "can-i", "delete", "nodes"});
+  EXPECT_EQ(admin.out, "yes\n");
+  Result list = KubectlWith(op, {"auth", "can-i", "--list"});
+  EXPECT_EQ(list.code, 0) << list.err;
+  EXPECT_THAT(list.out, HasSubstr(jobs));
+  Result whoami = KubectlWith(op, {"auth", "whoami"});
+  EXPECT_EQ(whoami.code, 0) << whoami.err;
+  EXPECT_THAT(whoami.out, HasSubstr(kOp));
+  EXPECT_THAT(whoami.out, HasSubstr("system:serviceaccounts:default"));
+}
+
+TEST_F(KubectlRbacTest, CreateTokenGivesAWorkingToken) {
+  std::string op = ApplyReaderServiceAccount();
+  Result token = Kubectl({"create", "token", "op", "--duration", "10m"});
+  ASSERT_EQ(token.code, 0) << token.err;
+  std::string t = token.out.substr(0, token.out.find('\n'));
+  EXPECT_EQ(std::count(t.begin(), t.end(), '.'), 2) << t;
+  auto whoami =
+      server_->CallAs(t, "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", "{}");
+  EXPECT_EQ(whoami.code, 201) << whoami.body;
+  EXPECT_EQ(whoami.Json()["status"]["userInfo"]["username"], kOp);
+  EXPECT_EQ(server_->CallAs(t, "GET", "/api/v1/namespaces/default/pods").code, 403);
+  Result missing = Kubectl({"create", "token", "nobody"});
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_THAT(missing.err, HasSubstr("serviceaccounts \"nobody\" not found"));
 }
 
 }  // namespace

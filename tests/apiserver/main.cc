@@ -17,7 +17,8 @@ const char* kUsage =
     "usage: kube-test-server [--port N] [--kubeconfig-out FILE] [--simulate-nodes N]\n"
     "                        [--run-pods] [--pod-work-dir DIR] [--watch-window N]\n"
     "                        [--bookmark-interval-ms N] [--faults SPEC|@FILE]\n"
-    "                        [--legacy-discovery] [--verbose]\n";
+    "                        [--legacy-discovery] [--authorization always-allow|rbac]\n"
+    "                        [--no-token admin|anonymous|reject] [--verbose]\n";
 
 [[noreturn]] void Fail(int code, const std::string& message) {
   std::cerr << "kube-test-server: " << message << std::endl;
@@ -63,6 +64,26 @@ int main(int argc, char** argv) {
       options.bookmark_interval = std::chrono::milliseconds(ParseNumber(flag, value(), 1));
     } else if (flag == "--faults") {
       faults = value();
+    } else if (flag == "--authorization") {
+      std::string mode = value();
+      if (mode == "always-allow" || mode == "AlwaysAllow") {
+        options.authorization = spawnpoint::kubetest::AuthorizationMode::kAlwaysAllow;
+      } else if (mode == "rbac" || mode == "RBAC") {
+        options.authorization = spawnpoint::kubetest::AuthorizationMode::kRbac;
+      } else {
+        Fail(2, flag + ": \"" + mode + "\" is not one of always-allow, rbac");
+      }
+    } else if (flag == "--no-token") {
+      std::string mode = value();
+      if (mode == "admin") {
+        options.no_token = spawnpoint::kubetest::NoTokenMode::kAdmin;
+      } else if (mode == "anonymous") {
+        options.no_token = spawnpoint::kubetest::NoTokenMode::kAnonymous;
+      } else if (mode == "reject") {
+        options.no_token = spawnpoint::kubetest::NoTokenMode::kReject;
+      } else {
+        Fail(2, flag + ": \"" + mode + "\" is not one of admin, anonymous, reject");
+      }
     } else if (flag == "--legacy-discovery") {
       options.aggregated_discovery = false;
     } else if (flag == "--verbose" || flag == "-v") {

@@ -268,6 +268,46 @@ HttpResponse KubeTestServer::Call(const std::string& method, const std::string& 
   return HttpCall(port_, method, target, body, h);
 }
 
+HttpResponse KubeTestServer::CallAs(const std::string& token, const std::string& method,
+                                    const std::string& target, const std::string& body,
+                                    const std::string& content_type) {
+  Headers h;
+  if (!body.empty()) h.push_back({"Content-Type", content_type});
+  h.push_back({"Accept", "application/json"});
+  h.push_back({"Authorization", "Bearer " + token});
+  return HttpCall(port_, method, target, body, h);
+}
+
+namespace {
+
+StatusOr<nlohmann::json> TokenResponse(KubeTestServer& server, const std::string& ns,
+                                       const std::string& name) {
+  HttpResponse r = server.Call("POST", "/testing/serviceaccount-token",
+                               nlohmann::json{{"namespace", ns}, {"name", name}}.dump());
+  nlohmann::json j = r.Json();
+  if (r.code == 404) return NotFound("no ServiceAccount " + ns + "/" + name);
+  if (r.code != 200 || !j.is_object() || !j.contains("token")) {
+    return Internal("POST /testing/serviceaccount-token: HTTP " + std::to_string(r.code) + " " +
+                    r.error + " " + r.body);
+  }
+  return j;
+}
+
+}  // namespace
+
+StatusOr<std::string> KubeTestServer::ServiceAccountToken(const std::string& ns,
+                                                          const std::string& name) {
+  SP_ASSIGN_OR_RETURN(nlohmann::json j, TokenResponse(*this, ns, name));
+  return j["token"].get<std::string>();
+}
+
+Status KubeTestServer::WriteServiceAccountKubeconfig(const std::string& ns, const std::string& name,
+                                                     const std::string& path) {
+  SP_ASSIGN_OR_RETURN(nlohmann::json j, TokenResponse(*this, ns, name));
+  spawnpoint::testing::WriteFile(path, j["kubeconfig"].get<std::string>());
+  return Status::Ok();
+}
+
 HttpResponse KubeTestServer::AddFaults(const std::string& spec) {
   return Call("POST", "/testing/faults", spec);
 }

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/status.h"
 #include "tests/support/test_process.h"
 
 namespace spawnpoint::kubetest::testing {
@@ -75,7 +76,12 @@ class HttpStream {
   std::vector<std::string> lines_;
 };
 
-// A kube-test-server process on a free port with its kubeconfig in a temp dir.
+// The bearer token of the admin kubeconfig the server writes (group system:masters).
+inline constexpr const char* kAdminToken = "kube-test-server-dummy-token";
+
+// A kube-test-server process on a free port with its kubeconfig in a temp dir. Pass
+// {"--authorization", "rbac"} to have RBAC enforced. Call() sends no token, which is the
+// superuser unless the server runs with --no-token reject (then use CallAs(kAdminToken)).
 class KubeTestServer {
  public:
   explicit KubeTestServer(std::vector<std::string> extra_args = {},
@@ -95,11 +101,23 @@ class KubeTestServer {
   HttpResponse Call(const std::string& method, const std::string& target,
                     const std::string& body = "",
                     const std::string& content_type = "application/json");
+  // The same with "Authorization: Bearer <token>".
+  HttpResponse CallAs(const std::string& token, const std::string& method,
+                      const std::string& target, const std::string& body = "",
+                      const std::string& content_type = "application/json");
   // Test-only endpoints.
   HttpResponse AddFaults(const std::string& spec);
   void ClearFaults();
   nlohmann::json Requests(uint64_t since = 0);
   void Compact();
+  // A token for an existing ServiceAccount (POST /testing/serviceaccount-token); NotFound
+  // when there is no such ServiceAccount.
+  StatusOr<std::string> ServiceAccountToken(const std::string& ns, const std::string& name);
+  // Writes a kubeconfig for the ServiceAccount: its token (what the operator's client
+  // sends), `as:` the ServiceAccount (what kubectl sends over plain http) and `ns` as the
+  // default namespace. See KubeconfigFor() in api_server.h.
+  Status WriteServiceAccountKubeconfig(const std::string& ns, const std::string& name,
+                                       const std::string& path);
 
   // SIGTERM, then waits up to `timeout`; the exit code, or -1 (then it was killed).
   int Stop(std::chrono::milliseconds timeout = std::chrono::seconds(10));
