@@ -139,9 +139,13 @@ void OperatorMetrics::ObserveApiRequest(const std::string& verb, int code, doubl
 
 void OperatorMetrics::CollectJobs(const kube::Store* jobs) {
   StopCollectingJobs();
-  jobs_collector_ = registry_->AddCollector([jobs](std::vector<CollectedFamily>* out) {
-    for (auto& family : JobFamilies(jobs->List())) out->push_back(std::move(family));
-  });
+  // Only the leader exports them: standby replicas have the same cache, and a dashboard's
+  // sum over replicas would count every job once per replica.
+  jobs_collector_ =
+      registry_->AddCollector([jobs, leader = leader_](std::vector<CollectedFamily>* out) {
+        if (leader->Value() != 1) return;
+        for (auto& family : JobFamilies(jobs->List())) out->push_back(std::move(family));
+      });
 }
 
 void OperatorMetrics::StopCollectingJobs() {

@@ -8,7 +8,8 @@
 //   - job lifecycle totals by namespace, counted from this replica's own status writes
 //     (ObserveStatusWrite), so only the leader counts and replicas never double-count;
 //   - jobs by phase, and per running job GPU utilisation, data stall and samples per
-//     second, computed at scrape time from the informer cache (CollectJobs): a finished or
+//     second, computed at scrape time from the informer cache by the leader only
+//     (CollectJobs), so replicas never export a job twice: a finished or
 //     deleted job's series are gone from the next scrape, so cardinality is bounded by the
 //     live jobs.
 // Thread-safe.
@@ -43,8 +44,8 @@ class OperatorMetrics {
   std::shared_ptr<kube::WorkQueueMetrics> QueueHooks();
   // code 0: the request got no answer (connection refused, timeout).
   void ObserveApiRequest(const std::string& verb, int code, double seconds);
-  // Reads `jobs` (the TrainingJob informer's cache) on every scrape; `jobs` must outlive
-  // this object or StopCollectingJobs() must come first.
+  // Reads `jobs` (the TrainingJob informer's cache) on every scrape while SetLeader(true)
+  // holds; `jobs` must outlive this object or StopCollectingJobs() must come first.
   void CollectJobs(const kube::Store* jobs);
   void StopCollectingJobs();
 

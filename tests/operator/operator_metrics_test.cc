@@ -47,6 +47,7 @@ TEST(OperatorMetricsTest, ExportsEveryDocumentedMetricWithItsType) {
   OperatorMetrics m(&registry);
   kube::Store jobs;
   m.CollectJobs(&jobs);
+  m.SetLeader(true);
   jobs.Replace(
       {Job("ml", "a",
            {{"phase", "Running"},
@@ -172,6 +173,9 @@ TEST(OperatorMetricsTest, FinishedJobsLeaveTheNextScrape) {
   m.CollectJobs(&jobs);
   const json util = {{"gpu", 0.5}, {"dataStall", 0.2}, {"samplesPerSecond", 10}};
   jobs.Replace({Job("ml", "a", {{"phase", "Running"}, {"utilisation", util}})});
+  EXPECT_THAT(registry.Render(), Not(HasSubstr("namespace=\"ml\"")))
+      << "a standby replica exports no job series";
+  m.SetLeader(true);
   EXPECT_THAT(registry.Render(),
               HasSubstr("spawnpoint_job_gpu_utilisation_ratio{namespace=\"ml\",job=\"a\"} 0.5\n"));
   jobs.Replace({Job("ml", "a", {{"phase", "Succeeded"}, {"utilisation", util}})});
@@ -189,6 +193,7 @@ TEST(OperatorMetricsTest, PromtoolAcceptsTheExposition) {
   OperatorMetrics m(&registry);
   kube::Store jobs;
   m.CollectJobs(&jobs);
+  m.SetLeader(true);
   jobs.Replace(
       {Job("ml", "we\"ird\\name", {{"phase", "Running"}, {"utilisation", {{"gpu", 0.5}}}})});
   m.ObserveReconcile(0.01, "success");

@@ -1,0 +1,115 @@
+{{/*
+The chart name (nameOverride wins), at most 63 characters.
+*/}}
+{{- define "spawnpoint.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The full name of every resource: fullnameOverride, else the release name, followed by the
+chart name unless the release name already contains it. At most 63 characters (some
+Kubernetes name fields are limited to that by the DNS label rules).
+*/}}
+{{- define "spawnpoint.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+"name-version" for the helm.sh/chart label.
+*/}}
+{{- define "spawnpoint.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The labels every resource carries. Call with a dict: (dict "ctx" $ "component" "operator").
+*/}}
+{{- define "spawnpoint.labels" -}}
+helm.sh/chart: {{ include "spawnpoint.chart" .ctx }}
+{{ include "spawnpoint.selectorLabels" .ctx }}
+app.kubernetes.io/version: {{ .ctx.Values.image.tag | default .ctx.Chart.AppVersion | toString | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/component: {{ .component }}
+app.kubernetes.io/part-of: spawnpoint
+{{- end }}
+
+{{/*
+The labels the operator's Deployment selects its pods by (immutable once installed).
+*/}}
+{{- define "spawnpoint.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "spawnpoint.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+The operator's ServiceAccount name.
+*/}}
+{{- define "spawnpoint.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "spawnpoint.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+"true" when leader election is on: leaderElection.enabled when set, else replicaCount > 1.
+Refuses more than one replica without it.
+*/}}
+{{- define "spawnpoint.leaderElect" -}}
+{{- $enabled := .Values.leaderElection.enabled }}
+{{- if kindIs "invalid" $enabled }}
+{{- $enabled = gt (int .Values.replicaCount) 1 }}
+{{- end }}
+{{- if and (not $enabled) (gt (int .Values.replicaCount) 1) }}
+{{- fail (printf "replicaCount is %d but leaderElection.enabled is false: several operators would act on the same TrainingJobs at once. Set leaderElection.enabled=true (or leave it unset), or replicaCount=1." (int .Values.replicaCount)) }}
+{{- end }}
+{{- if $enabled }}true{{ end }}
+{{- end }}
+
+{{/*
+The Lease's name.
+*/}}
+{{- define "spawnpoint.leaseName" -}}
+{{- default (include "spawnpoint.fullname" .) .Values.leaderElection.leaseName }}
+{{- end }}
+
+{{/*
+The namespace of the operator's main RBAC rules with rbac.scope=namespace: watchNamespace,
+which is then required.
+*/}}
+{{- define "spawnpoint.rbacNamespace" -}}
+{{- required "rbac.scope=namespace gives the operator a Role in one namespace only: set watchNamespace to that namespace (--set watchNamespace=ml), or use rbac.scope=cluster" .Values.watchNamespace }}
+{{- end }}
+
+{{/*
+Checks that apply to the whole release; included by the Deployment.
+*/}}
+{{- define "spawnpoint.validate" -}}
+{{- if not (has .Values.rbac.scope (list "cluster" "namespace")) }}
+{{- fail (printf "rbac.scope must be cluster or namespace, got %q" (toString .Values.rbac.scope)) }}
+{{- end }}
+{{- if and .Values.rbac.create (eq .Values.rbac.scope "namespace") }}
+{{- $_ := include "spawnpoint.rbacNamespace" . }}
+{{- end }}
+{{- if eq (int .Values.metrics.port) (int .Values.health.port) }}
+{{- fail (printf "metrics.port and health.port are both %d: give them different ports (they are two container ports)" (int .Values.metrics.port)) }}
+{{- end }}
+{{- $_ := include "spawnpoint.leaderElect" . }}
+{{- end }}
+
+{{/*
+image:tag, the tag defaulting to the chart's appVersion. Call with (dict "image" X "ctx" $).
+*/}}
+{{- define "spawnpoint.image" -}}
+{{- printf "%s:%s" .image.repository (.image.tag | default .ctx.Chart.AppVersion | toString) }}
+{{- end }}
