@@ -34,18 +34,6 @@ constexpr const char* kJson = "application/json";
 constexpr int kAlreadyLogged = -1;
 constexpr const char* kTableContentType = "application/json;as=Table;v=v1;g=meta.k8s.io";
 
-std::vector<std::string> SplitPath(const std::string& path) {
-  std::vector<std::string> parts;
-  size_t i = 0;
-  while (i < path.size()) {
-    size_t slash = path.find('/', i);
-    if (slash == std::string::npos) slash = path.size();
-    if (slash > i) parts.push_back(path.substr(i, slash - i));
-    i = slash + 1;
-  }
-  return parts;
-}
-
 bool TrueParam(const std::string& v) { return v == "1" || v == "true" || v == "True"; }
 
 bool WantsTable(const HttpRequest& req) {

@@ -11,18 +11,6 @@ namespace {
 constexpr const char* kServiceAccountPrefix = "system:serviceaccount:";
 constexpr const char* kRbacGroup = "rbac.authorization.k8s.io";
 
-std::vector<std::string> SplitPath(const std::string& path) {
-  std::vector<std::string> parts;
-  size_t i = 0;
-  while (i < path.size()) {
-    size_t slash = path.find('/', i);
-    if (slash == std::string::npos) slash = path.size();
-    if (slash > i) parts.push_back(path.substr(i, slash - i));
-    i = slash + 1;
-  }
-  return parts;
-}
-
 std::string Lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
   return s;
@@ -200,6 +188,18 @@ json ClusterRoleBindingJson(const std::string& name, const std::vector<std::stri
 }
 
 }  // namespace
+
+std::vector<std::string> SplitPath(const std::string& path) {
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i < path.size()) {
+    size_t slash = path.find('/', i);
+    if (slash == std::string::npos) slash = path.size();
+    if (slash > i) parts.push_back(path.substr(i, slash - i));
+    i = slash + 1;
+  }
+  return parts;
+}
 
 bool UserInfo::InGroup(const std::string& group) const { return Contains(groups, group); }
 

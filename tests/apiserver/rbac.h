@@ -75,6 +75,9 @@ struct Attributes {
   std::string name;
 };
 
+// "/api/v1/pods/" -> {"api", "v1", "pods"}: the non-empty segments of a URL path.
+std::vector<std::string> SplitPath(const std::string& path);
+
 // The attributes of an HTTP request (user left empty). `query` is the decoded query.
 Attributes RequestAttributes(const std::string& method, const std::string& path,
                              const std::map<std::string, std::string>& query);

@@ -20,7 +20,6 @@ using spawnpoint::testing::ReadFile;
 using spawnpoint::testing::WriteFile;
 using std::chrono::seconds;
 using ::testing::HasSubstr;
-using ::testing::Not;
 
 constexpr const char* kNamespace = "spawnpoint-system";
 constexpr const char* kRelease = "spawnpoint";
@@ -234,39 +233,27 @@ TEST(ChartTest, SchemaRejectsWrongValuesWithHelmsMessages) {
 
 // ---- Applied to kube-test-server with kubectl ------------------------------------------
 
-// The prometheus-operator CRDs the optional monitors need, as a cluster with
-// kube-prometheus-stack has them (schemas trimmed to "anything goes").
-const char* kMonitoringCrds = R"(
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: servicemonitors.monitoring.coreos.com
-spec:
-  group: monitoring.coreos.com
-  names: {kind: ServiceMonitor, listKind: ServiceMonitorList, plural: servicemonitors, singular: servicemonitor}
-  scope: Namespaced
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: podmonitors.monitoring.coreos.com
-spec:
-  group: monitoring.coreos.com
-  names: {kind: PodMonitor, listKind: PodMonitorList, plural: podmonitors, singular: podmonitor}
-  scope: Namespaced
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
-)";
+// A prometheus-operator CRD the optional monitors need, as a cluster with
+// kube-prometheus-stack has it (the schema trimmed to "anything goes").
+json MonitoringCrd(const std::string& kind, const std::string& plural) {
+  std::string singular = plural.substr(0, plural.size() - 1);
+  return {
+      {"apiVersion", "apiextensions.k8s.io/v1"},
+      {"kind", "CustomResourceDefinition"},
+      {"metadata", {{"name", plural + ".monitoring.coreos.com"}}},
+      {"spec",
+       {{"group", "monitoring.coreos.com"},
+        {"names",
+         {{"kind", kind}, {"listKind", kind + "List"}, {"plural", plural}, {"singular", singular}}},
+        {"scope", "Namespaced"},
+        {"versions", json::array({{{"name", "v1"},
+                                   {"served", true},
+                                   {"storage", true},
+                                   {"schema",
+                                    {{"openAPIV3Schema",
+                                      {{"type", "object"},
+                                       {"x-kubernetes-preserve-unknown-fields", true}}}}}}})}}}};
+}
 
 // A cluster with the namespaces `helm install --create-namespace` and the values expect.
 class ChartClusterTest : public ::testing::Test {
@@ -279,10 +266,8 @@ class ChartClusterTest : public ::testing::Test {
       ASSERT_TRUE(
           h_->Apply({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}}));
     }
-    const std::string crds = h_->dir() + "/monitoring-crds.yaml";
-    WriteFile(crds, kMonitoringCrds);
-    auto r = h_->Kubectl({"apply", "-f", crds});
-    ASSERT_EQ(r.code, 0) << r.err;
+    ASSERT_TRUE(h_->Apply(MonitoringCrd("ServiceMonitor", "servicemonitors")));
+    ASSERT_TRUE(h_->Apply(MonitoringCrd("PodMonitor", "podmonitors")));
   }
 
   // kubectl apply of the rendered chart, as the cluster admin.
@@ -325,37 +310,16 @@ class ChartClusterTest : public ::testing::Test {
     auto r = Get("/apis/spawnpoint.dev/v1alpha1/namespaces/" + ns + "/trainingjobs/" + name);
     return r.code == 200 ? JsonField(r.Json(), "/status/phase") : "";
   }
-  json PodsOf(const std::string& ns, const std::string& job) {
-    auto r =
-        Get("/api/v1/namespaces/" + ns + "/pods?labelSelector=spawnpoint.dev%2Fjob-name%3D" + job);
-    return r.code == 200 ? r.Json().value("items", json::array()) : json::array();
-  }
-  void SucceedPods(const std::string& ns, const std::string& job) {
-    for (const auto& pod : PodsOf(ns, job)) {
-      json patch = {
-          {"status",
-           {{"phase", "Succeeded"},
-            {"containerStatuses",
-             json::array(
-                 {{{"name", "trainer"},
-                   {"state", {{"terminated", {{"exitCode", 0}, {"reason", "Completed"}}}}}}})}}}};
-      auto r = h_->Api("PATCH",
-                       "/api/v1/namespaces/" + ns + "/pods/" +
-                           pod["metadata"]["name"].get<std::string>() + "/status",
-                       patch.dump(), "application/merge-patch+json");
-      EXPECT_EQ(r.code, 200) << r.body;
-    }
-  }
   // Runs one job in `ns` to Succeeded through the operator.
   void RunJobToSuccess(const std::string& ns, const std::string& name) {
     json job = TestJob(name);
     job["metadata"]["namespace"] = ns;
     ASSERT_TRUE(h_->Apply(job));
-    ASSERT_TRUE(h_->WaitFor([&] { return PodsOf(ns, name).size() == 2; }, seconds(30)))
+    ASSERT_TRUE(h_->WaitFor([&] { return h_->Pods(name, ns).size() == 2; }, seconds(30)))
         << Denials() << h_->Log();
     ASSERT_TRUE(h_->WaitFor([&] { return JobPhase(ns, name) == "Running"; }, seconds(30)))
         << JobPhase(ns, name) << Denials() << h_->Log();
-    SucceedPods(ns, name);
+    for (const auto& pod : h_->Pods(name, ns)) h_->SucceedPod(pod["metadata"]["name"], ns);
     ASSERT_TRUE(h_->WaitFor([&] { return JobPhase(ns, name) == "Succeeded"; }, seconds(30)))
         << JobPhase(ns, name) << Denials() << h_->Log();
   }

@@ -136,9 +136,9 @@ json OperatorHarness::Job(const std::string& name) {
   return r.code == 200 ? r.Json() : json();
 }
 
-json OperatorHarness::Pods(const std::string& job) {
-  auto r = Api("GET",
-               "/api/v1/namespaces/default/pods?labelSelector=spawnpoint.dev%2Fjob-name%3D" + job);
+json OperatorHarness::Pods(const std::string& job, const std::string& ns) {
+  auto r = Api(
+      "GET", "/api/v1/namespaces/" + ns + "/pods?labelSelector=spawnpoint.dev%2Fjob-name%3D" + job);
   if (r.code != 200) return json::array();
   json items = r.Json().value("items", json::array());
   std::sort(items.begin(), items.end(), [](const json& a, const json& b) {
@@ -166,7 +166,7 @@ std::vector<json> OperatorHarness::Events(const std::string& job) {
   return out;
 }
 
-void OperatorHarness::SucceedPod(const std::string& pod) {
+void OperatorHarness::SucceedPod(const std::string& pod, const std::string& ns) {
   json patch = {
       {"status",
        {{"phase", "Succeeded"},
@@ -177,7 +177,7 @@ void OperatorHarness::SucceedPod(const std::string& pod) {
                {"state",
                 {{"terminated",
                   {{"exitCode", 0}, {"reason", "Completed"}, {"finishedAt", Now()}}}}}}})}}}};
-  auto r = Api("PATCH", "/api/v1/namespaces/default/pods/" + pod + "/status", patch.dump(),
+  auto r = Api("PATCH", "/api/v1/namespaces/" + ns + "/pods/" + pod + "/status", patch.dump(),
                "application/merge-patch+json");
   if (r.code != 200) ADD_FAILURE_AT(__FILE__, __LINE__) << "patch " << pod << ": " << r.body;
 }

@@ -58,12 +58,13 @@ class OperatorHarness {
                                       const std::string& body = "",
                                       const std::string& content_type = "application/json");
   json Job(const std::string& name);  // null if absent
-  json Pods(const std::string& job);  // the job's pods (items), by name order
+  // The job's pods (items), by name order.
+  json Pods(const std::string& job, const std::string& ns = "default");
   json Pod(const std::string& name);  // null if absent
   bool HasService(const std::string& name);
   std::vector<json> Events(const std::string& job);
   // Pod status as a kubelet reports it.
-  void SucceedPod(const std::string& pod);
+  void SucceedPod(const std::string& pod, const std::string& ns = "default");
   void FailPod(const std::string& pod, int exit_code, const std::string& reason = "Error",
                const std::string& message = "");
 
