@@ -161,7 +161,9 @@ json BuildPod(const api::TrainingJob& job, const json& owner, int node, int atte
       json::array({agent, "run", "--job-env", kJobEnv, "--node-rank", std::to_string(node),
                    "--nnodes", std::to_string(spec.nodes), "--master-addr", master, "--master-port",
                    std::to_string(spec.rendezvous_port), "--max-restarts", "0", "--restart-count",
-                   std::to_string(attempt), "--termination-log", "/dev/termination-log"});
+                   std::to_string(attempt), "--termination-log", "/dev/termination-log",
+                   // Where the operator reads it (--agent-status-port), on every interface.
+                   "--metrics-addr", ":" + std::to_string(settings.status_port)});
   trainer.erase("args");  // the trainer's command and args travel inside the job
   trainer["terminationMessagePath"] = "/dev/termination-log";
   trainer["terminationMessagePolicy"] = "FallbackToLogsOnError";

@@ -88,7 +88,7 @@ TEST(ChildrenTest, PodRunsTheAgentWithTheRendezvousOfItsNode) {
               ElementsAre("/spawnpoint/bin/spawnpoint-agent", "run", "--job-env", kJobEnv,
                           "--node-rank", "2", "--nnodes", "3", "--master-addr", "job-node-0.job",
                           "--master-port", "29500", "--max-restarts", "0", "--restart-count", "1",
-                          "--termination-log", "/dev/termination-log"));
+                          "--termination-log", "/dev/termination-log", "--metrics-addr", ":9400"));
   EXPECT_FALSE(c.contains("args"));
   EXPECT_EQ(c["resources"]["limits"]["amd.com/gpu"], "4");
   EXPECT_EQ(c["resources"]["requests"]["amd.com/gpu"], "4");

@@ -80,9 +80,50 @@ TEST(OperatorEndToEnd, LocalClusterExampleTrainsToSuccess) {
   EXPECT_THAT(get.out, ::testing::HasSubstr("Succeeded"));
 }
 
-// The utilisation path: the operator reads each running pod's agent status endpoint and
-// writes status.utilisation, which `kubectl get tj` shows. The agent has no HTTP endpoint
-// yet, so the pod runs a stand-in that serves an agent status document on the status port.
+// The utilisation path with the real agent: the operator tells the agent which port to
+// serve (--agent-status-port), reads its /status while the job runs and writes the
+// loader's figures into status.utilisation. One node: under --run-pods every pod shares
+// 127.0.0.1, where only one agent can hold the port.
+TEST(OperatorEndToEnd, UtilisationComesFromTheRealAgent) {
+  OperatorHarness h({"--run-pods", "--simulate-nodes", "1"});
+  ASSERT_TRUE(h.ok()) << h.error();
+  const int port = FreePort();
+  h.StartOperator({"--agent-path", AGENT_BIN, "--master-addr", "127.0.0.1", "--agent-status-port",
+                   std::to_string(port), "--utilisation-interval", "300ms"});
+  std::string manifest = spawnpoint::testing::ReadFile(SOURCE_DIR "/examples/local-cluster.yaml");
+  manifest = Replace(manifest, "build/bin/spawnpoint-example-trainer", TRAINER_BIN);
+  manifest = Replace(manifest, "port: 29531", "port: " + std::to_string(FreePort()));
+  manifest = Replace(manifest, "nodes: 2", "nodes: 1");
+  manifest = Replace(manifest, "name: local-cluster", "name: real-util");
+  // Long enough to be read a few times; the job is deleted once it has been.
+  manifest = Replace(manifest, "--epochs, \"3\"", "--epochs, \"1000\"");
+  const std::string path = h.dir() + "/real-util.yaml";
+  spawnpoint::testing::WriteFile(path, manifest);
+  KubectlResult apply = h.Kubectl({"apply", "-f", path});
+  ASSERT_EQ(apply.code, 0) << apply.err;
+
+  ASSERT_TRUE(h.WaitFor(
+      [&] {
+        const json job = h.Job("real-util");
+        if (!job.is_object() || !job.contains("status")) return false;
+        const json u = job["status"].value("utilisation", json::object());
+        return u.value("pods", 0) == 1 && u.contains("samplesPerSecond") &&
+               u["samplesPerSecond"].is_number() && u["samplesPerSecond"].get<double>() > 0;
+      },
+      seconds(60)))
+      << h.Job("real-util").dump(2) << h.Log() << h.Kubectl({"logs", "real-util-node-0"}).out;
+  const json u = h.Job("real-util")["status"]["utilisation"];
+  EXPECT_FALSE(u.contains("error")) << u.dump();
+  ASSERT_TRUE(u["dataStall"].is_number()) << u.dump();
+  EXPECT_GE(u["dataStall"].get<double>(), 0.0);
+  EXPECT_LE(u["dataStall"].get<double>(), 1.0);
+  EXPECT_TRUE(!u.contains("gpu") || u["gpu"].is_null())
+      << "a CPU job reports no GPU utilisation, not 0: " << u.dump();
+  h.Kubectl({"delete", "tj", "real-util", "--wait=false"});
+}
+
+// The GPU figures: the pod runs a stand-in that serves an agent status document with a GPU
+// reading on the status port (no GPU here to make the real agent report one).
 TEST(OperatorEndToEnd, UtilisationIsReadFromThePodsStatusEndpoint) {
   OperatorHarness h({"--run-pods", "--simulate-nodes", "1"});
   ASSERT_TRUE(h.ok()) << h.error();
