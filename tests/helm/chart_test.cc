@@ -44,7 +44,8 @@ Rendered Render(const std::vector<std::string>& args) {
   r.out = p.Stdout();
   r.err = p.Stderr();
   if (r.code != 0) return r;
-  auto docs = api::ParseYamlStream(r.out, "rendered chart");
+  // With --notes the rendered NOTES.txt follows the manifests.
+  auto docs = api::ParseYamlStream(r.out.substr(0, r.out.find("\nNOTES:\n")), "rendered chart");
   if (!docs.ok()) {
     ADD_FAILURE() << docs.status().ToString();
     return r;
@@ -368,6 +369,28 @@ TEST_F(ChartClusterTest, EveryRenderedDocumentAppliesWithKubectl) {
       EXPECT_EQ(got.code, 0) << kind << "/" << name << ": " << got.err;
     }
   }
+}
+
+// NOTES.txt tells the user what to apply next; what it shows must apply as it stands.
+TEST_F(ChartClusterTest, TheJobInTheNotesIsAValidTrainingJob) {
+  StartCluster({"--simulate-nodes", "2"});
+  Rendered r = Render({"--notes"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const size_t notes = r.out.find("\nNOTES:\n");
+  ASSERT_NE(notes, std::string::npos) << r.out;
+  const std::string text = r.out.substr(notes);
+  EXPECT_THAT(text, HasSubstr("kubectl -n spawnpoint-system rollout status deployment/spawnpoint"));
+  const std::string open = "<<'EOF'\n", close = "\nEOF\n";
+  const size_t begin = text.find(open);
+  ASSERT_NE(begin, std::string::npos) << text;
+  const size_t end = text.find(close, begin);
+  ASSERT_NE(end, std::string::npos) << text;
+  const std::string job = text.substr(begin + open.size(), end - begin - open.size());
+  const std::string file = h_->dir() + "/notes-job.yaml";
+  WriteFile(file, job);
+  auto applied = h_->Kubectl({"apply", "-n", "default", "-f", file});
+  EXPECT_EQ(applied.code, 0) << applied.err << "\n" << job;
+  EXPECT_THAT(applied.out, HasSubstr("trainingjob.spawnpoint.dev/hello-ddp created"));
 }
 
 TEST_F(ChartClusterTest, OperatorReconcilesWithOnlyTheRenderedClusterRbac) {
