@@ -144,7 +144,18 @@ json BuildPod(const api::TrainingJob& job, const json& owner, int node, int atte
         {"image", settings.agent_image},
         {"command", json::array({"cp", "-a", settings.agent_image_dir + "/.",
                                  std::string(kAgentMountPath) + "/"})},
-        {"volumeMounts", json::array({{{"name", kAgentVolume}, {"mountPath", kAgentMountPath}}})}};
+        {"volumeMounts", json::array({{{"name", kAgentVolume}, {"mountPath", kAgentMountPath}}})},
+        // Admitted under Pod Security "restricted" and within a namespace's ResourceQuota:
+        // copying ~10 MB needs nothing else.
+        {"securityContext",
+         {{"runAsNonRoot", true},
+          {"allowPrivilegeEscalation", false},
+          {"readOnlyRootFilesystem", true},
+          {"capabilities", {{"drop", json::array({"ALL"})}}},
+          {"seccompProfile", {{"type", "RuntimeDefault"}}}}},
+        {"resources",
+         {{"requests", {{"cpu", "10m"}, {"memory", "16Mi"}}},
+          {"limits", {{"cpu", "500m"}, {"memory", "64Mi"}}}}}};
     json inits = json::array({init});
     for (const auto& c : pod_spec.value("initContainers", json::array())) {
       if (c.is_object() && c.value("name", "") == kAgentInstallContainer) continue;

@@ -124,7 +124,9 @@ TEST(ChartTest, DefaultValuesRenderALeastPrivilegeOperator) {
   EXPECT_EQ(container["livenessProbe"]["httpGet"]["path"], "/healthz");
   EXPECT_EQ(container["readinessProbe"]["httpGet"]["path"], "/readyz");
   const auto args = Args(deployment);
-  EXPECT_FALSE(HasArg(args, "--leader-elect")) << "one replica needs no election";
+  // On with one replica too: a rolling upgrade then never has two operators acting.
+  EXPECT_TRUE(HasArg(args, "--leader-elect"));
+  EXPECT_EQ(deployment["spec"]["strategy"]["type"], "RollingUpdate");
   EXPECT_TRUE(HasArg(args, "--agent-image=ghcr.io/spawnpoint/agent:0.1.0") ||
               HasArg(args, "--agent-image=ghcr.io/spawnpoint/agent:v0.1.0"))
       << ::testing::PrintToString(args);
@@ -154,7 +156,8 @@ TEST(ChartTest, DefaultValuesRenderALeastPrivilegeOperator) {
 }
 
 TEST(ChartTest, EveryOptionalPartOn) {
-  Rendered r = Render({"--values", CHART_DIR "/ci/all-on-values.yaml"});
+  Rendered r = Render({"--values", CHART_DIR "/ci/all-on-values.yaml", "--api-versions",
+                       "monitoring.coreos.com/v1"});
   ASSERT_EQ(r.code, 0) << r.err;
   const json deployment = One(r, "Deployment");
   ASSERT_TRUE(deployment.is_object());
@@ -208,6 +211,51 @@ TEST(ChartTest, FullnameOverrideNamesEveryObject) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(One(r, "Deployment")["metadata"]["name"], "sp");
   EXPECT_EQ(One(r, "ServiceAccount")["metadata"]["name"], "sp");
+}
+
+TEST(ChartTest, ADigestPinnedImageKeepsValidLabels) {
+  Rendered r = Render({"--set", "image.tag=0.1.0@sha256:0123abcd"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json deployment = One(r, "Deployment");
+  EXPECT_EQ(deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+            "ghcr.io/spawnpoint/operator:0.1.0@sha256:0123abcd");
+  EXPECT_EQ(deployment["metadata"]["labels"]["app.kubernetes.io/version"], "0.1.0")
+      << "a label value cannot hold '@' or ':'";
+}
+
+TEST(ChartTest, MonitorsNeedThePrometheusOperator) {
+  Rendered r = Render({"--set", "metrics.serviceMonitor.enabled=true"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("metrics.serviceMonitor.enabled is true but this cluster does not "
+                               "serve monitoring.coreos.com/v1"));
+  Rendered with = Render({"--set", "agentMetrics.podMonitor.enabled=true", "--api-versions",
+                          "monitoring.coreos.com/v1"});
+  EXPECT_EQ(with.code, 0) << with.err;
+  EXPECT_EQ(OfKind(with, "PodMonitor").size(), 1u);
+}
+
+TEST(ChartTest, NeverBindsTheOperatorsRulesToTheDefaultServiceAccount) {
+  Rendered r = Render({"--set", "serviceAccount.create=false"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("serviceAccount.name is empty"));
+  Rendered named =
+      Render({"--set", "serviceAccount.create=false", "--set", "serviceAccount.name=ops"});
+  ASSERT_EQ(named.code, 0) << named.err;
+  EXPECT_TRUE(OfKind(named, "ServiceAccount").empty());
+  EXPECT_EQ(One(named, "ClusterRoleBinding")["subjects"][0]["name"], "ops");
+}
+
+TEST(ChartTest, NamespaceScopeCreatesNoClusterScopedObjectsButTheCrd) {
+  Rendered r = Render({"--values", CHART_DIR "/ci/namespace-scope-values.yaml", "--set",
+                       "rbac.aggregateToDefaultRoles=true"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(OfKind(r, "ClusterRole").empty());
+  EXPECT_TRUE(OfKind(r, "ClusterRoleBinding").empty());
+  for (const auto& role : OfKind(r, "Role")) {
+    const std::string ns = role["metadata"]["namespace"];
+    EXPECT_TRUE(ns == "ml" || ns == kNamespace) << ns;
+  }
+  EXPECT_TRUE(HasArg(Args(One(r, "Deployment")), "--namespace=ml"));
 }
 
 TEST(ChartTest, SchemaRejectsWrongValuesWithHelmsMessages) {
@@ -354,8 +402,10 @@ TEST_F(ChartClusterTest, EveryRenderedDocumentAppliesWithKubectl) {
   for (const std::string values :
        {"", CHART_DIR "/ci/all-on-values.yaml", CHART_DIR "/ci/namespace-scope-values.yaml"}) {
     SCOPED_TRACE(values.empty() ? "default values" : values);
-    Rendered r = Render(values.empty() ? std::vector<std::string>{}
-                                       : std::vector<std::string>{"--values", values});
+    Rendered r =
+        Render(values.empty() ? std::vector<std::string>{}
+                              : std::vector<std::string>{"--values", values, "--api-versions",
+                                                         "monitoring.coreos.com/v1"});
     Install(r);
     // Every document is now stored where the chart meant it to be.
     for (const auto& d : r.docs) {
@@ -395,7 +445,7 @@ TEST_F(ChartClusterTest, TheJobInTheNotesIsAValidTrainingJob) {
 
 TEST_F(ChartClusterTest, OperatorReconcilesWithOnlyTheRenderedClusterRbac) {
   StartCluster({"--simulate-nodes", "2", "--authorization", "rbac"});
-  // Two replicas: leader election on, so the Lease rules are exercised too.
+  // Two replicas, leader election on: the Lease rules are exercised too.
   Rendered r = Render({"--set", "replicaCount=2"});
   Install(r);
   StartRenderedOperator(r);

@@ -79,6 +79,12 @@ TEST(ChildrenTest, PodRunsTheAgentWithTheRendezvousOfItsNode) {
   EXPECT_EQ(spec["initContainers"][0]["image"], "registry/agent:2");
   EXPECT_THAT(spec["initContainers"][0]["command"].get<std::vector<std::string>>(),
               ElementsAre("cp", "-a", "/opt/spawnpoint/.", "/spawnpoint/"));
+  const json& install = spec["initContainers"][0];
+  EXPECT_EQ(install["securityContext"]["runAsNonRoot"], true) << "Pod Security restricted";
+  EXPECT_EQ(install["securityContext"]["allowPrivilegeEscalation"], false);
+  EXPECT_EQ(install["securityContext"]["capabilities"]["drop"], json::array({"ALL"}));
+  EXPECT_EQ(install["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+  EXPECT_EQ(install["resources"]["limits"]["memory"], "64Mi") << "fits a ResourceQuota";
   EXPECT_THAT(Names(spec["volumes"]), ElementsAre(kShmVolume, kAgentVolume));
   EXPECT_EQ(spec["volumes"][0]["emptyDir"]["medium"], "Memory");
   EXPECT_EQ(spec["volumes"][0]["emptyDir"]["sizeLimit"], "1Gi");

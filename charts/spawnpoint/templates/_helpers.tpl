@@ -36,7 +36,7 @@ The labels every resource carries. Call with a dict: (dict "ctx" $ "component" "
 {{- define "spawnpoint.labels" -}}
 helm.sh/chart: {{ include "spawnpoint.chart" .ctx }}
 {{ include "spawnpoint.selectorLabels" .ctx }}
-app.kubernetes.io/version: {{ .ctx.Values.image.tag | default .ctx.Chart.AppVersion | toString | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 app.kubernetes.io/component: {{ .component }}
 app.kubernetes.io/part-of: spawnpoint
@@ -56,13 +56,18 @@ The operator's ServiceAccount name.
 {{- define "spawnpoint.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "spawnpoint.fullname" .) .Values.serviceAccount.name }}
+{{- else if .Values.serviceAccount.name }}
+{{- .Values.serviceAccount.name }}
+{{- else if .Values.rbac.create }}
+{{- fail "serviceAccount.create is false and serviceAccount.name is empty: the operator's RBAC would be bound to the namespace's default ServiceAccount, and so to every pod that uses it. Name an existing ServiceAccount (serviceAccount.name) or let the chart create one." }}
 {{- else }}
-{{- default "default" .Values.serviceAccount.name }}
+{{- "default" }}
 {{- end }}
 {{- end }}
 
 {{/*
-"true" when leader election is on: leaderElection.enabled when set, else replicaCount > 1.
+"true" when leader election is on: leaderElection.enabled (default true), or when it is null
+replicaCount > 1.
 Refuses more than one replica without it.
 */}}
 {{- define "spawnpoint.leaderElect" -}}
@@ -105,6 +110,18 @@ Checks that apply to the whole release; included by the Deployment.
 {{- fail (printf "metrics.port and health.port are both %d: give them different ports (they are two container ports)" (int .Values.metrics.port)) }}
 {{- end }}
 {{- $_ := include "spawnpoint.leaderElect" . }}
+{{- $_ := include "spawnpoint.serviceAccountName" . }}
+{{- end }}
+
+{{/*
+Fails unless the cluster serves the Prometheus Operator's kind. Call with (dict "ctx" $
+"kind" "ServiceMonitor" "value" "metrics.serviceMonitor.enabled").
+*/}}
+{{- define "spawnpoint.requireMonitoringKind" -}}
+{{- $versions := .ctx.Capabilities.APIVersions }}
+{{- if not (or ($versions.Has "monitoring.coreos.com/v1") ($versions.Has (printf "monitoring.coreos.com/v1/%s" .kind))) }}
+{{- fail (printf "%s is true but this cluster does not serve monitoring.coreos.com/v1 (%s): install the Prometheus Operator's CRDs first (e.g. kube-prometheus-stack), or with `helm template` pass --api-versions monitoring.coreos.com/v1" .value .kind) }}
+{{- end }}
 {{- end }}
 
 {{/*
