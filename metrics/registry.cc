@@ -335,8 +335,15 @@ int Registry::AddCollector(Collector collector) {
 }
 
 bool Registry::RemoveCollector(int id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return collectors_.erase(id) > 0;
+  bool removed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    removed = collectors_.erase(id) > 0;
+  }
+  // Renders that copied the collector before it was erased may still be running it: wait
+  // for them, so the caller may destroy what the collector reads once this returns.
+  std::unique_lock<std::shared_mutex> drained(collecting_);
+  return removed;
 }
 
 size_t Registry::RemoveMatching(const Labels& subset) {
@@ -387,17 +394,19 @@ void RenderCollected(const std::vector<const CollectedFamily*>& group, bool with
 void Registry::RenderTo(std::string* out) const {
   std::vector<FamilyBase*> families;
   std::vector<Collector> collectors;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    families.reserve(families_.size());
-    for (const auto& f : families_) families.push_back(f.get());
-    for (const auto& [id, c] : collectors_) collectors.push_back(c);
-  }
-
-  // Collectors run outside every lock: they may be slow (a GPU query) and may run
-  // concurrently for concurrent scrapes.
   std::vector<CollectedFamily> collected;
-  for (const auto& c : collectors) c(&collected);
+  {
+    // Shared: concurrent scrapes collect at once; RemoveCollector waits for them.
+    std::shared_lock<std::shared_mutex> collecting(collecting_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      families.reserve(families_.size());
+      for (const auto& f : families_) families.push_back(f.get());
+      for (const auto& [id, c] : collectors_) collectors.push_back(c);
+    }
+    // Collectors run outside the registry's lock: they may be slow (a GPU query).
+    for (const auto& c : collectors) c(&collected);
+  }
 
   // Valid collected families grouped by name, in first-seen order.
   std::vector<std::vector<const CollectedFamily*>> groups;

@@ -221,6 +221,8 @@ class Registry {
 
   // Returns an id for RemoveCollector.
   int AddCollector(Collector collector);
+  // Once it returns, the collector is not running and never runs again (it waits for
+  // renders in progress), so what it reads may be destroyed. Not from within a collector.
   bool RemoveCollector(int id);
 
   // Removes, from every registered family, the series whose labels include `subset`;
@@ -250,6 +252,7 @@ class Registry {
   std::map<std::string, std::string> sample_names_;  // every sample name -> its family's
   std::map<int, Collector> collectors_;
   int next_collector_ = 1;
+  mutable std::shared_mutex collecting_;  // held shared while collectors run
   mutable std::atomic<int64_t> collect_errors_{0};
   mutable std::atomic<size_t> last_size_{0};  // a reserve hint for Render()
   mutable std::mutex error_mu_;

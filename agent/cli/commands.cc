@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "agent/cli/preflight.h"
+#include "agent/cli/self_exe.h"
 #include "agent/loader/contract.h"
 #include "agent/loader/pool_supervisor.h"
 #include "agent/plan/node_plan.h"
@@ -24,7 +25,6 @@
 #include "agent/status/agent_endpoint.h"
 #include "agent/supervisor/gang.h"
 #include "agent/supervisor/restart_policy.h"
-#include "common/self_exe.h"
 
 namespace spawnpoint::agent {
 namespace {

@@ -27,7 +27,6 @@
 #include "agent/loader/protocol.h"
 #include "agent/loader/sampler.h"
 #include "agent/loader/shm_ring.h"
-#include "common/self_exe.h"
 
 extern char** environ;
 
@@ -1280,8 +1279,10 @@ class PoolLoader : public Loader {
 };
 
 StatusOr<std::vector<std::string>> OwnCommand() {
-  const std::string exe = SelfExecutablePath();
-  if (exe.empty()) return Internal("cannot read /proc/self/exe");
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) return Internal(std::string("readlink /proc/self/exe: ") + strerror(errno));
+  exe[n] = '\0';
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
   std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::vector<std::string> argv;

@@ -170,20 +170,56 @@ int RunOperator(const OperatorOptions& o) {
   controller_ptr = &controller;
   metrics.CollectJobs(&controller.jobs());
 
+  std::thread elector_thread;
+  auto start_acting = [&] {
+    metrics.SetLeader(true);
+    controller.StartWorkers();
+    poller.Start();
+  };
+  // Created before the probes are served, so /readyz never sees it appear.
   std::unique_ptr<kube::LeaderElector> elector;
+  if (o.leader_elect) {
+    kube::LeaderElectionConfig lec;
+    lec.lease_namespace = !o.leader_elect_namespace.empty() ? o.leader_elect_namespace
+                          : !o.ns.empty()                   ? o.ns
+                                                            : (*client)->default_namespace();
+    lec.lease_name = o.leader_elect_name;
+    lec.identity = identity;
+    lec.lease_duration = o.lease_duration;
+    lec.renew_deadline = o.renew_deadline;
+    lec.retry_period = o.retry_period;
+    lec.callbacks.on_started_leading = [&] {
+      log.Info("became the leader");
+      start_acting();
+    };
+    lec.callbacks.on_stopped_leading = [&] {
+      metrics.SetLeader(false);
+      log.Warning("leadership ended: stopping");
+      stop.Trigger(1);
+    };
+    lec.callbacks.on_new_leader = [&](const std::string& leader) {
+      if (leader != identity) log.Info("following", {{"leader", leader}});
+    };
+    auto created = kube::LeaderElector::Create(client->get(), lec);
+    if (!created.ok()) {
+      log.Error("leader election", {{"error", created.status().message()}});
+      controller.Stop();
+      end_signal_thread();
+      return 2;
+    }
+    elector = std::move(created).value();
+  }
   std::atomic<bool> synced{false};
   // Ready once the caches synced and, with leader election, once leading or following a
   // known leader. Read live on every probe.
-  std::atomic<kube::LeaderElector*> elector_seen{nullptr};
   auto readyz = [&](const metrics::HttpRequest&) {
     auto text = [](int code, std::string body) {
       return metrics::HttpResponse{code, "text/plain; charset=utf-8", body + "\n"};
     };
     if (!synced) return text(503, "not ready: caches not synced");
-    kube::LeaderElector* e = elector_seen.load();
-    if (!e) return text(200, "ok");
-    if (e->IsLeader()) return text(200, "ok: leading");
-    const std::string leader = e->GetLeader();
+    if (!elector) return text(200, "ok");
+    if (elector->IsLeader()) return text(200, "ok: leading");
+    const std::string leader = elector->GetLeader();
     if (!leader.empty()) return text(200, "ok: standing by for " + leader);
     return text(503, "not ready: campaigning");
   };
@@ -217,46 +253,12 @@ int RunOperator(const OperatorOptions& o) {
     log.Info("caches synced", {{"jobs", static_cast<int64_t>(controller.jobs().Size())}});
   }
 
-  std::thread elector_thread;
-  auto start_acting = [&] {
-    metrics.SetLeader(true);
-    controller.StartWorkers();
-    poller.Start();
-  };
-  if (!stop.Stopped() && o.leader_elect) {
-    kube::LeaderElectionConfig lec;
-    lec.lease_namespace = !o.leader_elect_namespace.empty() ? o.leader_elect_namespace
-                          : !o.ns.empty()                   ? o.ns
-                                                            : (*client)->default_namespace();
-    lec.lease_name = o.leader_elect_name;
-    lec.identity = identity;
-    lec.lease_duration = o.lease_duration;
-    lec.renew_deadline = o.renew_deadline;
-    lec.retry_period = o.retry_period;
-    lec.callbacks.on_started_leading = [&] {
-      log.Info("became the leader");
+  if (!stop.Stopped()) {
+    if (elector) {
+      elector_thread = std::thread([&] { elector->Run(); });
+    } else {
       start_acting();
-    };
-    lec.callbacks.on_stopped_leading = [&] {
-      metrics.SetLeader(false);
-      log.Warning("leadership ended: stopping");
-      stop.Trigger(1);
-    };
-    lec.callbacks.on_new_leader = [&](const std::string& leader) {
-      if (leader != identity) log.Info("following", {{"leader", leader}});
-    };
-    auto created = kube::LeaderElector::Create(client->get(), lec);
-    if (!created.ok()) {
-      log.Error("leader election", {{"error", created.status().message()}});
-      controller.Stop();
-      end_signal_thread();
-      return 2;
     }
-    elector = std::move(created).value();
-    elector_seen = elector.get();
-    elector_thread = std::thread([&] { elector->Run(); });
-  } else if (!stop.Stopped()) {
-    start_acting();
   }
 
   while (!stop.WaitFor(std::chrono::hours(1))) continue;

@@ -1,9 +1,12 @@
 #include "operator/metrics/operator_metrics.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <set>
+
+#include "operator/common/object.h"
+#include "operator/reconciler/job_status.h"
 
 namespace spawnpoint::op {
 namespace {
@@ -12,8 +15,8 @@ using metrics::CollectedFamily;
 using metrics::MetricType;
 
 // Phases as the reconciler writes them; a job it has not seen yet counts as Pending.
-constexpr const char* kPhases[] = {"Pending",   "Running", "Restarting",
-                                   "Succeeded", "Failed",  "Suspended"};
+constexpr const char* kPhases[] = {phase::kPending,   phase::kRunning, phase::kRestarting,
+                                   phase::kSucceeded, phase::kFailed,  phase::kSuspended};
 
 // Registration can only fail on a programming error (a bad or duplicate name), which the
 // unit tests catch; crash loudly rather than run without metrics.
@@ -26,29 +29,22 @@ T Must(StatusOr<T> added) {
   return *added;
 }
 
-const nlohmann::json* Field(const nlohmann::json& object, const char* key) {
-  if (!object.is_object()) return nullptr;
-  auto it = object.find(key);
-  return it == object.end() ? nullptr : &*it;
-}
-
-std::string StringAt(const nlohmann::json& object, const char* a, const char* b) {
-  const nlohmann::json* outer = Field(object, a);
-  const nlohmann::json* inner = outer ? Field(*outer, b) : nullptr;
-  return inner && inner->is_string() ? inner->get<std::string>() : "";
-}
-
 }  // namespace
 
+// Holds the series, not the OperatorMetrics, so the queue may outlive it.
 class OperatorMetrics::QueueHooksImpl : public kube::WorkQueueMetrics {
  public:
-  explicit QueueHooksImpl(OperatorMetrics* owner) : owner_(owner) {}
-  void OnAdd(const std::string&) override { owner_->queue_adds_->Inc(); }
-  void OnDepth(size_t depth) override { owner_->queue_depth_->Set(static_cast<double>(depth)); }
-  void OnRetry(const std::string&) override { owner_->queue_retries_->Inc(); }
+  QueueHooksImpl(std::shared_ptr<metrics::Gauge> depth, std::shared_ptr<metrics::Counter> adds,
+                 std::shared_ptr<metrics::Counter> retries)
+      : depth_(std::move(depth)), adds_(std::move(adds)), retries_(std::move(retries)) {}
+  void OnAdd(const std::string&) override { adds_->Inc(); }
+  void OnDepth(size_t depth) override { depth_->Set(static_cast<double>(depth)); }
+  void OnRetry(const std::string&) override { retries_->Inc(); }
 
  private:
-  OperatorMetrics* const owner_;
+  const std::shared_ptr<metrics::Gauge> depth_;
+  const std::shared_ptr<metrics::Counter> adds_;
+  const std::shared_ptr<metrics::Counter> retries_;
 };
 
 OperatorMetrics::OperatorMetrics(metrics::Registry* registry) : registry_(registry) {
@@ -111,25 +107,19 @@ void OperatorMetrics::ObserveStatusWrite(const std::string& ns, const std::strin
   // Every namespace's series exist from its first job on, at 0, so rate() and increase()
   // see the first success or failure rather than a series appearing.
   auto created = jobs_created_->WithLabels({ns});
-  jobs_succeeded_->WithLabels({ns});
-  jobs_failed_->WithLabels({ns});
-  jobs_restarted_->WithLabels({ns});
+  auto succeeded = jobs_succeeded_->WithLabels({ns});
+  auto failed = jobs_failed_->WithLabels({ns});
+  auto restarted = jobs_restarted_->WithLabels({ns});
   if (old_phase.empty() && !new_phase.empty()) created->Inc();
-  if (new_phase != old_phase) {
-    if (new_phase == "Succeeded") jobs_succeeded_->WithLabels({ns})->Inc();
-    if (new_phase == "Failed") jobs_failed_->WithLabels({ns})->Inc();
-  }
-  if (new_restarts > old_restarts) {
-    jobs_restarted_->WithLabels({ns})->Inc(new_restarts - old_restarts);
-  }
+  if (new_phase != old_phase && new_phase == phase::kSucceeded) succeeded->Inc();
+  if (new_phase != old_phase && new_phase == phase::kFailed) failed->Inc();
+  if (new_restarts > old_restarts) restarted->Inc(new_restarts - old_restarts);
 }
 
 void OperatorMetrics::SetLeader(bool leader) { leader_->Set(leader ? 1 : 0); }
 
-void OperatorMetrics::SetQueueDepth(size_t depth) { queue_depth_->Set(static_cast<double>(depth)); }
-
 std::shared_ptr<kube::WorkQueueMetrics> OperatorMetrics::QueueHooks() {
-  return std::make_shared<QueueHooksImpl>(this);
+  return std::make_shared<QueueHooksImpl>(queue_depth_, queue_adds_, queue_retries_);
 }
 
 void OperatorMetrics::ObserveApiRequest(const std::string& verb, int code, double seconds) {
@@ -171,19 +161,19 @@ std::vector<CollectedFamily> JobFamilies(const std::vector<kube::ObjectPtr>& job
                               "status.utilisation.samplesPerSecond.",
                           .label_names = {"namespace", "job"}};
   for (const kube::ObjectPtr& job : jobs) {
-    const std::string ns = StringAt(*job, "metadata", "namespace");
-    const std::string name = StringAt(*job, "metadata", "name");
-    std::string phase = StringAt(*job, "status", "phase");
-    if (phase.empty()) phase = "Pending";
-    ++by_namespace[ns][phase];
-    if (phase != "Running") continue;
-    const nlohmann::json* status = Field(*job, "status");
-    const nlohmann::json* u = status ? Field(*status, "utilisation") : nullptr;
-    if (!u) continue;
+    const std::string ns = NamespaceOf(*job), name = NameOf(*job);
+    std::string current = Str(*job, "/status/phase"_json_pointer);
+    if (current.empty()) current = phase::kPending;
+    ++by_namespace[ns][current];
+    if (current != phase::kRunning) continue;
+    const auto u = "/status/utilisation"_json_pointer;
+    if (!job->contains(u)) continue;
     for (auto [field, family] : {std::pair{"gpu", &gpu}, std::pair{"dataStall", &stall},
                                  std::pair{"samplesPerSecond", &samples}}) {
-      const nlohmann::json* value = Field(*u, field);
-      if (value && value->is_number()) family->Add({ns, name}, value->get<double>());
+      const auto at = u / field;
+      if (job->contains(at) && job->at(at).is_number()) {
+        family->Add({ns, name}, job->at(at).get<double>());
+      }
     }
   }
   CollectedFamily phases{.name = "spawnpoint_jobs",
@@ -192,13 +182,15 @@ std::vector<CollectedFamily> JobFamilies(const std::vector<kube::ObjectPtr>& job
                              "Pending).",
                          .label_names = {"namespace", "phase"}};
   for (const auto& [ns, counts] : by_namespace) {
-    std::set<std::string> known(std::begin(kPhases), std::end(kPhases));
     for (const char* p : kPhases) {
       auto it = counts.find(p);
       phases.Add({ns, p}, it == counts.end() ? 0 : it->second);
     }
     for (const auto& [p, n] : counts) {
-      if (!known.count(p)) phases.Add({ns, p}, n);  // a phase newer than this operator
+      // A phase newer than this operator still counts.
+      if (std::find(std::begin(kPhases), std::end(kPhases), p) == std::end(kPhases)) {
+        phases.Add({ns, p}, n);
+      }
     }
   }
   std::vector<CollectedFamily> out;

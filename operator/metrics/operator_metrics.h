@@ -39,13 +39,13 @@ class OperatorMetrics {
   void ObserveStatusWrite(const std::string& ns, const std::string& old_phase,
                           const std::string& new_phase, int old_restarts, int new_restarts);
   void SetLeader(bool leader);
-  void SetQueueDepth(size_t depth);
-  // For kube::WorkQueueOptions::metrics; valid as long as this object.
+  // For kube::WorkQueueOptions::metrics: the queue's depth, adds and retries.
   std::shared_ptr<kube::WorkQueueMetrics> QueueHooks();
   // code 0: the request got no answer (connection refused, timeout).
   void ObserveApiRequest(const std::string& verb, int code, double seconds);
   // Reads `jobs` (the TrainingJob informer's cache) on every scrape while SetLeader(true)
-  // holds; `jobs` must outlive this object or StopCollectingJobs() must come first.
+  // holds; `jobs` must outlive this object or StopCollectingJobs(), which waits for a
+  // scrape in progress, must come first.
   void CollectJobs(const kube::Store* jobs);
   void StopCollectingJobs();
 

@@ -429,8 +429,8 @@ ReconcileResult Reconciler::Finish(Context& c) {
       return result;
     }
     result.status_written = true;
-    if (desired.value("phase", "") != c.old_status.value("phase", "")) {
-      c.log.Info("phase changed", {{"from", c.old_status.value("phase", "")},
+    if (desired.value("phase", "") != result.previous_phase) {
+      c.log.Info("phase changed", {{"from", result.previous_phase},
                                    {"to", desired.value("phase", "")},
                                    {"restarts", c.status.restarts}});
     }

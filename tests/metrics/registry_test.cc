@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/metrics/sample_parser.h"
+#include "tests/support/test_process.h"
 
 namespace spawnpoint::metrics {
 namespace {
@@ -223,6 +224,37 @@ TEST(MetricsRegistryTest, CollectorsAreReadAtScrapeTime) {
   EXPECT_TRUE(r.RemoveCollector(id));
   EXPECT_FALSE(r.RemoveCollector(id));
   EXPECT_EQ(r.Render(), "");
+}
+
+// What a collector reads may be destroyed once RemoveCollector returns, even while a scrape
+// was running it.
+TEST(MetricsRegistryTest, RemoveCollectorWaitsForTheScrapesRunningIt) {
+  Registry r;
+  std::atomic<bool> entered{false}, remover_started{false}, removed{false};
+  std::atomic<bool> removed_while_collecting{false};
+  std::atomic<int> calls{0};
+  const int id = r.AddCollector([&](std::vector<CollectedFamily>*) {
+    ++calls;
+    entered = true;
+    ASSERT_TRUE(spawnpoint::testing::WaitUntil([&] { return remover_started.load(); },
+                                               std::chrono::seconds(10)));
+    // Give RemoveCollector every chance to return early if it did not wait (it must not).
+    spawnpoint::testing::WaitUntil([&] { return removed.load(); }, std::chrono::milliseconds(100));
+    removed_while_collecting = removed.load();
+  });
+  std::thread scrape([&] { r.Render(); });
+  ASSERT_TRUE(
+      spawnpoint::testing::WaitUntil([&] { return entered.load(); }, std::chrono::seconds(10)));
+  std::thread remover([&] {
+    remover_started = true;
+    EXPECT_TRUE(r.RemoveCollector(id));
+    removed = true;
+  });
+  scrape.join();
+  remover.join();
+  EXPECT_FALSE(removed_while_collecting) << "RemoveCollector returned while its collector ran";
+  r.Render();
+  EXPECT_EQ(calls, 1) << "never called after removal";
 }
 
 TEST(MetricsRegistryTest, CollectedSamplesJoinARegisteredFamilysGroup) {

@@ -4,12 +4,13 @@
 // lib/ld-linux-x86-64.so.2 --library-path lib libexec/spawnpoint-agent), so /proc/self/exe
 // names ld.so; the launcher therefore puts its own path in SPAWNPOINT_AGENT_EXE. That
 // variable is read and removed from the environment before main(), so no child the program
-// spawns (trainers, loader workers, node agents) inherits it.
+// spawns (trainers, loader workers, node agents) inherits it. Part of the agent only: the
+// loader library, which trainers link, reads /proc/self/exe itself.
 #pragma once
 
 #include <string>
 
-namespace spawnpoint {
+namespace spawnpoint::agent {
 
 inline constexpr char kSelfExeEnv[] = "SPAWNPOINT_AGENT_EXE";
 
@@ -17,4 +18,4 @@ inline constexpr char kSelfExeEnv[] = "SPAWNPOINT_AGENT_EXE";
 // of /proc/self/exe; empty if neither is available. Thread-safe.
 std::string SelfExecutablePath();
 
-}  // namespace spawnpoint
+}  // namespace spawnpoint::agent

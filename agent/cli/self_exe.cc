@@ -1,4 +1,4 @@
-#include "common/self_exe.h"
+#include "agent/cli/self_exe.h"
 
 #include <stdlib.h>
 #include <sys/prctl.h>
@@ -6,7 +6,7 @@
 
 #include <string>
 
-namespace spawnpoint {
+namespace spawnpoint::agent {
 namespace {
 
 std::string& LauncherPath() {
@@ -37,4 +37,4 @@ std::string SelfExecutablePath() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
-}  // namespace spawnpoint
+}  // namespace spawnpoint::agent
