@@ -1,5 +1,6 @@
 #include "tests/apiserver/api_error.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -80,6 +81,18 @@ std::string FieldError::Body() const {
   return s;
 }
 
+std::string AggregateMessage(const std::vector<std::string>& messages) {
+  std::vector<std::string> unique;
+  for (const auto& m : messages) {
+    if (std::find(unique.begin(), unique.end(), m) == unique.end()) unique.push_back(m);
+  }
+  if (unique.empty()) return "";
+  if (unique.size() == 1) return unique[0];
+  std::string out = "[";
+  for (size_t i = 0; i < unique.size(); ++i) out += (i ? ", " : "") + unique[i];
+  return out + "]";
+}
+
 std::string QualifiedResource(const std::string& group, const std::string& plural) {
   return group.empty() ? plural : plural + "." + group;
 }
@@ -129,18 +142,12 @@ ApiError InvalidError(const std::string& group, const std::string& kind, const s
     seen.push_back(text);
     causes.push_back({{"reason", e.Reason()}, {"message", e.Body()}, {"field", e.field}});
   }
-  std::string agg;
-  if (seen.size() == 1) {
-    agg = seen[0];
-  } else {
-    agg = "[";
-    for (size_t i = 0; i < seen.size(); ++i) agg += (i ? ", " : "") + seen[i];
-    agg += "]";
-  }
   std::string qualified_kind = group.empty() ? kind : kind + "." + group;
   json details = {{"name", name}, {"kind", kind}, {"causes", causes}};
   if (!group.empty()) details["group"] = group;
-  return ApiError(422, "Invalid", qualified_kind + " \"" + name + "\" is invalid: " + agg, details);
+  return ApiError(422, "Invalid",
+                  qualified_kind + " \"" + name + "\" is invalid: " + AggregateMessage(seen),
+                  details);
 }
 
 ApiError BadRequestError(const std::string& message) {

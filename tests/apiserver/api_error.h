@@ -82,6 +82,10 @@ ApiError ForbiddenError(const std::string& group, const std::string& plural,
 ApiError InternalServerError(const std::string& why);
 ApiError TooManyRequestsError(int retry_after_seconds);
 
+// The message of utilerrors.NewAggregate(errors): repeated messages dropped, a single one as
+// it is, several as "[a, b]"; "" for none.
+std::string AggregateMessage(const std::vector<std::string>& messages);
+
 // Go's %v rendering of a JSON value in field errors: strings quoted, numbers bare.
 std::string FormatGoValue(const json& v);
 // A JSON number rendered as Go's %v would (1 → "1", 0.5 → "0.5").

@@ -12,6 +12,7 @@
 #include "tests/apiserver/nodes.h"
 #include "tests/apiserver/patch.h"
 #include "tests/apiserver/table.h"
+#include "tests/apiserver/util.h"
 
 namespace spawnpoint::kubetest {
 
@@ -26,6 +27,17 @@ struct ApiServer::RequestInfo {
   std::string verb;
   bool watch_path = false;  // a legacy /watch/ path
   UserInfo user;            // who asks (after impersonation)
+
+  // What the request log shows of it (the verb only for resource requests).
+  void Record(RequestRecord& rec) const {
+    if (resource_request) rec.verb = verb;
+    rec.group = group;
+    rec.version = version;
+    rec.resource = resource;
+    rec.subresource = subresource;
+    rec.ns = ns;
+    rec.name = name;
+  }
 };
 
 namespace {
@@ -33,8 +45,6 @@ namespace {
 constexpr const char* kJson = "application/json";
 constexpr int kAlreadyLogged = -1;
 constexpr const char* kTableContentType = "application/json;as=Table;v=v1;g=meta.k8s.io";
-
-bool TrueParam(const std::string& v) { return v == "1" || v == "true" || v == "True"; }
 
 bool WantsTable(const HttpRequest& req) {
   return req.Header("accept").find("as=Table") != std::string::npos;
@@ -285,15 +295,7 @@ void ApiServer::Handle(const HttpRequest& req, HttpResponder& resp) {
     rec.time = buf;
   }
   RequestInfo ri = ParseRequestInfo(req);
-  auto fill_record = [&] {
-    if (ri.resource_request) rec.verb = ri.verb;
-    rec.group = ri.group;
-    rec.version = ri.version;
-    rec.resource = ri.resource;
-    rec.subresource = ri.subresource;
-    rec.ns = ri.ns;
-    rec.name = ri.name;
-  };
+  bool served_non_resource = false;  // by HandleNonResource: logged without request info
   const std::string authorization = req.Header("authorization");
   Authentication auth =
       authorization.empty() ? NoToken() : Authenticate(BearerToken(authorization));
@@ -301,11 +303,9 @@ void ApiServer::Handle(const HttpRequest& req, HttpResponder& resp) {
     rec.reason = auth.error;
     rec.code = 401;
     SendError(resp, ApiError(401, "Unauthorized", "Unauthorized"));
-    fill_record();
   } else if (!Impersonate(req, &auth.user, resp, rec)) {
     rec.user = auth.user.name;
     rec.code = resp.code();
-    fill_record();
   } else {
     ri.user = auth.user;
     rec.user = ri.user.name;
@@ -317,7 +317,6 @@ void ApiServer::Handle(const HttpRequest& req, HttpResponder& resp) {
     if (!decision.allowed) {
       rec.code = 403;
       SendError(resp, AuthorizationForbiddenError(attrs, decision.reason));
-      fill_record();
     } else if (!HandleNonResource(req, resp)) {
       // /api/v1/... or /apis/<group>/<version>/...
       if (!ri.resource_request) {
@@ -326,11 +325,12 @@ void ApiServer::Handle(const HttpRequest& req, HttpResponder& resp) {
       } else {
         HandleResource(req, resp, ri, rec);
       }
-      fill_record();
     } else {
+      served_non_resource = true;
       rec.code = resp.code();
     }
   }
+  if (!served_non_resource) ri.Record(rec);
   std::string ms = Elapsed(start, &rec.duration_ms);
   if (rec.code == kAlreadyLogged) {
     if (options_.verbose) std::cerr << FormatLog(rec, ms) << " stream=end" << std::endl;
@@ -464,11 +464,13 @@ Decision ApiServer::Decide(const Attributes& attributes) {
 
 StatusOr<std::string> ApiServer::IssueServiceAccountToken(const std::string& ns,
                                                           const std::string& name,
-                                                          std::chrono::seconds expiration) {
+                                                          std::chrono::seconds expiration,
+                                                          std::vector<std::string> audiences) {
   auto info = registry_.FindAnyVersion("", "serviceaccounts");
   try {
     json sa = store_.Get(*info, ns, name);
-    return tokens_.Issue(ns, name, sa["metadata"].value("uid", ""), expiration, {});
+    return tokens_.Issue(ns, name, sa["metadata"].value("uid", ""), expiration,
+                         std::move(audiences));
   } catch (const ApiError& e) {
     return Status(StatusCode::kNotFound, e.message());
   }
@@ -615,7 +617,7 @@ void ApiServer::HandleTesting(const HttpRequest& req, HttpResponder& resp) {
       SendJson(resp, 404, NotFoundError("", "serviceaccounts", name).ToStatus());
       return;
     }
-    std::string user = "system:serviceaccount:" + ns + ":" + name;
+    std::string user = ServiceAccountUserName(ns, name);
     SendJson(resp, 200,
              {{"token", *token},
               {"user", user},
@@ -702,13 +704,7 @@ void ApiServer::HandleResource(const HttpRequest& req, HttpResponder& resp, Requ
       // A watch is logged when it starts, so tests can see it while it streams.
       rec.code = 200;
       RequestRecord started = rec;
-      started.verb = ri.verb;
-      started.group = ri.group;
-      started.version = ri.version;
-      started.resource = ri.resource;
-      started.subresource = ri.subresource;
-      started.ns = ri.ns;
-      started.name = ri.name;
+      ri.Record(started);
       if (options_.verbose) std::cerr << FormatLog(started, "0") << " stream=start" << std::endl;
       requests_.Add(std::move(started));
       rec.code = kAlreadyLogged;
@@ -912,15 +908,6 @@ void ApiServer::ServeAuthApi(const HttpRequest& req, HttpResponder& resp, const 
     json spec = body->value("spec", json::object());
     return spec.is_object() ? spec : json::object();
   };
-  auto strings = [](const json& spec, const char* key) {
-    std::vector<std::string> out;
-    if (spec.contains(key) && spec[key].is_array()) {
-      for (const auto& v : spec[key]) {
-        if (v.is_string()) out.push_back(v.get<std::string>());
-      }
-    }
-    return out;
-  };
   auto reply = [&](const std::string& kind, json body) {
     body["kind"] = kind;
     body["apiVersion"] = ri.group + "/" + ri.version;
@@ -942,12 +929,10 @@ void ApiServer::ServeAuthApi(const HttpRequest& req, HttpResponder& resp, const 
                            seconds < 600 ? "may not specify a duration less than 10 minutes"
                                          : "may not specify a duration larger than 2^32 seconds"}});
     }
-    auto info = registry_.FindAnyVersion("", "serviceaccounts");
-    json sa = store_.Get(*info, ri.ns, ri.name);  // 404 for an unknown service account
-    std::vector<std::string> audiences = strings(spec, "audiences");
+    std::vector<std::string> audiences = Strings(spec, "audiences");
     if (audiences.empty()) audiences = {kApiAudience};
-    std::string token = tokens_.Issue(ri.ns, ri.name, sa["metadata"].value("uid", ""),
-                                      std::chrono::seconds(seconds), audiences);
+    auto token = IssueServiceAccountToken(ri.ns, ri.name, std::chrono::seconds(seconds), audiences);
+    if (!token.ok()) throw NotFoundError("", "serviceaccounts", ri.name);
     rec.code = 201;
     SendJson(
         resp, 201,
@@ -960,7 +945,7 @@ void ApiServer::ServeAuthApi(const HttpRequest& req, HttpResponder& resp, const 
            {"expirationSeconds", seconds},
            {"boundObjectRef", spec.value("boundObjectRef", json())}}},
          {"status",
-          {{"token", token},
+          {{"token", *token},
            {"expirationTimestamp", FormatTimestamp(now + std::chrono::seconds(seconds))}}}});
     return;
   }
@@ -980,7 +965,7 @@ void ApiServer::ServeAuthApi(const HttpRequest& req, HttpResponder& resp, const 
     }
     UserInfo user = ri.user;
     if (!self) {
-      user = UserInfo{spec.value("user", ""), spec.value("uid", ""), strings(spec, "groups")};
+      user = UserInfo{spec.value("user", ""), spec.value("uid", ""), Strings(spec, "groups")};
       if (user.name.empty() && user.groups.empty()) {
         errors.push_back({FieldError::Type::kInvalid, "spec.user", "",
                           "at least one of user or group must be specified"});
@@ -1022,13 +1007,7 @@ void ApiServer::ServeAuthApi(const HttpRequest& req, HttpResponder& resp, const 
     json status = {{"resourceRules", resource_rules},
                    {"nonResourceRules", non_resource_rules},
                    {"incomplete", !errors.empty()}};
-    if (!errors.empty()) {
-      std::string agg = errors.size() == 1 ? errors[0] : "[";
-      for (size_t i = 0; errors.size() > 1 && i < errors.size(); ++i) {
-        agg += (i ? ", " : "") + errors[i] + (i + 1 == errors.size() ? "]" : "");
-      }
-      status["evaluationError"] = agg;
-    }
+    if (!errors.empty()) status["evaluationError"] = AggregateMessage(errors);
     reply("SelfSubjectRulesReview", {{"spec", spec}, {"status", status}});
     return;
   }

@@ -49,6 +49,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "tests/apiserver/auth.h"
@@ -101,9 +102,10 @@ class ApiServer {
   int port() const { return port_; }
 
   // Issues a token for an existing ServiceAccount (NotFound otherwise); `expiration` 0
-  // never expires.
+  // never expires; empty `audiences` means the API server's.
   StatusOr<std::string> IssueServiceAccountToken(const std::string& ns, const std::string& name,
-                                                 std::chrono::seconds expiration);
+                                                 std::chrono::seconds expiration,
+                                                 std::vector<std::string> audiences = {});
 
  private:
   struct RequestInfo;

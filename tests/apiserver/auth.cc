@@ -1,37 +1,16 @@
 #include "tests/apiserver/auth.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cstdint>
 #include <random>
 #include <string_view>
+
+#include "tests/apiserver/util.h"
 
 namespace spawnpoint::kubetest {
 namespace {
 
 using Clock = std::chrono::system_clock;
-
-std::string Base64Url(std::string_view data) {
-  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < data.size(); i += 3) {
-    uint32_t v = (static_cast<uint8_t>(data[i]) << 16) | (static_cast<uint8_t>(data[i + 1]) << 8) |
-                 static_cast<uint8_t>(data[i + 2]);
-    for (int s = 18; s >= 0; s -= 6) out += kAlphabet[(v >> s) & 63];
-  }
-  if (i + 1 == data.size()) {
-    uint32_t v = static_cast<uint8_t>(data[i]) << 16;
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-  } else if (i + 2 == data.size()) {
-    uint32_t v = (static_cast<uint8_t>(data[i]) << 16) | (static_cast<uint8_t>(data[i + 1]) << 8);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += kAlphabet[(v >> 6) & 63];
-  }
-  return out;
-}
 
 // --- A reader for the few protobuf messages of the review APIs. ---
 
@@ -196,11 +175,6 @@ const ProtoSchema& SpecSchema(ReviewKind kind) {
   return kNoFields;
 }
 
-std::string Str(const json& obj, const char* key) {
-  if (!obj.is_object() || !obj.contains(key) || !obj[key].is_string()) return "";
-  return obj[key].get<std::string>();
-}
-
 }  // namespace
 
 UserInfo AdminUser() {
@@ -213,10 +187,7 @@ UserInfo AdminUser() {
 std::string BearerToken(const std::string& authorization) {
   size_t sp = authorization.find(' ');
   if (sp == std::string::npos) return "";
-  std::string scheme = authorization.substr(0, sp);
-  std::transform(scheme.begin(), scheme.end(), scheme.begin(),
-                 [](unsigned char c) { return std::tolower(c); });
-  if (scheme != "bearer") return "";
+  if (Lower(authorization.substr(0, sp)) != "bearer") return "";
   std::string token = authorization.substr(sp + 1);
   token.erase(0, token.find_first_not_of(' '));
   token.erase(token.find_last_not_of(' ') + 1);
@@ -233,7 +204,7 @@ std::string Tokens::Issue(const std::string& ns, const std::string& name, const 
       {"iat", iat},
       {"iss", kApiAudience},
       {"nbf", iat},
-      {"sub", "system:serviceaccount:" + ns + ":" + name},
+      {"sub", ServiceAccountUserName(ns, name)},
       {"kubernetes.io", {{"namespace", ns}, {"serviceaccount", {{"name", name}, {"uid", uid}}}}}};
   ServiceAccountToken t{ns, name, uid, audiences, std::nullopt};
   if (expiration.count() > 0) {
@@ -246,8 +217,8 @@ std::string Tokens::Issue(const std::string& ns, const std::string& name, const 
     uint64_t v = rng();
     signature.append(reinterpret_cast<const char*>(&v), sizeof(v));
   }
-  std::string token = Base64Url(R"({"alg":"RS256","kid":"kube-test-server"})") + "." +
-                      Base64Url(claims.dump()) + "." + Base64Url(signature);
+  std::string token = Base64Encode(R"({"alg":"RS256","kid":"kube-test-server"})", true) + "." +
+                      Base64Encode(claims.dump(), true) + "." + Base64Encode(signature, true);
   std::lock_guard<std::mutex> lock(mu_);
   tokens_[token] = std::move(t);
   return token;

@@ -11,16 +11,13 @@
 #include <cerrno>
 #include <cstring>
 
+#include "tests/apiserver/util.h"
+
 namespace spawnpoint::kubetest {
 namespace {
 
 constexpr size_t kMaxHeaderBytes = 1 << 20;
 constexpr size_t kMaxBodyBytes = 256u << 20;
-
-std::string Lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
 
 std::string Trim(std::string_view s) {
   size_t b = s.find_first_not_of(" \t");

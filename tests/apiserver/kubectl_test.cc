@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "tests/apiserver/test_server.h"
+#include "tests/apiserver/util.h"
 
 namespace spawnpoint::kubetest::testing {
 namespace {
@@ -144,10 +145,8 @@ class KubectlTest : public ::testing::Test {
     ASSERT_THAT(crd.out, HasSubstr("created"));
     Result cr = Kubectl({"apply", "-f", subject_.cr_path});
     ASSERT_EQ(cr.code, 0) << cr.err;
-    std::string kind = subject_.kind;
-    std::transform(kind.begin(), kind.end(), kind.begin(),
-                   [](unsigned char c) { return std::tolower(c); });
-    ASSERT_EQ(cr.out, kind + "." + subject_.group + "/" + subject_.cr_name + " created\n");
+    ASSERT_EQ(cr.out,
+              Lower(subject_.kind) + "." + subject_.group + "/" + subject_.cr_name + " created\n");
   }
 
   // The custom resource with one field of spec changed, as a temp manifest.

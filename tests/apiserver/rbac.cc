@@ -1,20 +1,14 @@
 #include "tests/apiserver/rbac.h"
 
 #include <algorithm>
-#include <cctype>
 
 #include "tests/apiserver/selectors.h"
+#include "tests/apiserver/util.h"
 
 namespace spawnpoint::kubetest {
 namespace {
 
-constexpr const char* kServiceAccountPrefix = "system:serviceaccount:";
 constexpr const char* kRbacGroup = "rbac.authorization.k8s.io";
-
-std::string Lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
 
 bool Contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
@@ -55,20 +49,6 @@ std::string NameFromFieldSelector(const std::string& selector) {
     return value;
   }
   return "";
-}
-
-std::vector<std::string> Strings(const json& obj, const char* key) {
-  std::vector<std::string> out;
-  if (!obj.is_object() || !obj.contains(key) || !obj[key].is_array()) return out;
-  for (const auto& v : obj[key]) {
-    if (v.is_string()) out.push_back(v.get<std::string>());
-  }
-  return out;
-}
-
-std::string Str(const json& obj, const char* key) {
-  if (!obj.is_object() || !obj.contains(key) || !obj[key].is_string()) return "";
-  return obj[key].get<std::string>();
 }
 
 std::string MetaName(const json& obj) { return Str(obj.value("metadata", json::object()), "name"); }
@@ -206,14 +186,14 @@ bool UserInfo::InGroup(const std::string& group) const { return Contains(groups,
 UserInfo ServiceAccountUser(const std::string& ns, const std::string& name,
                             const std::string& uid) {
   UserInfo u;
-  u.name = kServiceAccountPrefix + ns + ":" + name;
+  u.name = ServiceAccountUserName(ns, name);
   u.uid = uid;
   u.groups = {"system:serviceaccounts", "system:serviceaccounts:" + ns, kAllAuthenticated};
   return u;
 }
 
 bool ParseServiceAccountUser(const std::string& user, std::string* ns, std::string* name) {
-  const std::string prefix = kServiceAccountPrefix;
+  const std::string prefix = kServiceAccountUserPrefix;
   if (user.rfind(prefix, 0) != 0) return false;
   std::string rest = user.substr(prefix.size());
   size_t colon = rest.find(':');
@@ -270,8 +250,7 @@ Attributes RequestAttributes(const std::string& method, const std::string& path,
   if (rest.size() >= 2) a.name = rest[1];
   a.resource = rest[0];
   if (a.name.empty() && a.verb == "get") {
-    std::string watch = Query(query, "watch");
-    a.verb = (watch == "true" || watch == "1" || watch == "True") ? "watch" : "list";
+    a.verb = TrueParam(Query(query, "watch")) ? "watch" : "list";
     a.name = NameFromFieldSelector(Query(query, "fieldSelector"));
   }
   if (a.name.empty() && a.verb == "delete") a.verb = "deletecollection";
@@ -337,7 +316,7 @@ bool SubjectMatches(const UserInfo& user, const json& subject, const std::string
     std::string ns = Str(subject, "namespace");
     if (ns.empty()) ns = binding_ns;
     if (ns.empty()) return false;
-    return user.name == kServiceAccountPrefix + ns + ":" + name;
+    return user.name == ServiceAccountUserName(ns, name);
   }
   return false;
 }
@@ -397,16 +376,7 @@ Decision Authorize(const RbacObjects& objects, const Attributes& attributes) {
                   if (!error.empty()) errors.push_back(error);
                   return true;
                 });
-  if (!d.allowed && !errors.empty()) {
-    // utilerrors.NewAggregate: one error as it is, several as "[a, b]".
-    std::string agg = errors[0];
-    if (errors.size() > 1) {
-      agg = "[";
-      for (size_t i = 0; i < errors.size(); ++i) agg += (i ? ", " : "") + errors[i];
-      agg += "]";
-    }
-    d.reason = "RBAC: " + agg;
-  }
+  if (!d.allowed && !errors.empty()) d.reason = "RBAC: " + AggregateMessage(errors);
   return d;
 }
 

@@ -54,8 +54,14 @@ struct UserInfo {
   bool InGroup(const std::string& group) const;
 };
 
-// "system:serviceaccount:<ns>:<name>" and its groups (system:serviceaccounts,
-// system:serviceaccounts:<ns>, system:authenticated).
+inline constexpr const char* kServiceAccountUserPrefix = "system:serviceaccount:";
+
+// "system:serviceaccount:<ns>:<name>": the user name of a service account.
+inline std::string ServiceAccountUserName(const std::string& ns, const std::string& name) {
+  return kServiceAccountUserPrefix + ns + ":" + name;
+}
+// That user with its groups (system:serviceaccounts, system:serviceaccounts:<ns>,
+// system:authenticated).
 UserInfo ServiceAccountUser(const std::string& ns, const std::string& name,
                             const std::string& uid = "");
 // Splits "system:serviceaccount:<ns>:<name>"; false for any other user name.

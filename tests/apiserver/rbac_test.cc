@@ -75,6 +75,13 @@ TEST(RequestAttributesTest, VerbsFromMethodAndPath) {
   EXPECT_EQ(Req("GET", pods).verb, "list");
   EXPECT_EQ(Req("GET", pods, {{"watch", "true"}}).verb, "watch");
   EXPECT_EQ(Req("GET", pods, {{"watch", "1"}}).verb, "watch");
+  // What Go's strconv.ParseBool reads as true; anything else is a list.
+  for (const char* yes : {"t", "T", "TRUE", "True"}) {
+    EXPECT_EQ(Req("GET", pods, {{"watch", yes}}).verb, "watch") << yes;
+  }
+  for (const char* no : {"false", "0", "yes", "on", ""}) {
+    EXPECT_EQ(Req("GET", pods, {{"watch", no}}).verb, "list") << no;
+  }
   EXPECT_EQ(Req("GET", "/api/v1/watch/namespaces/ns/pods").verb, "watch");
   EXPECT_EQ(Req("GET", pods + "/p").verb, "get");
   EXPECT_EQ(Req("HEAD", pods + "/p").verb, "get");
@@ -357,6 +364,24 @@ TEST_F(AuthorizeTest, AMissingRoleIsTheDenialReason) {
             "role.rbac.authorization.k8s.io \"gone\" not found]");
   EXPECT_EQ(Check("GET", "/api/v1/nodes", UserInfo{"dave", "", {}}).reason,
             "RBAC: clusterrole.rbac.authorization.k8s.io \"gone\" not found");
+}
+
+TEST_F(AuthorizeTest, AMissingRoleTwiceIsOneDenialReason) {
+  for (const char* name : {"dangling-1", "dangling-2"}) {
+    objects_.Add(R"({"kind": "RoleBinding", "metadata": {"name": ")" + std::string(name) +
+                 R"(", "namespace": "team"}, "roleRef": {"kind": "Role", "name": "gone"},
+      "subjects": [{"kind": "User", "name": "dave"}]})");
+  }
+  Decision d = Check("GET", "/api/v1/namespaces/team/pods", UserInfo{"dave", "", {}});
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.reason, "RBAC: role.rbac.authorization.k8s.io \"gone\" not found");
+}
+
+TEST(AggregateMessageTest, LikeUtilErrorsNewAggregate) {
+  EXPECT_EQ(AggregateMessage({}), "");
+  EXPECT_EQ(AggregateMessage({"a"}), "a");
+  EXPECT_EQ(AggregateMessage({"a", "a"}), "a");
+  EXPECT_EQ(AggregateMessage({"a", "b", "a"}), "[a, b]");
 }
 
 TEST_F(AuthorizeTest, AggregatedClusterRolesCollectTheSelectedRules) {

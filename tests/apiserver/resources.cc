@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "tests/apiserver/util.h"
+
 namespace spawnpoint::kubetest {
 namespace {
 
@@ -90,11 +92,6 @@ std::vector<ResourceInfo> Builtins() {
   out.push_back(Builtin(rbac, "v1", "clusterrolebindings", "clusterrolebinding",
                         "ClusterRoleBinding", false));
   return out;
-}
-
-std::string Lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "tests/apiserver/schema.h"
 #include "tests/apiserver/table.h"
+#include "tests/apiserver/util.h"
 
 namespace spawnpoint::kubetest {
 namespace {
@@ -14,55 +15,6 @@ const char* kCrdKey = "apiextensions.k8s.io/customresourcedefinitions";
 const char* kNamespaceKey = "/namespaces";
 const char* kPodKey = "/pods";
 const char* kForegroundFinalizer = "foregroundDeletion";
-
-std::string Base64Encode(const std::string& in) {
-  static const char* kChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  while (i + 2 < in.size()) {
-    uint32_t n = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
-    for (int s = 18; s >= 0; s -= 6) out.push_back(kChars[(n >> s) & 63]);
-    i += 3;
-  }
-  if (i + 1 == in.size()) {
-    uint32_t n = uint8_t(in[i]) << 16;
-    out.push_back(kChars[(n >> 18) & 63]);
-    out.push_back(kChars[(n >> 12) & 63]);
-    out += "==";
-  } else if (i + 2 == in.size()) {
-    uint32_t n = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
-    out.push_back(kChars[(n >> 18) & 63]);
-    out.push_back(kChars[(n >> 12) & 63]);
-    out.push_back(kChars[(n >> 6) & 63]);
-    out.push_back('=');
-  }
-  return out;
-}
-
-bool Base64Decode(const std::string& in, std::string* out) {
-  auto val = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+' || c == '-') return 62;
-    if (c == '/' || c == '_') return 63;
-    return -1;
-  };
-  uint32_t acc = 0;
-  int bits = 0;
-  for (char c : in) {
-    if (c == '=') break;
-    int v = val(c);
-    if (v < 0) return false;
-    acc = (acc << 6) | static_cast<uint32_t>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out->push_back(static_cast<char>((acc >> bits) & 0xFF));
-    }
-  }
-  return true;
-}
 
 json& Meta(json& o) {
   if (!o.contains("metadata") || !o["metadata"].is_object()) o["metadata"] = json::object();
@@ -75,21 +27,7 @@ const json& MetaOf(const json& o) {
   return it != o.end() && it->is_object() ? *it : kEmpty;
 }
 
-std::string Str(const json& o, const char* key) {
-  auto it = o.find(key);
-  return it != o.end() && it->is_string() ? it->get<std::string>() : "";
-}
-
-std::vector<std::string> Finalizers(const json& o) {
-  std::vector<std::string> out;
-  const json& m = MetaOf(o);
-  if (m.contains("finalizers") && m["finalizers"].is_array()) {
-    for (const auto& f : m["finalizers"]) {
-      if (f.is_string()) out.push_back(f.get<std::string>());
-    }
-  }
-  return out;
-}
+std::vector<std::string> Finalizers(const json& o) { return Strings(MetaOf(o), "finalizers"); }
 
 bool Deleting(const json& o) { return MetaOf(o).contains("deletionTimestamp"); }
 

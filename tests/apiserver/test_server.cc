@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "tests/apiserver/util.h"
+
 namespace spawnpoint::kubetest::testing {
 namespace {
 
@@ -37,11 +39,6 @@ bool SendAll(int fd, const std::string& data) {
     off += static_cast<size_t>(n);
   }
   return true;
-}
-
-std::string Lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
 }
 
 std::string BuildRequest(const std::string& method, const std::string& target,
@@ -261,20 +258,12 @@ KubeTestServer::~KubeTestServer() {
 }
 
 HttpResponse KubeTestServer::Call(const std::string& method, const std::string& target,
-                                  const std::string& body, const std::string& content_type) {
+                                  const std::string& body, const std::string& content_type,
+                                  const std::string& token) {
   Headers h;
   if (!body.empty()) h.push_back({"Content-Type", content_type});
   h.push_back({"Accept", "application/json"});
-  return HttpCall(port_, method, target, body, h);
-}
-
-HttpResponse KubeTestServer::CallAs(const std::string& token, const std::string& method,
-                                    const std::string& target, const std::string& body,
-                                    const std::string& content_type) {
-  Headers h;
-  if (!body.empty()) h.push_back({"Content-Type", content_type});
-  h.push_back({"Accept", "application/json"});
-  h.push_back({"Authorization", "Bearer " + token});
+  if (!token.empty()) h.push_back({"Authorization", "Bearer " + token});
   return HttpCall(port_, method, target, body, h);
 }
 

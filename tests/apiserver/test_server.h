@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "tests/apiserver/auth.h"
 #include "tests/support/test_process.h"
 
 namespace spawnpoint::kubetest::testing {
@@ -76,12 +77,10 @@ class HttpStream {
   std::vector<std::string> lines_;
 };
 
-// The bearer token of the admin kubeconfig the server writes (group system:masters).
-inline constexpr const char* kAdminToken = "kube-test-server-dummy-token";
-
 // A kube-test-server process on a free port with its kubeconfig in a temp dir. Pass
-// {"--authorization", "rbac"} to have RBAC enforced. Call() sends no token, which is the
-// superuser unless the server runs with --no-token reject (then use CallAs(kAdminToken)).
+// {"--authorization", "rbac"} to have RBAC enforced. Call() without a token sends none,
+// which is the superuser unless the server runs with --no-token reject (then send
+// kAdminToken, the admin kubeconfig's token from auth.h).
 class KubeTestServer {
  public:
   explicit KubeTestServer(std::vector<std::string> extra_args = {},
@@ -98,13 +97,17 @@ class KubeTestServer {
   pid_t pid() const { return process_ ? process_->pid() : -1; }
   std::string Stderr() const { return process_ ? process_->Stderr() : ""; }
 
+  // A non-empty `token` is sent as "Authorization: Bearer <token>".
   HttpResponse Call(const std::string& method, const std::string& target,
                     const std::string& body = "",
-                    const std::string& content_type = "application/json");
-  // The same with "Authorization: Bearer <token>".
+                    const std::string& content_type = "application/json",
+                    const std::string& token = "");
+  // Call() with the token first, as most RBAC tests write it.
   HttpResponse CallAs(const std::string& token, const std::string& method,
                       const std::string& target, const std::string& body = "",
-                      const std::string& content_type = "application/json");
+                      const std::string& content_type = "application/json") {
+    return Call(method, target, body, content_type, token);
+  }
   // Test-only endpoints.
   HttpResponse AddFaults(const std::string& spec);
   void ClearFaults();

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "api/yaml_to_json.h"
+#include "tests/apiserver/rbac.h"
 #include "tests/operator/harness.h"
 #include "tests/support/test_process.h"
 
@@ -350,15 +351,10 @@ class ChartClusterTest : public ::testing::Test {
     }
     extra.push_back("--kubeconfig");
     extra.push_back(ServiceAccountKubeconfig(kNamespace, sa));
-    user_ = std::string("system:serviceaccount:") + kNamespace + ":" + sa;
+    user_ = kubetest::ServiceAccountUserName(kNamespace, sa);
     h_->StartOperator(extra, identity);
   }
 
-  kubetest::testing::HttpResponse Get(const std::string& path) { return h_->Api("GET", path); }
-  std::string JobPhase(const std::string& ns, const std::string& name) {
-    auto r = Get("/apis/spawnpoint.dev/v1alpha1/namespaces/" + ns + "/trainingjobs/" + name);
-    return r.code == 200 ? JsonField(r.Json(), "/status/phase") : "";
-  }
   // Runs one job in `ns` to Succeeded through the operator.
   void RunJobToSuccess(const std::string& ns, const std::string& name) {
     json job = TestJob(name);
@@ -366,11 +362,11 @@ class ChartClusterTest : public ::testing::Test {
     ASSERT_TRUE(h_->Apply(job));
     ASSERT_TRUE(h_->WaitFor([&] { return h_->Pods(name, ns).size() == 2; }, seconds(30)))
         << Denials() << h_->Log();
-    ASSERT_TRUE(h_->WaitFor([&] { return JobPhase(ns, name) == "Running"; }, seconds(30)))
-        << JobPhase(ns, name) << Denials() << h_->Log();
+    ASSERT_TRUE(h_->WaitPhase(name, "Running", seconds(30), ns))
+        << h_->Phase(name, ns) << Denials() << h_->Log();
     for (const auto& pod : h_->Pods(name, ns)) h_->SucceedPod(pod["metadata"]["name"], ns);
-    ASSERT_TRUE(h_->WaitFor([&] { return JobPhase(ns, name) == "Succeeded"; }, seconds(30)))
-        << JobPhase(ns, name) << Denials() << h_->Log();
+    ASSERT_TRUE(h_->WaitPhase(name, "Succeeded", seconds(30), ns))
+        << h_->Phase(name, ns) << Denials() << h_->Log();
   }
   // The operator's requests the server refused, one per line.
   std::string Denials() {

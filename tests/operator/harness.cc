@@ -131,8 +131,8 @@ kubetest::testing::HttpResponse OperatorHarness::Api(const std::string& method,
   return r;
 }
 
-json OperatorHarness::Job(const std::string& name) {
-  auto r = Api("GET", "/apis/spawnpoint.dev/v1alpha1/namespaces/default/trainingjobs/" + name);
+json OperatorHarness::Job(const std::string& name, const std::string& ns) {
+  auto r = Api("GET", "/apis/spawnpoint.dev/v1alpha1/namespaces/" + ns + "/trainingjobs/" + name);
   return r.code == 200 ? r.Json() : json();
 }
 
@@ -202,13 +202,13 @@ bool OperatorHarness::WaitFor(const std::function<bool()>& condition, millisecon
   return spawnpoint::testing::WaitUntil(condition, timeout);
 }
 
-std::string OperatorHarness::Phase(const std::string& job) {
-  return JsonField(Job(job), "/status/phase");
+std::string OperatorHarness::Phase(const std::string& job, const std::string& ns) {
+  return JsonField(Job(job, ns), "/status/phase");
 }
 
 bool OperatorHarness::WaitPhase(const std::string& job, const std::string& phase,
-                                milliseconds timeout) {
-  return WaitFor([&] { return Phase(job) == phase; }, timeout);
+                                milliseconds timeout, const std::string& ns) {
+  return WaitFor([&] { return Phase(job, ns) == phase; }, timeout);
 }
 
 }  // namespace spawnpoint::op::testing

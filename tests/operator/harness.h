@@ -57,7 +57,7 @@ class OperatorHarness {
   kubetest::testing::HttpResponse Api(const std::string& method, const std::string& path,
                                       const std::string& body = "",
                                       const std::string& content_type = "application/json");
-  json Job(const std::string& name);  // null if absent
+  json Job(const std::string& name, const std::string& ns = "default");  // null if absent
   // The job's pods (items), by name order.
   json Pods(const std::string& job, const std::string& ns = "default");
   json Pod(const std::string& name);  // null if absent
@@ -71,9 +71,10 @@ class OperatorHarness {
   // Polls until `condition` holds; false after `timeout`.
   bool WaitFor(const std::function<bool()>& condition,
                std::chrono::milliseconds timeout = std::chrono::seconds(15));
-  std::string Phase(const std::string& job);
+  std::string Phase(const std::string& job, const std::string& ns = "default");
   bool WaitPhase(const std::string& job, const std::string& phase,
-                 std::chrono::milliseconds timeout = std::chrono::seconds(15));
+                 std::chrono::milliseconds timeout = std::chrono::seconds(15),
+                 const std::string& ns = "default");
 
  private:
   TempDir dir_;
