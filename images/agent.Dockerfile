@@ -2,7 +2,7 @@
 # /opt/spawnpoint. Build from the repository root:
 #   docker build -f images/agent.Dockerfile -t ghcr.io/spawnpoint/agent:dev .
 #
-# The operator's init container runs `cp -a /opt/spawnpoint/. /spawnpoint/` from this image
+# The operator's init container runs `cp -R /opt/spawnpoint/. /spawnpoint/` from this image
 # into an emptyDir, and the trainer container (any user image: Ubuntu, UBI, distroless)
 # runs /spawnpoint/bin/spawnpoint-agent, a static launcher that loads the agent with the
 # bundle's own glibc and libraries.

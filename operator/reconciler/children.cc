@@ -142,7 +142,9 @@ json BuildPod(const api::TrainingJob& job, const json& owner, int node, int atte
     json init = {
         {"name", kAgentInstallContainer},
         {"image", settings.agent_image},
-        {"command", json::array({"cp", "-a", settings.agent_image_dir + "/.",
+        // -R, not -a: the agent image runs as a non-root user, the emptyDir belongs to root,
+        // and -a's attempt to copy the times of "." onto it fails the container.
+        {"command", json::array({"cp", "-R", settings.agent_image_dir + "/.",
                                  std::string(kAgentMountPath) + "/"})},
         {"volumeMounts", json::array({{{"name", kAgentVolume}, {"mountPath", kAgentMountPath}}})},
         // Admitted under Pod Security "restricted" and within a namespace's ResourceQuota:

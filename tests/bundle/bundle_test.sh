@@ -46,8 +46,18 @@ done
 work=$(mktemp -d /tmp/spawnpoint-bundle-test.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 prefix=$work/spawnpoint  # as in the trainer pod, where the init container copied it
-# What the operator's init container does with the agent image's /opt/spawnpoint.
-mkdir "$prefix" && cp -a "$bundle/." "$prefix/"
+# What the operator's init container does (operator/reconciler/children.cc): the agent
+# image's user (uid 65532) copies /opt/spawnpoint into an emptyDir that belongs to root.
+mkdir -m 0777 "$prefix"
+chmod 0755 "$work"
+install_cmd=(cp -R "$bundle/." "$prefix/")
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+  install_cmd=(setpriv --reuid=65532 --regid=65532 --clear-groups "${install_cmd[@]}")
+  echo "install: as uid 65532, like the agent image's init container"
+fi
+if ! "${install_cmd[@]}" 2>"$work/install.err"; then
+  echo "FAIL: the init container's copy failed:"; show "$work/install.err"; exit 1
+fi
 cp "$probe" "$work/env_probe"
 mkdir "$work/out"
 case "$(realpath "$prefix")/" in

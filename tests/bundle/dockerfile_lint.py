@@ -185,7 +185,7 @@ def main():
     for kept in ("agent", "scripts/install-deps.sh", "CMakeLists.txt"):
         check(not ignored(kept, patterns), f".dockerignore keeps {kept}")
 
-    # The directory the operator's init container copies from (cp -a DIR/. /spawnpoint/).
+    # The directory the operator's init container copies from (cp -R DIR/. /spawnpoint/).
     image_dir = "/opt/spawnpoint"
     with open(os.path.join(src, "operator/reconciler/children.h")) as f:
         m = re.search(r'agent_image_dir\s*=\s*"([^"]+)"', f.read())

@@ -78,7 +78,7 @@ TEST(ChildrenTest, PodRunsTheAgentWithTheRendezvousOfItsNode) {
   EXPECT_EQ(spec["subdomain"], "job");
   EXPECT_EQ(spec["initContainers"][0]["image"], "registry/agent:2");
   EXPECT_THAT(spec["initContainers"][0]["command"].get<std::vector<std::string>>(),
-              ElementsAre("cp", "-a", "/opt/spawnpoint/.", "/spawnpoint/"));
+              ElementsAre("cp", "-R", "/opt/spawnpoint/.", "/spawnpoint/"));
   const json& install = spec["initContainers"][0];
   EXPECT_EQ(install["securityContext"]["runAsNonRoot"], true) << "Pod Security restricted";
   EXPECT_EQ(install["securityContext"]["allowPrivilegeEscalation"], false);
