@@ -9,12 +9,7 @@
 namespace spawnpoint::op {
 namespace {
 
-using nlohmann::json;
-using std::chrono::seconds;
-using ::testing::HasSubstr;
-using testing::kT0;
-using testing::Pod;
-using testing::Terminated;
+using namespace policy_test;  // json, seconds, HasSubstr, kT0, Pod, Terminated
 
 TEST(FailurePolicyTest, ExitCodesRetryable128To255ByDefault) {
   api::RestartPolicy p;

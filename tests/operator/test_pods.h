@@ -1,6 +1,9 @@
 // Helpers for the policy tests: pods as the kubelet reports them, a fixed wall time.
 #pragma once
 
+#include <gmock/gmock.h>
+
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -32,3 +35,15 @@ inline json Terminated(int code, const std::string& reason, const std::string& m
 }
 
 }  // namespace spawnpoint::op::testing
+
+namespace spawnpoint::op::policy_test {
+
+// What every policy test uses, in one line: `using namespace policy_test;`.
+using nlohmann::json;
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+using testing::kT0;
+using testing::Pod;
+using testing::Terminated;
+
+}  // namespace spawnpoint::op::policy_test
