@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs, from Debian 12 packages only, everything spawnpoint needs to build, test and
-# run its demo. Idempotent: packages already present are skipped without touching apt.
+# Installs everything spawnpoint needs to build, test and run its demo: Debian 12 packages,
+# then (scripts/install-tools.sh) the pinned tools Debian lacks, built into .tools/bin.
+# Idempotent: packages already present are skipped without touching apt.
 set -euo pipefail
 
 packages=(
@@ -11,6 +12,7 @@ packages=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-torch python3-yaml
   procps
+  openssl  # /usr/bin/openssl: kube_transport_test makes its TLS certificates with it
   prometheus  # /usr/bin/prometheus and promtool: the metrics tests scrape the agent with them
   # Go and the libraries (GOPATH sources under /usr/share/gocode) of tests/helm/renderer,
   # which renders the Helm chart like `helm template`; sprig pulls in its own dependencies.
@@ -28,13 +30,15 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
+else
+  echo "install-deps: installing ${missing[*]}"
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -q
+  $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+  echo "install-deps: done"
 fi
 
-echo "install-deps: installing ${missing[*]}"
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -q
-$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
-echo "install-deps: done"
+# What Debian lacks (kubectl), pinned by version and checksum into .tools/bin.
+bash "$(dirname "${BASH_SOURCE[0]}")/install-tools.sh"

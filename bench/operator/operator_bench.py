@@ -129,9 +129,11 @@ def main():
     for path in bins.values():
         if not os.access(path, os.X_OK):
             sys.exit(f"bench-operator: {path} is missing; build first (make build)")
-    kubectl = shutil.which("kubectl")
-    if not kubectl:
-        sys.exit("bench-operator: kubectl is missing")
+    # The pinned kubectl scripts/install-tools.sh builds (make deps); env KUBECTL overrides it.
+    kubectl = os.environ.get("KUBECTL") or os.path.join(root, ".tools", "bin", "kubectl")
+    if not os.access(kubectl, os.X_OK):
+        sys.exit(f"bench-operator: no kubectl at {kubectl}; run make deps "
+                 "(scripts/install-tools.sh)")
 
     work = tempfile.mkdtemp(prefix="spawnpoint-bench-operator-")
     procs = []

@@ -15,10 +15,13 @@ for bin in kube-test-server spawnpoint-operator spawnpoint-agent spawnpoint-exam
     exit 1
   fi
 done
-if ! command -v kubectl >/dev/null; then
-  echo "demo-cluster: kubectl is missing" >&2
+# The pinned kubectl scripts/install-tools.sh builds (make deps); env KUBECTL overrides it.
+kubectl_bin=${KUBECTL:-$root/.tools/bin/kubectl}
+if [ ! -x "$kubectl_bin" ]; then
+  echo "demo-cluster: no kubectl at $kubectl_bin; run make deps (scripts/install-tools.sh)" >&2
   exit 1
 fi
+kubectl() { "$kubectl_bin" "$@"; }
 
 work=$(mktemp -d /tmp/spawnpoint-demo-cluster.XXXXXX)
 pids=()

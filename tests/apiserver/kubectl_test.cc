@@ -104,8 +104,12 @@ struct Result {
 class KubectlTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    kubectl_ = EnvOr("KUBECTL", "/usr/bin/kubectl");
-    if (access(kubectl_.c_str(), X_OK) != 0) GTEST_SKIP() << "no kubectl at " << kubectl_;
+    // The pinned kubectl (tests/CMakeLists.txt); missing is a failure, never a skip, so a
+    // missing install step cannot hide.
+    kubectl_ = EnvOr("KUBECTL", KUBECTL_BIN);
+    ASSERT_EQ(access(kubectl_.c_str(), X_OK), 0)
+        << "no kubectl at " << kubectl_
+        << ": run `make deps` (scripts/install-tools.sh builds the pinned kubectl)";
     subject_ = Subject::Load();
     server_ = std::make_unique<KubeTestServer>(ServerArgs());
     ASSERT_TRUE(server_->ok()) << server_->error();

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <regex>
 #include <thread>
 
@@ -52,6 +53,14 @@ std::string JsonField(const json& object, const std::string& pointer) {
 OperatorHarness::OperatorHarness(std::vector<std::string> server_args) {
   server_args.push_back("--bookmark-interval-ms");
   server_args.push_back("200");
+  // The pinned kubectl (tests/CMakeLists.txt); env KUBECTL overrides it.
+  const char* env = std::getenv("KUBECTL");
+  kubectl_ = env && *env ? env : KUBECTL_BIN;
+  if (access(kubectl_.c_str(), X_OK) != 0) {
+    error_ = "no kubectl at " + kubectl_ +
+             ": run `make deps` (scripts/install-tools.sh builds the pinned kubectl)";
+    return;
+  }
   server_ = std::make_unique<KubeTestServer>(server_args);
   if (!server_->ok()) {
     error_ = "kube-test-server did not start: " + server_->error();
@@ -103,7 +112,7 @@ int OperatorHarness::ProbePort(int index, milliseconds timeout) {
 }
 
 KubectlResult OperatorHarness::Kubectl(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"/usr/bin/kubectl", "--kubeconfig", server_->kubeconfig()};
+  std::vector<std::string> argv = {kubectl_, "--kubeconfig", server_->kubeconfig()};
   argv.insert(argv.end(), args.begin(), args.end());
   TestProcess p(argv, {{"KUBECACHEDIR", dir_.File("kubecache")}, {"HOME", dir_.path()}});
   int code = p.Wait(seconds(30));

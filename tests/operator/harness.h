@@ -81,6 +81,7 @@ class OperatorHarness {
   std::unique_ptr<KubeTestServer> server_;
   std::vector<std::unique_ptr<TestProcess>> operators_;
   std::string error_;
+  std::string kubectl_;  // the pinned kubectl, or env KUBECTL
   int files_ = 0;
 };
 
