@@ -22,6 +22,7 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/loader/auto_worker_policy.h"
 #include "agent/loader/contract.h"
 #include "agent/loader/pool_supervisor.h"
 #include "agent/loader/protocol.h"
@@ -42,22 +43,6 @@ constexpr auto kRateWindow = std::chrono::seconds(5);
 // Next() reports a deadlock when it has waited this long with every slot held by batches
 // the trainer has not released and nothing left in flight.
 constexpr auto kSlotDeadlockAfter = std::chrono::seconds(2);
-
-std::optional<std::string> Env(const char* name) {
-  const char* v = getenv(name);
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  return std::string(v);
-}
-
-StatusOr<int64_t> ParseInt(const std::string& name, const std::string& text) {
-  char* end = nullptr;
-  errno = 0;
-  long long v = strtoll(text.c_str(), &end, 10);
-  if (errno != 0 || end == text.c_str() || *end != '\0') {
-    return InvalidArgument(name + "=\"" + text + "\" is not an integer");
-  }
-  return static_cast<int64_t>(v);
-}
 
 std::string JoinIndices(const std::vector<int64_t>& v, size_t limit = 16) {
   std::string s = "[";
@@ -280,11 +265,11 @@ class PoolLoader : public Loader {
       : opts_(std::move(config.opts)),
         pool_workers_(config.pool_workers),
         active_workers_(config.initial_active),
-        auto_cap_(config.auto_cap),
         agent_mode_(config.agent_mode),
         dir_(std::move(config.dir)),
         standalone_(std::move(config.standalone)),
-        created_(config.created) {
+        created_(config.created),
+        auto_(config.initial_active, config.auto_cap, *opts_.prefetch_factor, opts_.auto_window) {
     slots_count_ = static_cast<size_t>(pool_workers_ * *opts_.prefetch_factor + 4);
     slots_ = std::make_shared<SlotPool>(0);
   }
@@ -440,7 +425,7 @@ class PoolLoader : public Loader {
         tp_.wait_seconds += Seconds(now - start);
         tp_.Consumed(now, static_cast<int64_t>(batch->size()));
         if (!tp_.first_batch_seconds) tp_.first_batch_seconds = Seconds(now - created_);
-        AutoTune(now);
+        active_workers_ = auto_.OnBatch(now);
         slots_->Wake();  // the budget moved: more tasks may be issued
         return batch;
       }
@@ -1177,39 +1162,6 @@ class PoolLoader : public Loader {
     if (r != MessageReader::Result::kOk) ConnDown(c, now);
   }
 
-  // --- workers auto ------------------------------------------------------------------
-
-  // Called per consumed batch. Measures the consumption rate over a window (after skipping
-  // the batches that were already prefetched when the window began) with the current number
-  // of active workers; adds one while that buys at least 5 %, and keeps the last count that
-  // did when it stops paying (the knee) or the CPU cap is reached.
-  void AutoTune(TimePoint now) {
-    if (auto_cap_ <= 0 || auto_settled_) return;
-    if (auto_skip_ > 0) {
-      if (--auto_skip_ == 0) {
-        auto_window_start_ = now;
-        auto_window_count_ = 0;
-      }
-      return;
-    }
-    ++auto_window_count_;
-    const auto elapsed = now - auto_window_start_;
-    if (elapsed < opts_.auto_window || auto_window_count_ < 4) return;
-    const double rate = auto_window_count_ / Seconds(elapsed);
-    if (auto_best_rate_ > 0 && rate < auto_best_rate_ * 1.05) {
-      active_workers_ = std::max(1, active_workers_ - 1);
-      auto_settled_ = true;
-      return;
-    }
-    auto_best_rate_ = rate;
-    if (active_workers_ >= auto_cap_) {
-      auto_settled_ = true;
-      return;
-    }
-    ++active_workers_;
-    auto_skip_ = active_workers_ * *opts_.prefetch_factor;
-  }
-
   LoaderStats StatsLocked(TimePoint now) const {
     LoaderStats s;
     tp_.Fill(s, now);
@@ -1220,8 +1172,8 @@ class PoolLoader : public Loader {
     s.in_flight = InFlightLocked();
     s.active_workers = active_workers_;
     s.pool_workers = pool_workers_;
-    s.auto_workers = auto_cap_ > 0;
-    s.auto_settled = auto_settled_;
+    s.auto_workers = auto_.enabled();
+    s.auto_settled = auto_.settled();
     s.restarts_died = restarts_died_;
     s.restarts_hung = restarts_hung_;
     s.restarts_oom = restarts_oom_;
@@ -1234,7 +1186,6 @@ class PoolLoader : public Loader {
   LoaderOptions opts_;
   const int pool_workers_;
   int active_workers_;
-  const int auto_cap_;
   const bool agent_mode_;
   const std::string dir_;
   std::unique_ptr<StandalonePool> standalone_;
@@ -1265,17 +1216,10 @@ class PoolLoader : public Loader {
   Throughput tp_;
   TimePoint next_stats_write_{};
   int64_t restarts_died_ = 0, restarts_hung_ = 0, restarts_oom_ = 0, restarts_shm_ = 0;
-  bool auto_settled_ = false;
-  int auto_skip_ = 0;
-  int auto_window_count_ = 0;
-  TimePoint auto_window_start_{};
-  double auto_best_rate_ = 0;
+  AutoWorkerPolicy auto_;
 
  public:
   void SetSampler(SamplerOptions s) { sampler_ = s; }
-  void BeginAuto() {
-    if (auto_cap_ > 0) auto_skip_ = active_workers_ * *opts_.prefetch_factor;
-  }
 };
 
 StatusOr<std::vector<std::string>> OwnCommand() {
@@ -1325,103 +1269,6 @@ nlohmann::json LoaderStats::ToJson() const {
           {"slotBytes", slot_bytes}};
 }
 
-StatusOr<LoaderOptions> ResolveLoaderOptions(LoaderOptions o) {
-  if (o.dataset.empty()) return InvalidArgument("loader: LoaderOptions::dataset is empty");
-  if (o.batch_size < 1) return InvalidArgument("loader: batch_size must be at least 1");
-  if (o.max_attempts < 1) return InvalidArgument("loader: max_attempts must be at least 1");
-  if (o.pool_dir.empty()) o.pool_dir = Env(kEnvPoolDir).value_or("");
-  if (o.workers == kWorkersFromEnv) {
-    auto w = Env(kEnvWorkers);
-    if (!o.pool_dir.empty() && Env(kEnvAutoWorkers).value_or("") == "1") {
-      o.workers = kAutoWorkers;
-    } else if (!w) {
-      o.workers = 0;
-    } else if (*w == "auto") {
-      o.workers = kAutoWorkers;
-    } else {
-      SP_ASSIGN_OR_RETURN(int64_t n, ParseInt(kEnvWorkers, *w));
-      if (n < 0) return InvalidArgument(std::string(kEnvWorkers) + " must be >= 0 or auto");
-      o.workers = static_cast<int>(n);
-    }
-  }
-  if (o.workers < 0 && o.workers != kAutoWorkers) {
-    return InvalidArgument("loader: workers must be >= 0, kAutoWorkers or kWorkersFromEnv");
-  }
-  if (!o.prefetch_factor) {
-    auto v = Env(kEnvPrefetchFactor);
-    if (v) {
-      SP_ASSIGN_OR_RETURN(int64_t n, ParseInt(kEnvPrefetchFactor, *v));
-      o.prefetch_factor = static_cast<int>(n);
-    } else {
-      o.prefetch_factor = 2;
-    }
-  }
-  if (*o.prefetch_factor < 1) return InvalidArgument("loader: prefetch_factor must be >= 1");
-  if (!o.timeout) {
-    auto v = Env(kEnvTimeoutSeconds);
-    if (v) {
-      char* end = nullptr;
-      double secs = strtod(v->c_str(), &end);
-      if (*end != '\0' || secs < 0) {
-        return InvalidArgument(std::string(kEnvTimeoutSeconds) + "=\"" + *v +
-                               "\" is not a number of seconds");
-      }
-      o.timeout = std::chrono::milliseconds(static_cast<int64_t>(secs * 1000));
-    } else {
-      o.timeout = std::chrono::seconds(120);
-    }
-  }
-  if (!o.seed) {
-    auto v = Env(kEnvSeed);
-    if (v) {
-      SP_ASSIGN_OR_RETURN(int64_t n, ParseInt(kEnvSeed, *v));
-      o.seed = static_cast<uint64_t>(n);
-    } else {
-      o.seed = 0;
-    }
-  }
-  if (!o.slot_bytes) {
-    if (auto v = Env(kEnvSlotBytes)) {
-      SP_ASSIGN_OR_RETURN(int64_t n, ParseInt(kEnvSlotBytes, *v));
-      if (n <= 0) return InvalidArgument(std::string(kEnvSlotBytes) + " must be positive");
-      o.slot_bytes = static_cast<size_t>(n);
-    }
-  }
-  if (o.slot_bytes) o.slot_bytes = RoundUpToPages(*o.slot_bytes);
-  if (!o.rank) {
-    auto v = Env("RANK");
-    int64_t n = 0;
-    if (v) {
-      SP_ASSIGN_OR_RETURN(n, ParseInt("RANK", *v));
-    }
-    o.rank = static_cast<int>(n);
-  }
-  if (!o.world_size) {
-    auto v = Env("WORLD_SIZE");
-    int64_t n = 1;
-    if (v) {
-      SP_ASSIGN_OR_RETURN(n, ParseInt("WORLD_SIZE", *v));
-    }
-    o.world_size = static_cast<int>(n);
-  }
-  if (*o.world_size < 1 || *o.rank < 0 || *o.rank >= *o.world_size) {
-    return InvalidArgument("loader: rank " + std::to_string(*o.rank) + " is outside world size " +
-                           std::to_string(*o.world_size));
-  }
-  if (!o.cpus) {
-    if (auto v = Env(kEnvCpus)) {
-      auto spec = ParseCpuSpec(*v);
-      if (!spec.ok()) return spec.status().WithPrefix(kEnvCpus);
-      o.cpus = spec->count;
-    } else {
-      o.cpus = AffinityCpuCount();
-    }
-  }
-  if (*o.cpus < 1) o.cpus = 1;
-  if (o.shm_dir.empty()) o.shm_dir = Env(kEnvShmDir).value_or("/dev/shm");
-  return o;
-}
-
 StatusOr<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
   if (getenv(kEnvListenFd) != nullptr) {
     return FailedPrecondition(
@@ -1452,19 +1299,10 @@ StatusOr<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
   config.created = created;
   const int cap = std::min(8, *o.cpus);
   if (!o.pool_dir.empty()) {
-    auto w = Env(kEnvWorkers);
-    if (!w) {
-      return InvalidArgument(std::string("loader: ") + kEnvPoolDir + " is set but " + kEnvWorkers +
-                             " (the pool's size) is not");
-    }
-    auto n = ParseInt(kEnvWorkers, *w);
-    if (!n.ok() || *n < 1) {
-      return InvalidArgument(std::string("loader: in a pool run by the agent ") + kEnvWorkers +
-                             " must be the pool's size (>= 1), not \"" + *w + "\"");
-    }
+    SP_ASSIGN_OR_RETURN(const int pool_size, AgentPoolSize(ProcessEnv));
     config.agent_mode = true;
     config.dir = o.pool_dir;
-    config.pool_workers = static_cast<int>(*n);
+    config.pool_workers = pool_size;
     if (o.workers == kAutoWorkers) {
       config.auto_cap = std::min(config.pool_workers, std::max(1, *o.cpus));
       config.initial_active = 1;
@@ -1514,7 +1352,6 @@ StatusOr<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
   auto loader = std::make_unique<PoolLoader>(std::move(config));
   sampler.dataset_size = -1;  // learnt from the workers' Hello
   loader->SetSampler(sampler);
-  loader->BeginAuto();
   SP_RETURN_IF_ERROR(loader->Init());
   return std::unique_ptr<Loader>(std::move(loader));
 }

@@ -416,11 +416,15 @@ TEST(LoaderFaults, HungWorkerIsKilledAfterTheTimeoutAndItsBatchReissued) {
   auto got = RunEpoch(*loader, 0);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   ExpectExactlyTheSamplersBatches(*got, o, 80, 0);
-  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(800));
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, milliseconds(800));
   const LoaderStats s = loader->Stats();
   EXPECT_EQ(s.restarts_hung, 1);
   EXPECT_EQ(s.restarts_died, 0);
-  EXPECT_GT(s.wait_seconds, 0.5);  // the trainer waited for the hung batch
+  // The trainer waited for the hung batch; how long depends on how far ahead the other
+  // worker got, which load decides, so only the bounds that hold regardless.
+  EXPECT_GT(s.wait_seconds, 0);
+  EXPECT_LE(s.wait_seconds, std::chrono::duration<double>(took).count());
 }
 
 TEST(LoaderFaults, DatasetExceptionNamesTheIndexAndMessage) {
@@ -560,42 +564,62 @@ TEST(LoaderFaults, AWorkerCommandThatCannotStartIsReportedWithItsExitAndStderr) 
 
 // --- workers auto --------------------------------------------------------------------------
 
-TEST(LoaderAuto, StopsAddingWorkersWhenTheTrainerIsTheBottleneck) {
-  LoaderOptions o = Options("index", "size=100000,dim=2", kAutoWorkers, 4);
+// Which worker count the search picks is AutoWorkerPolicy's business, tested on synthetic
+// time (auto_worker_policy_test.cc): measured speed depends on what else the machine runs.
+// Here the real pool under it, with assertions no load can break: the search ends within a
+// bound that follows from the batch counts alone, stays within the pool (the CPU cap), and
+// never costs or repeats a batch.
+
+// Runs epoch 0 calling `step` after each batch; returns the batch after which the search
+// settled (0 if it did not).
+int64_t RunAutoEpoch(Loader& loader, const LoaderOptions& o, int64_t dataset_size,
+                     const std::function<void()>& step = nullptr) {
+  int64_t settled_after = 0;
+  auto got = RunEpoch(loader, 0, [&](size_t k) {
+    if (step) step();
+    if (settled_after == 0 && loader.Stats().auto_settled) settled_after = static_cast<int64_t>(k);
+  });
+  EXPECT_TRUE(got.ok()) << got.status().ToString();
+  if (got.ok()) ExpectExactlyTheSamplersBatches(*got, o, dataset_size, 0);
+  const LoaderStats s = loader.Stats();
+  EXPECT_TRUE(s.auto_workers);
+  EXPECT_TRUE(s.auto_settled);
+  EXPECT_GE(s.active_workers, 1);
+  EXPECT_LE(s.active_workers, s.pool_workers);
+  EXPECT_EQ(s.restarts_died + s.restarts_hung, 0);
+  return settled_after;
+}
+
+TEST(LoaderAuto, ASlowTrainerSettlesWithinThePoolAndGetsEveryBatchOnce) {
+  LoaderOptions o = Options("index", "size=600,dim=2", kAutoWorkers, 4);
   o.cpus = 2;
   o.auto_window = milliseconds(300);
   auto loader = MustCreate(o);
   ASSERT_NE(loader, nullptr);
-  ASSERT_TRUE(loader->StartEpoch(0).ok());
   EXPECT_EQ(loader->Stats().pool_workers, 2);
-  for (int i = 0; i < 400 && !loader->Stats().auto_settled; ++i) {
-    auto b = loader->Next();
-    ASSERT_TRUE(b.ok());
-    std::this_thread::sleep_for(milliseconds(8));  // the training step: the bottleneck
-  }
-  const LoaderStats s = loader->Stats();
-  EXPECT_TRUE(s.auto_settled);
-  EXPECT_TRUE(s.auto_workers);
-  EXPECT_EQ(s.active_workers, 1);
+  EXPECT_EQ(loader->Stats().active_workers, 1);
+  // A batch takes at least the 8 ms step, so a 300 ms window holds at most 38 of them; with
+  // 2 workers the search is over after 1 x 4 + 2 x 4 prefetched and 2 windows: <= 88.
+  const int64_t settled_after =
+      RunAutoEpoch(*loader, o, 600, [] { std::this_thread::sleep_for(milliseconds(8)); });
+  EXPECT_GT(settled_after, 0);
+  EXPECT_LE(settled_after, 88);
 }
 
-TEST(LoaderAuto, AddsWorkersWhileTheyPayAndNeverBeyondTheCpus) {
-  // Samples that take 4 ms of waiting (not CPU) scale with workers on any machine.
-  LoaderOptions o = Options("index", "size=100000,dim=2,sleep_ms=4", kAutoWorkers, 2);
+TEST(LoaderAuto, SlowSamplesSettleWithinTheCpusAndGetEveryBatchOnce) {
+  // Samples that take 4 ms of waiting (not CPU): a batch keeps a worker >= 8 ms, so in a
+  // 300 ms window n workers build at most n x 38 batches, and n x 2 were prefetched before it:
+  // at most 41, 81 and 121 batches with 1, 2 and 3 workers, plus 2 x (1 + 2 + 3) skipped
+  // after the changes: <= 255.
+  LoaderOptions o = Options("index", "size=1200,dim=2,sleep_ms=4", kAutoWorkers, 2);
   o.cpus = 3;
   o.auto_window = milliseconds(300);
   auto loader = MustCreate(o);
   ASSERT_NE(loader, nullptr);
-  ASSERT_TRUE(loader->StartEpoch(0).ok());
   EXPECT_EQ(loader->Stats().pool_workers, 3);
-  for (int i = 0; i < 1000 && !loader->Stats().auto_settled; ++i) {
-    auto b = loader->Next();
-    ASSERT_TRUE(b.ok());
-  }
-  const LoaderStats s = loader->Stats();
-  EXPECT_TRUE(s.auto_settled);
-  EXPECT_EQ(s.active_workers, 3);
-  EXPECT_GT(s.batches_per_second, 0);
+  const int64_t settled_after = RunAutoEpoch(*loader, o, 1200);
+  EXPECT_GT(settled_after, 0);
+  EXPECT_LE(settled_after, 255);
 }
 
 TEST(LoaderAuto, PoolIsCappedByTheRankCpus) {
