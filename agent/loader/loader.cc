@@ -106,31 +106,33 @@ PoolLoader::PoolLoader(PoolLoaderConfig config)
       standalone_(std::move(config.standalone)),
       tp_(config.created),
       auto_(config.initial_active, config.auto_cap, *opts_.prefetch_factor, opts_.auto_window) {
-  PoolClientOptions c;
-  c.dir = config.dir;
-  c.workers = config.pool_workers;
-  c.initial_active = config.initial_active;
-  c.prefetch_factor = *opts_.prefetch_factor;
-  c.timeout = *opts_.timeout;
-  c.max_attempts = opts_.max_attempts;
-  c.slot_bytes = opts_.slot_bytes;
-  c.shm_dir = opts_.shm_dir;
-  c.dataset = opts_.dataset;
-  c.dataset_arg = opts_.dataset_arg;
-  c.seed = *opts_.seed;
-  c.rank = *opts_.rank;
-  c.world_size = *opts_.world_size;
-  c.probe_batch = [sampler = sampler_](int64_t dataset_size) {
-    SamplerOptions s = sampler;
-    s.dataset_size = dataset_size;
-    std::vector<std::vector<int64_t>> first = EpochBatches(s, 0);
-    return first.empty() ? std::vector<int64_t>{} : std::move(first[0]);
+  PoolClientOptions c{
+      .dir = config.dir,
+      .workers = config.pool_workers,
+      .initial_active = config.initial_active,
+      .prefetch_factor = *opts_.prefetch_factor,
+      .timeout = *opts_.timeout,
+      .max_attempts = opts_.max_attempts,
+      .slot_bytes = opts_.slot_bytes,
+      .shm_dir = opts_.shm_dir,
+      .dataset = opts_.dataset,
+      .dataset_arg = opts_.dataset_arg,
+      .seed = *opts_.seed,
+      .rank = *opts_.rank,
+      .world_size = *opts_.world_size,
+      .probe_batch =
+          [sampler = sampler_](int64_t dataset_size) {
+            SamplerOptions s = sampler;
+            s.dataset_size = dataset_size;
+            std::vector<std::vector<int64_t>> first = EpochBatches(s, 0);
+            return first.empty() ? std::vector<int64_t>{} : std::move(first[0]);
+          },
+      .clock = clock_,
   };
   if (agent_mode_) {
     c.on_tick = [this] { WriteStats(); };
     c.tick_interval = kStatsInterval;
   }
-  c.clock = clock_;
   client_ = std::make_unique<PoolClient>(std::move(c));
 }
 
@@ -329,13 +331,12 @@ StatusOr<std::unique_ptr<Loader>> Loader::Create(LoaderOptions options) {
   const Clock* clock = RealClock::Get();
   const Clock::TimePoint created = clock->Now();
   SP_ASSIGN_OR_RETURN(LoaderOptions o, ResolveLoaderOptions(std::move(options)));
-  SamplerOptions sampler;
-  sampler.batch_size = o.batch_size;
-  sampler.shuffle = o.shuffle;
-  sampler.drop_last = o.drop_last;
-  sampler.seed = *o.seed;
-  sampler.rank = *o.rank;
-  sampler.world_size = *o.world_size;
+  const SamplerOptions sampler{.batch_size = o.batch_size,
+                               .shuffle = o.shuffle,
+                               .drop_last = o.drop_last,
+                               .seed = *o.seed,
+                               .rank = *o.rank,
+                               .world_size = *o.world_size};
 
   if (o.workers == 0) return CreateInProcessLoader(std::move(o), sampler, clock);
 

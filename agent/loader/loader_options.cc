@@ -19,6 +19,19 @@ StatusOr<int64_t> ParseInt(const std::string& name, const std::string& text) {
   return static_cast<int64_t>(v);
 }
 
+// Fills `field` from the integer variable `name`, else with `fallback`, unless it is set.
+template <typename T>
+Status FillFromEnv(std::optional<T>& field, const EnvLookup& env, const char* name,
+                   int64_t fallback) {
+  if (field) return Status::Ok();
+  int64_t n = fallback;
+  if (auto v = env(name)) {
+    SP_ASSIGN_OR_RETURN(n, ParseInt(name, *v));
+  }
+  field = static_cast<T>(n);
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::optional<std::string> ProcessEnv(const char* name) {
@@ -49,15 +62,7 @@ StatusOr<LoaderOptions> ResolveLoaderOptions(LoaderOptions o, const EnvLookup& e
   if (o.workers < 0 && o.workers != kAutoWorkers) {
     return InvalidArgument("loader: workers must be >= 0, kAutoWorkers or kWorkersFromEnv");
   }
-  if (!o.prefetch_factor) {
-    auto v = env(kEnvPrefetchFactor);
-    if (v) {
-      SP_ASSIGN_OR_RETURN(int64_t n, ParseInt(kEnvPrefetchFactor, *v));
-      o.prefetch_factor = static_cast<int>(n);
-    } else {
-      o.prefetch_factor = 2;
-    }
-  }
+  SP_RETURN_IF_ERROR(FillFromEnv(o.prefetch_factor, env, kEnvPrefetchFactor, 2));
   if (*o.prefetch_factor < 1) return InvalidArgument("loader: prefetch_factor must be >= 1");
   if (!o.timeout) {
     auto v = env(kEnvTimeoutSeconds);
@@ -73,15 +78,7 @@ StatusOr<LoaderOptions> ResolveLoaderOptions(LoaderOptions o, const EnvLookup& e
       o.timeout = std::chrono::seconds(120);
     }
   }
-  if (!o.seed) {
-    auto v = env(kEnvSeed);
-    if (v) {
-      SP_ASSIGN_OR_RETURN(int64_t n, ParseInt(kEnvSeed, *v));
-      o.seed = static_cast<uint64_t>(n);
-    } else {
-      o.seed = 0;
-    }
-  }
+  SP_RETURN_IF_ERROR(FillFromEnv(o.seed, env, kEnvSeed, 0));
   if (!o.slot_bytes) {
     if (auto v = env(kEnvSlotBytes)) {
       SP_ASSIGN_OR_RETURN(int64_t n, ParseInt(kEnvSlotBytes, *v));
@@ -90,22 +87,8 @@ StatusOr<LoaderOptions> ResolveLoaderOptions(LoaderOptions o, const EnvLookup& e
     }
   }
   if (o.slot_bytes) o.slot_bytes = RoundUpToPages(*o.slot_bytes);
-  if (!o.rank) {
-    auto v = env("RANK");
-    int64_t n = 0;
-    if (v) {
-      SP_ASSIGN_OR_RETURN(n, ParseInt("RANK", *v));
-    }
-    o.rank = static_cast<int>(n);
-  }
-  if (!o.world_size) {
-    auto v = env("WORLD_SIZE");
-    int64_t n = 1;
-    if (v) {
-      SP_ASSIGN_OR_RETURN(n, ParseInt("WORLD_SIZE", *v));
-    }
-    o.world_size = static_cast<int>(n);
-  }
+  SP_RETURN_IF_ERROR(FillFromEnv(o.rank, env, "RANK", 0));
+  SP_RETURN_IF_ERROR(FillFromEnv(o.world_size, env, "WORLD_SIZE", 1));
   if (*o.world_size < 1 || *o.rank < 0 || *o.rank >= *o.world_size) {
     return InvalidArgument("loader: rank " + std::to_string(*o.rank) + " is outside world size " +
                            std::to_string(*o.world_size));

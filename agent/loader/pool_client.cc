@@ -129,32 +129,32 @@ void PoolClient::DropAllBut(std::optional<int64_t> keep) {
 StatusOr<std::optional<ReadyBatch>> PoolClient::Take(int64_t epoch, std::optional<int64_t> batch,
                                                      Clock::Duration wait) {
   std::unique_lock<std::mutex> lock(mu_);
-  for (bool waited = false;; waited = true) {
-    if (!error_.ok()) return error_;
-    std::optional<int64_t> id;
+  std::map<int64_t, int64_t>* ready = nullptr;  // of the epoch
+  std::map<int64_t, int64_t>::iterator it;
+  cv_.wait_for(lock, wait, [&] {
+    ready = nullptr;
+    if (!error_.ok()) return true;
     auto eit = ready_.find(epoch);
-    if (eit != ready_.end() && !eit->second.empty()) {
-      auto bit = batch ? eit->second.find(*batch) : eit->second.begin();
-      if (bit != eit->second.end()) id = bit->second;
-    }
-    if (id) {
-      Task& t = tasks_.at(*id);
-      if (t.error) {
-        Status st = *t.error;
-        FailLocked(st);
-        return st;
-      }
-      eit->second.erase(t.batch);
-      ReadyBatch r{t.epoch, t.batch,       std::move(t.indices),
-                   t.slot,  t.done_worker, std::move(t.fields)};
-      tasks_.erase(*id);
-      lock.unlock();
-      slots_->Wake();  // the budget moved: more tasks may be issued
-      return std::optional<ReadyBatch>(std::move(r));
-    }
-    if (waited) return std::optional<ReadyBatch>();
-    cv_.wait_for(lock, wait);
+    if (eit == ready_.end()) return false;
+    ready = &eit->second;
+    it = batch ? ready->find(*batch) : ready->begin();
+    return it != ready->end();
+  });
+  if (!error_.ok()) return error_;
+  if (ready == nullptr || it == ready->end()) return std::optional<ReadyBatch>();
+  Task& t = tasks_.at(it->second);
+  if (t.error) {
+    Status st = *t.error;
+    FailLocked(st);
+    return st;
   }
+  ready->erase(it);
+  const int64_t id = t.id;
+  ReadyBatch r{t.epoch, t.batch, std::move(t.indices), t.slot, t.done_worker, std::move(t.fields)};
+  tasks_.erase(id);
+  lock.unlock();
+  slots_->Wake();  // the budget moved: more tasks may be issued
+  return std::optional<ReadyBatch>(std::move(r));
 }
 
 bool PoolClient::SlotsExhausted() const {

@@ -20,6 +20,7 @@
 
 #include "agent/loader/contract.h"
 #include "agent/loader/loader.h"
+#include "agent/loader/pool_client.h"
 #include "agent/loader/pool_supervisor.h"
 #include "agent/loader/sampler.h"
 #include "tests/support/test_process.h"
@@ -805,6 +806,82 @@ TEST(LoaderAgentMode, APoolThatGoesAwayFailsNextInsteadOfHanging) {
   EXPECT_EQ(failure.code(), StatusCode::kUnavailable);
   EXPECT_THAT(failure.message(),
               AllOf(HasSubstr("has not served for 1 s"), HasSubstr("is its pool's owner")));
+}
+
+// --- the pool client on its own ----------------------------------------------------------
+
+// PoolClient driven as a Python rank's service will drive it: sample indices in, ready slots
+// out; no sampler and no Dataset on this side.
+class PoolClientTest : public ::testing::Test {
+ protected:
+  PoolClientOptions ClientOptions() const {
+    return {.dir = agent_.dir(),
+            .workers = 2,
+            .initial_active = 2,
+            .timeout = seconds(20),
+            .dataset = "index",
+            .dataset_arg = "size=50,dim=3",
+            .probe_batch = [](int64_t) {
+              return std::vector<int64_t>{0, 1, 2, 3};
+            }};
+  }
+  // What the "index" field of a ready batch says, read from its slot.
+  static std::vector<int64_t> IndexField(const PoolClient& client, const ReadyBatch& r) {
+    for (const auto& f : r.fields) {
+      if (f.value("name", "") != "index") continue;
+      const auto* p = reinterpret_cast<const int64_t*>(client.ring()->Slot(r.slot) +
+                                                       f.value("offset", size_t{0}));
+      return std::vector<int64_t>(p, p + f.value("nbytes", size_t{0}) / sizeof(int64_t));
+    }
+    return {};
+  }
+
+  AgentLikePool agent_{0, 2, {SelfExe()}};
+};
+
+TEST_F(PoolClientTest, SampleIndicesInReadySlotsOutEachExactlyOnce) {
+  PoolClient client(ClientOptions());
+  ASSERT_TRUE(client.Start().ok());
+  EXPECT_EQ(client.dataset_size(), 50);
+  // Indices in an order no sampler would choose, in an epoch that never started.
+  const std::vector<std::vector<int64_t>> batches = {{49, 3}, {7}, {0, 1, 2, 10}, {25, 24, 23}};
+  client.Submit(5, 0, batches);
+  for (int64_t b = 0; b < 4; ++b) {
+    auto r = client.Take(5, b, seconds(10));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(r->has_value()) << "batch " << b;
+    const ReadyBatch& ready = **r;
+    EXPECT_EQ(ready.epoch, 5);
+    EXPECT_EQ(ready.batch, b);
+    EXPECT_EQ(ready.indices, batches[static_cast<size_t>(b)]);
+    EXPECT_EQ(IndexField(client, ready), batches[static_cast<size_t>(b)]);
+    client.Release(ready.slot);
+  }
+  auto none = client.Take(5, 4, milliseconds(100));
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  EXPECT_EQ(client.Stats().queue_depth, 0);
+  EXPECT_EQ(client.Stats().in_flight, 0);
+}
+
+TEST_F(PoolClientTest, DroppedEpochsAreNeverHandedOutAndFreeTheirSlots) {
+  PoolClient client(ClientOptions());
+  ASSERT_TRUE(client.Start().ok());
+  client.Submit(0, 0, {{1}, {2}, {3}, {4}, {5}, {6}});
+  client.Submit(1, 0, {{7}, {8}});
+  client.DropAllBut(1);
+  for (int64_t b = 0; b < 2; ++b) {
+    auto r = client.Take(1, b, seconds(10));
+    ASSERT_TRUE(r.ok() && r->has_value()) << "batch " << b;
+    EXPECT_EQ((*r)->indices, std::vector<int64_t>{7 + b});
+    client.Release((*r)->slot);
+  }
+  auto dropped = client.Take(0, std::nullopt, milliseconds(100));
+  ASSERT_TRUE(dropped.ok());
+  EXPECT_FALSE(dropped->has_value());
+  // Every slot comes back, also those of batches dropped while at a worker.
+  EXPECT_TRUE(testing::WaitUntil(
+      [&] { return client.slot_pool()->FreeCount() == client.slot_count(); }, seconds(10)));
 }
 
 // --- the program as a user runs it -------------------------------------------------------
