@@ -90,6 +90,7 @@ class PoolClient {
 
   // Connects and waits until every worker said Hello and the ring exists. Errors: what a
   // worker reports, kDeadlineExceeded naming the silent workers (and their last exits).
+  // REQUIRES: called once, before the methods below but Stop().
   Status Start();
   // Ends the I/O thread and the slot reservation; no callback runs after it. Idempotent.
   void Stop();
