@@ -1,23 +1,25 @@
-// The owner of one rank's loader worker pool: the agent in a pod (driven from its own
-// poll loop), or a standalone Loader (through StandalonePool below).
-//
-// For each worker w the pool creates the listening socket <dir>/worker-<w>.sock once and
-// keeps it for its whole life; every incarnation of the worker is spawned (never forked)
-// with that socket as fd 3 and SPAWNPOINT_LOADER_{LISTEN_FD=3, WORKER_ID, RANK,
-// INCARNATION} added to the rank's environment. Because the socket outlives incarnations,
-// a Loader can connect before a worker has started and reconnect to its respawned
-// successor at the same path. Worker stdout and stderr are read through pipes and written
-// to the sink prefixed with "[rank R worker W] "; the last 20 stderr lines of each
-// incarnation are kept. When a worker exits, <dir>/worker-<w>.exit.json is written
-// atomically (pid, incarnation, exit code, signal, classified reason and message, stderr
-// tail) and the worker is respawned: at once, or after crash_loop_delay when it exited more
-// than crash_loop_exits times within crash_loop_window (logged, never silent).
+// A PoolSupervisor owns one rank's loader workers: it spawns them (never forks), respawns
+// each when it exits, and records why it exited. Every method is thread-safe, but the ones
+// that spawn (Start, OnChildExited, OnChildVanished, Tick) must run on one long-lived thread
+// (REQUIRES below); the owner is the agent's poll loop, or StandalonePool's thread.
 //
 // The pool never reaps: whoever waits for children calls OnChildExited for every child
-// that exited (it returns false for pids that are not this pool's). Start, OnChildExited
-// and Tick spawn processes, so call them from one long-lived thread: PR_SET_PDEATHSIG
-// kills a worker when the thread that spawned it exits. Every method is thread-safe; an
-// internal thread pumps the workers' output.
+// that exited (it returns false for pids that are not this pool's).
+//
+// What a worker sees and leaves (names in contract.h):
+// - For each worker w the pool creates the listening socket <dir>/worker-<w>.sock once and
+//   keeps it for its whole life; every incarnation of the worker is spawned with that
+//   socket as fd 3 and SPAWNPOINT_LOADER_{LISTEN_FD=3, WORKER_ID, RANK, INCARNATION} added
+//   to the rank's environment. Because the socket outlives incarnations, a Loader can
+//   connect before a worker has started and reconnect to its respawned successor at the
+//   same path.
+// - Worker stdout and stderr are read through pipes (by an internal thread) and written to
+//   the sink prefixed with "[rank R worker W] "; the last 20 stderr lines of each
+//   incarnation are kept.
+// - When a worker exits, <dir>/worker-<w>.exit.json is written atomically (pid,
+//   incarnation, exit code, signal, classified reason and message, stderr tail) and the
+//   worker is respawned: at once, or after crash_loop_delay when it exited more than
+//   crash_loop_exits times within crash_loop_window (logged, never silent).
 #pragma once
 
 #include <sys/types.h>
@@ -74,15 +76,18 @@ class PoolSupervisor {
 
   // Creates the directory and the sockets and spawns every worker. On error, workers
   // already spawned have been sent SIGKILL and remain in Pids() for the caller to reap.
+  // REQUIRES: the spawning thread (PR_SET_PDEATHSIG kills a worker when the thread that
+  // spawned it exits), as for the three methods below.
   Status Start();
   // Records the exit of `pid` (wait_status as from waitpid) and respawns the worker; false
-  // if `pid` is not one of this pool's current workers.
+  // if `pid` is not one of this pool's current workers. REQUIRES: the spawning thread.
   bool OnChildExited(pid_t pid, int wait_status);
   // For a worker whose exit status someone else collected (waitpid gave ECHILD): recorded
   // with an unknown cause and respawned. False if `pid` is not a current worker.
+  // REQUIRES: the spawning thread.
   bool OnChildVanished(pid_t pid);
   // Respawns that were deferred (crash loop, a failed spawn) and are now due. Call when
-  // TimeToNextRespawn() has passed; harmless at any time.
+  // TimeToNextRespawn() has passed; harmless at any time. REQUIRES: the spawning thread.
   void Tick();
   std::optional<std::chrono::milliseconds> TimeToNextRespawn() const;
 
@@ -132,14 +137,19 @@ class PoolSupervisor {
   void WakePump();
   void PumpLoop();
 
+  // Constant after construction.
   agent::ProcessSpawner* spawner_;
   PoolSpec spec_;
+
   mutable std::mutex mu_;
+  // Guarded by mu_.
   std::vector<Worker> workers_;
   std::map<std::string, int64_t> exits_by_reason_;
   bool started_ = false;
   bool stopping_ = false;
   bool quit_ = false;
+  // The pump thread (started by Start()) reads the workers' output; wake_fd_ (made by the
+  // constructor) wakes it. The destructor joins it and closes the descriptor.
   int wake_fd_ = -1;
   std::thread pump_;
 };

@@ -20,6 +20,7 @@
 
 #include "agent/loader/contract.h"
 #include "agent/loader/loader.h"
+#include "agent/loader/pool_client.h"
 #include "agent/loader/pool_supervisor.h"
 #include "agent/loader/sampler.h"
 #include "tests/support/test_process.h"
@@ -416,11 +417,15 @@ TEST(LoaderFaults, HungWorkerIsKilledAfterTheTimeoutAndItsBatchReissued) {
   auto got = RunEpoch(*loader, 0);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   ExpectExactlyTheSamplersBatches(*got, o, 80, 0);
-  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(800));
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, milliseconds(800));
   const LoaderStats s = loader->Stats();
   EXPECT_EQ(s.restarts_hung, 1);
   EXPECT_EQ(s.restarts_died, 0);
-  EXPECT_GT(s.wait_seconds, 0.5);  // the trainer waited for the hung batch
+  // The trainer waited for the hung batch; how long depends on how far ahead the other
+  // worker got, which load decides, so only the bounds that hold regardless.
+  EXPECT_GT(s.wait_seconds, 0);
+  EXPECT_LE(s.wait_seconds, std::chrono::duration<double>(took).count());
 }
 
 TEST(LoaderFaults, DatasetExceptionNamesTheIndexAndMessage) {
@@ -550,7 +555,8 @@ TEST(LoaderFaults, UnknownDatasetIsReportedByTheWorkers) {
 TEST(LoaderFaults, AWorkerCommandThatCannotStartIsReportedWithItsExitAndStderr) {
   LoaderOptions o = Options("index", "size=10", 1, 2);
   o.worker_command = {"/bin/sh", "-c", "echo missing libfoo.so >&2; exit 7"};
-  o.timeout = milliseconds(1500);
+  // Long enough for the pool to record an exit however loaded the machine is.
+  o.timeout = seconds(4);
   auto loader = Loader::Create(o);
   ASSERT_FALSE(loader.ok());
   EXPECT_EQ(loader.status().code(), StatusCode::kDeadlineExceeded);
@@ -560,42 +566,62 @@ TEST(LoaderFaults, AWorkerCommandThatCannotStartIsReportedWithItsExitAndStderr) 
 
 // --- workers auto --------------------------------------------------------------------------
 
-TEST(LoaderAuto, StopsAddingWorkersWhenTheTrainerIsTheBottleneck) {
-  LoaderOptions o = Options("index", "size=100000,dim=2", kAutoWorkers, 4);
+// Which worker count the search picks is AutoWorkerPolicy's business, tested on synthetic
+// time (auto_worker_policy_test.cc): measured speed depends on what else the machine runs.
+// Here the real pool under it, with assertions no load can break: the search ends within a
+// bound that follows from the batch counts alone, stays within the pool (the CPU cap), and
+// never costs or repeats a batch.
+
+// Runs epoch 0 calling `step` after each batch; returns the batch after which the search
+// settled (0 if it did not).
+int64_t RunAutoEpoch(Loader& loader, const LoaderOptions& o, int64_t dataset_size,
+                     const std::function<void()>& step = nullptr) {
+  int64_t settled_after = 0;
+  auto got = RunEpoch(loader, 0, [&](size_t k) {
+    if (step) step();
+    if (settled_after == 0 && loader.Stats().auto_settled) settled_after = static_cast<int64_t>(k);
+  });
+  EXPECT_TRUE(got.ok()) << got.status().ToString();
+  if (got.ok()) ExpectExactlyTheSamplersBatches(*got, o, dataset_size, 0);
+  const LoaderStats s = loader.Stats();
+  EXPECT_TRUE(s.auto_workers);
+  EXPECT_TRUE(s.auto_settled);
+  EXPECT_GE(s.active_workers, 1);
+  EXPECT_LE(s.active_workers, s.pool_workers);
+  EXPECT_EQ(s.restarts_died + s.restarts_hung, 0);
+  return settled_after;
+}
+
+TEST(LoaderAuto, ASlowTrainerSettlesWithinThePoolAndGetsEveryBatchOnce) {
+  LoaderOptions o = Options("index", "size=600,dim=2", kAutoWorkers, 4);
   o.cpus = 2;
   o.auto_window = milliseconds(300);
   auto loader = MustCreate(o);
   ASSERT_NE(loader, nullptr);
-  ASSERT_TRUE(loader->StartEpoch(0).ok());
   EXPECT_EQ(loader->Stats().pool_workers, 2);
-  for (int i = 0; i < 400 && !loader->Stats().auto_settled; ++i) {
-    auto b = loader->Next();
-    ASSERT_TRUE(b.ok());
-    std::this_thread::sleep_for(milliseconds(8));  // the training step: the bottleneck
-  }
-  const LoaderStats s = loader->Stats();
-  EXPECT_TRUE(s.auto_settled);
-  EXPECT_TRUE(s.auto_workers);
-  EXPECT_EQ(s.active_workers, 1);
+  EXPECT_EQ(loader->Stats().active_workers, 1);
+  // A batch takes at least the 8 ms step, so a 300 ms window holds at most 38 of them; with
+  // 2 workers the search is over after 1 x 4 + 2 x 4 prefetched and 2 windows: <= 88.
+  const int64_t settled_after =
+      RunAutoEpoch(*loader, o, 600, [] { std::this_thread::sleep_for(milliseconds(8)); });
+  EXPECT_GT(settled_after, 0);
+  EXPECT_LE(settled_after, 88);
 }
 
-TEST(LoaderAuto, AddsWorkersWhileTheyPayAndNeverBeyondTheCpus) {
-  // Samples that take 4 ms of waiting (not CPU) scale with workers on any machine.
-  LoaderOptions o = Options("index", "size=100000,dim=2,sleep_ms=4", kAutoWorkers, 2);
+TEST(LoaderAuto, SlowSamplesSettleWithinTheCpusAndGetEveryBatchOnce) {
+  // Samples that take 4 ms of waiting (not CPU): a batch keeps a worker >= 8 ms, so in a
+  // 300 ms window n workers build at most n x 38 batches, and n x 2 were prefetched before it:
+  // at most 41, 81 and 121 batches with 1, 2 and 3 workers, plus 2 x (1 + 2 + 3) skipped
+  // after the changes: <= 255.
+  LoaderOptions o = Options("index", "size=1200,dim=2,sleep_ms=4", kAutoWorkers, 2);
   o.cpus = 3;
   o.auto_window = milliseconds(300);
   auto loader = MustCreate(o);
   ASSERT_NE(loader, nullptr);
-  ASSERT_TRUE(loader->StartEpoch(0).ok());
   EXPECT_EQ(loader->Stats().pool_workers, 3);
-  for (int i = 0; i < 1000 && !loader->Stats().auto_settled; ++i) {
-    auto b = loader->Next();
-    ASSERT_TRUE(b.ok());
-  }
-  const LoaderStats s = loader->Stats();
-  EXPECT_TRUE(s.auto_settled);
-  EXPECT_EQ(s.active_workers, 3);
-  EXPECT_GT(s.batches_per_second, 0);
+  const int64_t settled_after = RunAutoEpoch(*loader, o, 1200);
+  EXPECT_GT(settled_after, 0);
+  EXPECT_LE(settled_after, 255);
 }
 
 TEST(LoaderAuto, PoolIsCappedByTheRankCpus) {
@@ -767,6 +793,9 @@ TEST(LoaderAgentMode, APoolThatGoesAwayFailsNextInsteadOfHanging) {
   auto agent = std::make_unique<AgentLikePool>(0, 1, std::vector<std::string>{SelfExe()});
   ScopedEnv env(agent->RankEnv());
   LoaderOptions o = Options("index", "size=100000,dim=2", kWorkersFromEnv, 2);
+  // A first Loader with the usual timeout waits out the worker's start, however slow the
+  // machine is; the 1 s one below then only needs an answer from a running worker.
+  ASSERT_NE(MustCreate(o), nullptr);
   o.timeout = seconds(1);
   auto loader = MustCreate(o);
   ASSERT_NE(loader, nullptr);
@@ -781,6 +810,82 @@ TEST(LoaderAgentMode, APoolThatGoesAwayFailsNextInsteadOfHanging) {
   EXPECT_EQ(failure.code(), StatusCode::kUnavailable);
   EXPECT_THAT(failure.message(),
               AllOf(HasSubstr("has not served for 1 s"), HasSubstr("is its pool's owner")));
+}
+
+// --- the pool client on its own ----------------------------------------------------------
+
+// PoolClient driven as a Python rank's service will drive it: sample indices in, ready slots
+// out; no sampler and no Dataset on this side.
+class PoolClientTest : public ::testing::Test {
+ protected:
+  PoolClientOptions ClientOptions() const {
+    return {.dir = agent_.dir(),
+            .workers = 2,
+            .initial_active = 2,
+            .timeout = seconds(20),
+            .dataset = "index",
+            .dataset_arg = "size=50,dim=3",
+            .probe_batch = [](int64_t) {
+              return std::vector<int64_t>{0, 1, 2, 3};
+            }};
+  }
+  // What the "index" field of a ready batch says, read from its slot.
+  static std::vector<int64_t> IndexField(const PoolClient& client, const ReadyBatch& r) {
+    for (const auto& f : r.fields) {
+      if (f.value("name", "") != "index") continue;
+      const auto* p = reinterpret_cast<const int64_t*>(client.ring()->Slot(r.slot) +
+                                                       f.value("offset", size_t{0}));
+      return std::vector<int64_t>(p, p + f.value("nbytes", size_t{0}) / sizeof(int64_t));
+    }
+    return {};
+  }
+
+  AgentLikePool agent_{0, 2, {SelfExe()}};
+};
+
+TEST_F(PoolClientTest, SampleIndicesInReadySlotsOutEachExactlyOnce) {
+  PoolClient client(ClientOptions());
+  ASSERT_TRUE(client.Start().ok());
+  EXPECT_EQ(client.dataset_size(), 50);
+  // Indices in an order no sampler would choose, in an epoch that never started.
+  const std::vector<std::vector<int64_t>> batches = {{49, 3}, {7}, {0, 1, 2, 10}, {25, 24, 23}};
+  client.Submit(5, 0, batches);
+  for (int64_t b = 0; b < 4; ++b) {
+    auto r = client.Take(5, b, seconds(10));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(r->has_value()) << "batch " << b;
+    const ReadyBatch& ready = **r;
+    EXPECT_EQ(ready.epoch, 5);
+    EXPECT_EQ(ready.batch, b);
+    EXPECT_EQ(ready.indices, batches[static_cast<size_t>(b)]);
+    EXPECT_EQ(IndexField(client, ready), batches[static_cast<size_t>(b)]);
+    client.Release(ready.slot);
+  }
+  auto none = client.Take(5, 4, milliseconds(100));
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  EXPECT_EQ(client.Stats().queue_depth, 0);
+  EXPECT_EQ(client.Stats().in_flight, 0);
+}
+
+TEST_F(PoolClientTest, DroppedEpochsAreNeverHandedOutAndFreeTheirSlots) {
+  PoolClient client(ClientOptions());
+  ASSERT_TRUE(client.Start().ok());
+  client.Submit(0, 0, {{1}, {2}, {3}, {4}, {5}, {6}});
+  client.Submit(1, 0, {{7}, {8}});
+  client.DropAllBut(1);
+  for (int64_t b = 0; b < 2; ++b) {
+    auto r = client.Take(1, b, seconds(10));
+    ASSERT_TRUE(r.ok() && r->has_value()) << "batch " << b;
+    EXPECT_EQ((*r)->indices, std::vector<int64_t>{7 + b});
+    client.Release((*r)->slot);
+  }
+  auto dropped = client.Take(0, std::nullopt, milliseconds(100));
+  ASSERT_TRUE(dropped.ok());
+  EXPECT_FALSE(dropped->has_value());
+  // Every slot comes back, also those of batches dropped while at a worker.
+  EXPECT_TRUE(testing::WaitUntil(
+      [&] { return client.slot_pool()->FreeCount() == client.slot_count(); }, seconds(10)));
 }
 
 // --- the program as a user runs it -------------------------------------------------------

@@ -1,0 +1,356 @@
+// PoolClient, the caller's side: start and stop, batches submitted, dropped and taken, the
+// ring and its slots, and the task bookkeeping the I/O thread issues from. The workers' side
+// (connections, messages, deaths, hangs, the I/O loop) is in pool_client_workers.cc.
+#include "agent/loader/pool_client.h"
+
+#include <errno.h>
+#include <sys/un.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "agent/loader/contract.h"
+#include "agent/loader/worker_failures.h"
+
+namespace spawnpoint::loader {
+
+PoolClient::PoolClient(PoolClientOptions options)
+    : opts_(std::move(options)),
+      slots_count_(static_cast<size_t>(opts_.workers * opts_.prefetch_factor + 4)),
+      slots_(std::make_shared<SlotPool>(0)),
+      active_workers_(opts_.initial_active) {}
+
+PoolClient::~PoolClient() {
+  Stop();
+  for (Conn& c : conns_) {
+    if (c.fd >= 0) close(c.fd);
+  }
+}
+
+void PoolClient::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    quit_ = true;
+  }
+  slots_->Wake();
+  if (io_.joinable()) io_.join();
+  stop_reserving_ = true;
+  if (reserver_.joinable()) reserver_.join();
+}
+
+Status PoolClient::Start() {
+  if (slots_->wake_fd() < 0) return Internal(std::string("eventfd: ") + strerror(errno));
+  if (opts_.slot_bytes) {
+    SP_RETURN_IF_ERROR(CreateRing(*opts_.slot_bytes));
+    phase_ = Phase::kRunning;
+  }
+  for (int w = 0; w < opts_.workers; ++w) {
+    Conn c;
+    c.id = w;
+    c.path = WorkerSocketPath(opts_.dir, w);
+    if (c.path.size() >= sizeof(sockaddr_un::sun_path)) {
+      return InvalidArgument("loader: the socket path " + c.path + " is longer than " +
+                             std::to_string(sizeof(sockaddr_un::sun_path) - 1) +
+                             " bytes; use a shorter pool directory (or TMPDIR)");
+    }
+    // An exit record from before this Loader (a previous rank incarnation) is old news.
+    auto old = ReadExitRecord(WorkerExitRecordPath(opts_.dir, w));
+    if (old.ok()) c.last_record_incarnation = old->incarnation;
+    conns_.push_back(std::move(c));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Conn& c : conns_) {
+      c.down_since = opts_.clock->Now();
+      Connect(c, c.down_since);
+    }
+  }
+  io_ = std::thread([this] { IoLoop(); });
+
+  const auto setup = ServiceTimeout();
+  std::unique_lock<std::mutex> lock(mu_);
+  const bool settled = cv_.wait_for(lock, setup, [&] {
+    if (!error_.ok()) return true;
+    if (phase_ != Phase::kRunning) return false;
+    return std::all_of(conns_.begin(), conns_.end(), [](const Conn& c) { return c.said_hello; });
+  });
+  if (!error_.ok()) return error_;
+  if (!settled) {
+    std::string missing;
+    for (const Conn& c : conns_) {
+      if (c.said_hello) continue;
+      missing += (missing.empty() ? "" : ", ") + c.path;
+      if (!c.connect_error.empty()) missing += " (" + c.connect_error + ")";
+      missing += LastExitNote(c);
+    }
+    return Status(StatusCode::kDeadlineExceeded,
+                  "loader: no answer within " + std::to_string(setup.count() / 1000) +
+                      " s from the workers at " +
+                      (missing.empty() ? std::string("(probing the first batch)") : missing));
+  }
+  return Status::Ok();
+}
+
+int64_t PoolClient::dataset_size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dataset_size_;
+}
+
+std::vector<pid_t> PoolClient::WorkerPids() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<pid_t> pids;
+  for (const Conn& c : conns_) pids.push_back(c.pid);
+  return pids;
+}
+
+void PoolClient::Submit(int64_t epoch, int64_t first_batch,
+                        std::vector<std::vector<int64_t>> batches) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& indices : batches) submitted_.push_back({epoch, first_batch++, std::move(indices)});
+  }
+  slots_->Wake();
+}
+
+void PoolClient::DropAllBut(std::optional<int64_t> keep) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<int64_t> drop;
+    for (auto& [id, t] : tasks_) {
+      if (t.epoch != keep) drop.push_back(id);
+    }
+    for (int64_t id : drop) CancelTask(id);
+    std::erase_if(submitted_, [&](const Submitted& s) { return s.epoch != keep; });
+    std::erase_if(ready_, [&](const auto& e) { return e.first != keep; });
+  }
+  slots_->Wake();
+}
+
+StatusOr<std::optional<ReadyBatch>> PoolClient::Take(int64_t epoch, std::optional<int64_t> batch,
+                                                     Clock::Duration wait) {
+  std::unique_lock<std::mutex> lock(mu_);
+  std::map<int64_t, int64_t>* ready = nullptr;  // of the epoch
+  std::map<int64_t, int64_t>::iterator it;
+  cv_.wait_for(lock, wait, [&] {
+    ready = nullptr;
+    if (!error_.ok()) return true;
+    auto eit = ready_.find(epoch);
+    if (eit == ready_.end()) return false;
+    ready = &eit->second;
+    it = batch ? ready->find(*batch) : ready->begin();
+    return it != ready->end();
+  });
+  if (!error_.ok()) return error_;
+  if (ready == nullptr || it == ready->end()) return std::optional<ReadyBatch>();
+  Task& t = tasks_.at(it->second);
+  if (t.error) {
+    Status st = *t.error;
+    FailLocked(st);
+    return st;
+  }
+  ready->erase(it);
+  const int64_t id = t.id;
+  ReadyBatch r{t.epoch, t.batch, std::move(t.indices), t.slot, t.done_worker, std::move(t.fields)};
+  tasks_.erase(id);
+  lock.unlock();
+  slots_->Wake();  // the budget moved: more tasks may be issued
+  return std::optional<ReadyBatch>(std::move(r));
+}
+
+bool PoolClient::SlotsExhausted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return phase_ == Phase::kRunning && InFlightLocked() == 0 && reissue_.empty() &&
+         slots_->FreeCount() == 0 && !reserving_;
+}
+
+void PoolClient::SetActiveWorkers(int n) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (n == active_workers_) return;
+    active_workers_ = n;
+  }
+  slots_->Wake();
+}
+
+void PoolClient::Fail(Status st) {
+  std::lock_guard<std::mutex> lock(mu_);
+  FailLocked(std::move(st));
+}
+
+Status PoolClient::error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+PoolClientStats PoolClient::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  PoolClientStats s;
+  for (const auto& [e, ready] : ready_) s.queue_depth += static_cast<int>(ready.size());
+  s.in_flight = InFlightLocked();
+  s.active_workers = active_workers_;
+  s.pool_workers = opts_.workers;
+  s.restarts_died = restarts_[static_cast<int>(RestartKind::kDied)];
+  s.restarts_hung = restarts_[static_cast<int>(RestartKind::kHung)];
+  s.restarts_oom = restarts_[static_cast<int>(RestartKind::kOom)];
+  s.restarts_shm = restarts_[static_cast<int>(RestartKind::kShm)];
+  s.slots = ring_ ? ring_->slots() : 0;
+  s.slot_bytes = ring_ ? ring_->slot_bytes() : 0;
+  return s;
+}
+
+std::shared_ptr<ShmRing> PoolClient::ring() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ring_;
+}
+
+// --- the ring ------------------------------------------------------------------------------
+
+Status PoolClient::CreateRing(size_t slot_bytes) {
+  const std::string dir = opts_.shm_dir;
+  auto ring = ShmRing::Create(dir, slots_count_, slot_bytes, /*reserve_slots=*/1);
+  if (!ring.ok()) return ring.status().WithPrefix(RingErrorPrefix());
+  ring_ = std::move(ring).value();
+  slots_->Resize(1);
+  if (slots_count_ > 1) {
+    reserving_ = true;
+    reserver_ = std::thread([this, ring = ring_] { ReserveRest(ring); });
+  }
+  return Status::Ok();
+}
+
+std::string PoolClient::RingErrorPrefix() const {
+  return "loader of rank " + std::to_string(opts_.rank);
+}
+
+void PoolClient::ReserveRest(const std::shared_ptr<ShmRing>& ring) {
+  for (size_t i = 1; i < ring->slots() && !stop_reserving_; ++i) {
+    Status st = ring->ReserveSlot(i);
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      FailLocked(st.WithPrefix(RingErrorPrefix()));
+      break;
+    }
+    slots_->Release(static_cast<int>(i));
+  }
+  reserving_ = false;
+  slots_->Wake();
+}
+
+// --- tasks ---------------------------------------------------------------------------------
+
+// Records a batch's failure as its outcome (delivered in order by Take).
+void PoolClient::FailTask(Task& t, Status st) {
+  ReleaseTaskSlot(t);
+  t.error = std::move(st);
+  ready_[t.epoch][t.batch] = t.id;
+}
+
+void PoolClient::ReleaseTaskSlot(Task& t) {
+  if (t.slot >= 0) slots_->Release(t.slot);
+  t.slot = -1;
+}
+
+void PoolClient::CancelTask(int64_t id) {
+  Task& t = tasks_.at(id);
+  if (t.worker >= 0) {
+    t.canceled = true;  // still at a worker: its slot is freed when the answer arrives
+    return;
+  }
+  Remove(t);
+}
+
+void PoolClient::Remove(Task& t) {
+  const int64_t id = t.id;
+  auto rit = std::find(reissue_.begin(), reissue_.end(), id);
+  if (rit != reissue_.end()) reissue_.erase(rit);
+  ReleaseTaskSlot(t);
+  tasks_.erase(id);
+}
+
+int PoolClient::InFlightLocked() const {
+  int n = 0;
+  for (const Conn& c : conns_) n += static_cast<int>(c.queue.size());
+  return n;
+}
+
+// Tasks issued and not yet handed to the trainer (in flight, ready, or to reissue).
+int PoolClient::OutstandingLocked() const {
+  int n = 0;
+  for (const auto& [id, t] : tasks_) n += t.canceled ? 0 : 1;
+  return n;
+}
+
+PoolClient::Conn* PoolClient::PickWorker(int64_t batch) {
+  Conn* best = nullptr;
+  const int active = std::min<int>(active_workers_, static_cast<int>(conns_.size()));
+  const int preferred = active > 0 ? static_cast<int>(batch % active) : 0;
+  for (int i = 0; i < active; ++i) {
+    Conn& c = conns_[static_cast<size_t>(i)];
+    if (c.state != ConnState::kReady || c.hung_killed) continue;
+    if (static_cast<int>(c.queue.size()) >= opts_.prefetch_factor) continue;
+    // Least loaded; on a tie the worker DataLoader's round robin would pick, which keeps
+    // assignments (and so per-worker random streams) reproducible when nothing is late.
+    if (best == nullptr || c.queue.size() < best->queue.size() ||
+        (c.queue.size() == best->queue.size() && i == preferred)) {
+      best = &c;
+    }
+  }
+  return best;
+}
+
+void PoolClient::IssueTasks(Clock::TimePoint now) {
+  if (phase_ != Phase::kRunning || !error_.ok()) return;
+  const int budget = active_workers_ * opts_.prefetch_factor;
+  while (true) {
+    int64_t id = -1;
+    std::pair<int64_t, int64_t> key;
+    const bool fresh = reissue_.empty();
+    if (!fresh) {
+      id = reissue_.front();
+      key = {tasks_.at(id).epoch, tasks_.at(id).batch};
+    } else {
+      if (OutstandingLocked() >= budget || submitted_.empty()) return;
+      key = {submitted_.front().epoch, submitted_.front().batch};
+    }
+    Conn* c = PickWorker(key.second);
+    if (c == nullptr) return;
+    if (fresh) {
+      auto slot = slots_->Acquire();
+      if (!slot) return;
+      id = next_task_id_++;
+      Task t;
+      t.id = id;
+      t.epoch = key.first;
+      t.batch = key.second;
+      t.indices = std::move(submitted_.front().indices);
+      t.slot = *slot;
+      tasks_[id] = std::move(t);
+      submitted_.pop_front();
+    } else {
+      reissue_.pop_front();
+    }
+    Task& t = tasks_.at(id);
+    Status st = SendMessage(c->fd, {MsgType::kTask,
+                                    {{"id", t.id},
+                                     {"epoch", t.epoch},
+                                     {"batch", t.batch},
+                                     {"slot", t.slot},
+                                     {"indices", t.indices}}});
+    if (!st.ok()) {
+      // The worker is going away; the EOF path charges and reissues. Keep this task first.
+      reissue_.push_front(id);
+      ConnDown(*c, now);
+      continue;
+    }
+    if (c->queue.empty()) c->head_since = now;
+    c->queue.push_back(id);
+    t.worker = c->id;
+  }
+}
+
+void PoolClient::FailLocked(Status st) {
+  if (error_.ok()) error_ = std::move(st);
+  cv_.notify_all();
+}
+
+}  // namespace spawnpoint::loader

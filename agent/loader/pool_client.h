@@ -1,0 +1,256 @@
+// The rank's half of the pool protocol (protocol.h): it connects to the workers of a pool
+// directory, sizes the shared-memory ring from a probe batch, issues batches given as sample
+// indices, reissues a dead worker's tasks to its successor, kills a worker whose task is
+// overdue, and hands every batch back exactly once as a ready slot. It knows nothing of
+// datasets, samplers or torch: the C++ Loader drives it, and so can a per-rank service for
+// a Python rank.
+//
+// Thread-safety: every public method may be called from any thread. Start() starts an I/O
+// thread that does all socket work; PoolClientOptions::on_tick runs on it without the
+// client's lock held.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/loader/protocol.h"
+#include "agent/loader/shm_ring.h"
+#include "agent/loader/slot_pool.h"
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace spawnpoint::loader {
+
+struct PoolClientOptions {
+  std::string dir;          // the pool directory (contract.h)
+  int workers = 0;          // the pool's size
+  int initial_active = 0;   // workers given tasks at first (SetActiveWorkers changes it)
+  int prefetch_factor = 2;  // tasks outstanding per active worker; slots: workers x this + 4
+  std::chrono::milliseconds timeout{120'000};  // an overdue task kills its worker; 0: never
+  int max_attempts = 3;                        // failures of one batch (or worker start) allowed
+  std::optional<size_t> slot_bytes;            // unset: sized from the probe batch
+  std::string shm_dir = "/dev/shm";
+  // What every worker is configured with.
+  std::string dataset;
+  std::string dataset_arg;
+  uint64_t seed = 0;
+  int rank = 0;
+  int world_size = 1;
+  // The sample indices of the batch to probe, given the dataset's size (from worker 0's
+  // Hello); empty: there is nothing to load and a one-page ring will do.
+  std::function<std::vector<int64_t>(int64_t dataset_size)> probe_batch;
+  // Called on the I/O thread every tick_interval (never if it is 0).
+  std::function<void()> on_tick;
+  Clock::Duration tick_interval{0};
+  const Clock* clock = RealClock::Get();
+};
+
+// A built batch, handed over by Take(): the caller owns `slot` until it calls Release.
+struct ReadyBatch {
+  int64_t epoch = 0;
+  int64_t batch = 0;
+  std::vector<int64_t> indices;
+  int slot = -1;
+  int worker = -1;        // who built it
+  nlohmann::json fields;  // [{"name","dtype","shape","offset","nbytes"}] within the slot
+};
+
+struct PoolClientStats {
+  int queue_depth = 0;  // built and not yet taken
+  int in_flight = 0;    // at workers
+  int active_workers = 0;
+  int pool_workers = 0;
+  int64_t restarts_died = 0, restarts_hung = 0, restarts_oom = 0, restarts_shm = 0;
+  size_t slots = 0;
+  size_t slot_bytes = 0;
+};
+
+class PoolClient {
+ public:
+  explicit PoolClient(PoolClientOptions options);
+  // Stop(), then closes the connections.
+  ~PoolClient();
+  PoolClient(const PoolClient&) = delete;
+  PoolClient& operator=(const PoolClient&) = delete;
+
+  // Connects and waits until every worker said Hello and the ring exists. Errors: what a
+  // worker reports, kDeadlineExceeded naming the silent workers (and their last exits).
+  // REQUIRES: called once, before the methods below but Stop().
+  Status Start();
+  // Ends the I/O thread and the slot reservation; no callback runs after it. Idempotent.
+  void Stop();
+
+  // From the workers' Hello; -1 before Start() succeeded.
+  int64_t dataset_size() const;
+  // Per worker id, the pid that last said Hello (0 if none yet).
+  std::vector<pid_t> WorkerPids() const;
+
+  // Queues batches first_batch, first_batch + 1, ... of `epoch`, each given by its sample
+  // indices. Batches are issued in the order they were submitted (after any being
+  // reissued), while fewer than active workers x prefetch_factor are outstanding and a slot
+  // is free.
+  void Submit(int64_t epoch, int64_t first_batch, std::vector<std::vector<int64_t>> batches);
+  // Forgets every batch of an epoch other than `keep` (of every epoch if nullopt), whether
+  // queued, built (its slot is freed) or at a worker (freed when the worker answers).
+  void DropAllBut(std::optional<int64_t> keep);
+  // Waits up to `wait` for batch `batch` of `epoch` (with nullopt: the lowest of that epoch
+  // built so far) and hands it over. nullopt if none came; the batch's own failure if it
+  // could not be built (which, like any error, then sticks to the client).
+  StatusOr<std::optional<ReadyBatch>> Take(int64_t epoch, std::optional<int64_t> batch,
+                                           Clock::Duration wait);
+  // Returns a slot handed over by Take.
+  void Release(int slot) { slots_->Release(slot); }
+  // True when no batch can ever be built: every slot is held by the caller and nothing is at
+  // a worker or waiting to be reissued.
+  bool SlotsExhausted() const;
+  void SetActiveWorkers(int n);
+  // The first error sticks: Take fails with it from then on.
+  void Fail(Status st);
+  Status error() const;
+  PoolClientStats Stats() const;
+
+  // The ring (null before Start() sized it) and its free slots, for views that outlive the
+  // client (they hold these pointers).
+  std::shared_ptr<ShmRing> ring() const;
+  const std::shared_ptr<SlotPool>& slot_pool() const { return slots_; }
+  size_t slot_count() const { return slots_count_; }
+
+ private:
+  enum class Phase { kProbing, kRunning };
+  enum class ConnState { kIdle, kAwaitHello, kReady, kAwaitRecord };
+
+  struct Conn {
+    int id = 0;
+    std::string path;
+    int fd = -1;
+    std::unique_ptr<MessageReader> reader = std::make_unique<MessageReader>();
+    ConnState state = ConnState::kIdle;
+    Clock::TimePoint retry_at{};
+    Clock::TimePoint down_since{};  // when it stopped serving (or Start began)
+    std::string connect_error;
+    Clock::TimePoint record_deadline{};
+    Clock::TimePoint head_since{};
+    pid_t pid = 0;
+    int incarnation = -1;
+    int last_record_incarnation = -1;
+    bool said_hello = false;  // at least once since Start
+    bool hello_this_connection = false;
+    bool probing = false;
+    bool hung_killed = false;
+    std::string hang_note;
+    int start_failures = 0;     // deaths before Hello, in a row
+    std::deque<int64_t> queue;  // task ids in the order the worker will build them
+  };
+
+  struct Task {
+    int64_t id = 0;
+    int64_t epoch = 0;
+    int64_t batch = 0;
+    std::vector<int64_t> indices;
+    int slot = -1;
+    int worker = -1;  // the connection it is queued at, -1 if none
+    bool canceled = false;
+    int done_worker = -1;
+    nlohmann::json fields;
+    std::vector<std::string> failures;  // one line per failed attempt
+    std::string last_failure_detail;    // the last attempt's stderr tail
+    std::optional<Status> error;        // the batch's outcome when it cannot be built
+  };
+
+  struct Submitted {
+    int64_t epoch = 0;
+    int64_t batch = 0;
+    std::vector<int64_t> indices;
+  };
+
+  // Each private method below REQUIRES: mu_ held, unless it says otherwise.
+
+  // The ring: space checked for all slots, slot 0 reserved now, the rest by reserver_.
+  Status CreateRing(size_t slot_bytes);
+  // reserver_'s body: reserves slots 1.. and frees each once reserved. Takes mu_ itself.
+  void ReserveRest(const std::shared_ptr<ShmRing>& ring);
+  std::string RingErrorPrefix() const;
+
+  // Connections: (re)connect and configure, send the ring, go down, the worker's death.
+  void Connect(Conn& c, Clock::TimePoint now);
+  Status SendRing(int fd);
+  void ConnDown(Conn& c, Clock::TimePoint now);
+  void HandleDeath(Conn& c, Clock::TimePoint now);
+  std::string LastExitNote(const Conn& c) const;
+  // How long a worker may be out of service before the client gives up on the pool.
+  std::chrono::milliseconds ServiceTimeout() const;
+
+  // Messages from a worker.
+  void ReadConn(Conn& c, Clock::TimePoint now);
+  void HandleMessage(Conn& c, Message& m, Clock::TimePoint now);
+  void OnHello(Conn& c, const nlohmann::json& b, Clock::TimePoint now);
+  void StartProbe(Conn& c);
+  void OnProbeResult(Conn& c, const nlohmann::json& b);
+  void EnterRunning();
+  void OnDone(Conn& c, const nlohmann::json& b, Clock::TimePoint now);
+  void OnWorkerError(Conn& c, const nlohmann::json& b, Clock::TimePoint now);
+
+  // Tasks.
+  void FailTask(Task& t, Status st);  // the batch's outcome: this error, delivered in order
+  void ReleaseTaskSlot(Task& t);
+  void CancelTask(int64_t id);
+  void Remove(Task& t);  // forgets a task at no worker: unqueued, its slot freed
+  int InFlightLocked() const;
+  int OutstandingLocked() const;
+  Conn* PickWorker(int64_t batch);
+  void IssueTasks(Clock::TimePoint now);
+  void FailLocked(Status st);
+
+  // The I/O thread (takes mu_ itself).
+  void IoLoop();
+  void CheckHung(Clock::TimePoint now);
+  std::optional<Clock::TimePoint> NextDeadline(Clock::TimePoint now) const;
+
+  // Constant after construction.
+  const PoolClientOptions opts_;
+  const size_t slots_count_;
+  const std::shared_ptr<SlotPool> slots_;
+
+  // The threads; started by Start(), joined by Stop().
+  std::thread io_;
+  std::thread reserver_;
+  std::atomic<bool> reserving_{false};
+  std::atomic<bool> stop_reserving_{false};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // notified when the I/O thread has handled events
+  // Guarded by mu_.
+  bool quit_ = false;
+  Status error_;
+  Phase phase_ = Phase::kProbing;
+  int64_t dataset_size_ = -1;
+  size_t probe_bytes_ = 0;
+  int probe_failures_ = 0;
+  std::shared_ptr<ShmRing> ring_;
+  std::vector<Conn> conns_;
+  int active_workers_;
+  std::map<int64_t, Task> tasks_;
+  std::deque<Submitted> submitted_;  // not yet issued
+  std::deque<int64_t> reissue_;
+  std::map<int64_t, std::map<int64_t, int64_t>> ready_;  // epoch -> batch -> task id
+  int64_t next_task_id_ = 0;
+  Clock::TimePoint next_tick_{};
+  int64_t restarts_[4] = {0, 0, 0, 0};  // by RestartKind
+};
+
+}  // namespace spawnpoint::loader
