@@ -527,7 +527,9 @@ TEST_F(OperatorTest, TwoLeaderElectedOperatorsOnlyOneWritesAndFailoverIsFast) {
                           seconds(10)))
       << h_->Log(b);
   const auto failover = std::chrono::steady_clock::now() - killed;
-  EXPECT_LE(failover, milliseconds(2000 + 250 + 750)) << "lease duration + retry period + slack";
+  // How soon within the lease is decided on simulated time (leader_election_test); here only
+  // a margin no load can cross: far less than the 10 s op-b would need to be given up on.
+  EXPECT_LT(failover, seconds(8)) << "lease 2 s: op-b did not take over when it ran out";
   h_->server().Call("DELETE", "/testing/requests");
   h_->SucceedPod("led-node-0");
   h_->SucceedPod("led-node-1");
