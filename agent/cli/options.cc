@@ -3,8 +3,11 @@
 #include "common/flags.h"
 
 #include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
+#include <type_traits>
 
 #include "metrics/server.h"
 
@@ -17,12 +20,20 @@ StatusOr<std::chrono::milliseconds> ParseSeconds(const std::string& flag,
     size_t used = 0;
     double s = std::stod(value, &used);
     if (used == value.size() && s >= 0 && s <= 86400) {
-      return std::chrono::milliseconds(static_cast<long long>(s * 1000));
+      return std::chrono::milliseconds(std::llround(s * 1000));
     }
   } catch (...) {
   }
   return InvalidArgument(flag + ": expected seconds (a number from 0 to 86400), got \"" + value +
                          "\"");
+}
+
+// "2.5" for 2500 ms: exact to the millisecond, as ParseSeconds reads it back.
+std::string FormatSeconds(std::chrono::milliseconds ms) {
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%lld.%03lld", static_cast<long long>(ms.count() / 1000),
+           static_cast<long long>(ms.count() % 1000));
+  return buf;
 }
 
 }  // namespace
@@ -182,6 +193,55 @@ StatusOr<AgentOptions> ParseAgentArgs(const std::vector<std::string>& args) {
                            " must be below --nnodes " + std::to_string(o.nnodes));
   }
   return o;
+}
+
+std::vector<std::string> ToArgs(const AgentOptions& o) {
+  switch (o.command) {
+    case AgentCommand::kHelp:
+      return {"help"};
+    case AgentCommand::kVersion:
+      return {"version"};
+    case AgentCommand::kRun:
+    case AgentCommand::kPlan:
+      break;
+  }
+  const AgentOptions d;
+  std::vector<std::string> args = {o.command == AgentCommand::kRun ? "run" : "plan"};
+  auto add = [&](const char* flag, const auto& value, const auto& default_value) {
+    if (value == default_value) return;
+    args.push_back(flag);
+    if constexpr (std::is_same_v<std::decay_t<decltype(value)>, std::string>) {
+      args.push_back(value);
+    } else if constexpr (std::is_same_v<std::decay_t<decltype(value)>, int>) {
+      args.push_back(std::to_string(value));
+    } else {
+      args.push_back(FormatSeconds(value));
+    }
+  };
+  add("--file", o.file, d.file);
+  add("--job-env", o.job_env, d.job_env);
+  add("--job", o.job_name, d.job_name);
+  add("--node-rank", o.node_rank, d.node_rank);
+  add("--nnodes", o.nnodes, d.nnodes);
+  add("--master-addr", o.master_addr, d.master_addr);
+  add("--master-port", o.master_port, d.master_port);
+  add("--restart-count", o.restart_count, d.restart_count);
+  add("--max-restarts", o.max_restarts, d.max_restarts);
+  add("--grace-period", o.grace_period, d.grace_period);
+  add("--status-interval", o.status_interval, d.status_interval);
+  add("--status-file", o.status_file, d.status_file);
+  if (o.termination_log_explicit) {
+    args.insert(args.end(), {"--termination-log", o.termination_log});
+  }
+  add("--gpu-backend", o.gpu_backend, d.gpu_backend);
+  add("--nvml-library", o.nvml_library, d.nvml_library);
+  add("--sysfs-root", o.sysfs_root, d.sysfs_root);
+  add("--shm-path", o.shm_path, d.shm_path);
+  add("--cgroup-memory-events", o.memory_events, d.memory_events);
+  add("--metrics-addr", o.metrics_addr, d.metrics_addr);
+  if (o.full_env) args.push_back("--full-env");
+  if (o.dcgm_compatible_names) args.push_back("--dcgm-compatible-names");
+  return args;
 }
 
 }  // namespace spawnpoint::agent
