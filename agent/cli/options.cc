@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <functional>
 #include <map>
-#include <type_traits>
 
 #include "metrics/server.h"
 
@@ -35,6 +34,45 @@ std::string FormatSeconds(std::chrono::milliseconds ms) {
            static_cast<long long>(ms.count() % 1000));
   return buf;
 }
+
+// The flags that set one field from their value, shared by ParseAgentArgs and ToArgs so
+// the two cannot drift apart. Flags with rules of their own (-f, --termination-log,
+// --gpu-backend, --metrics-addr) are handled beside the tables in both.
+struct StringFlag {
+  const char* name;
+  std::string AgentOptions::*field;
+};
+struct IntFlag {
+  const char* name;
+  int AgentOptions::*field;
+  long long min, max;
+};
+struct SecondsFlag {
+  const char* name;
+  std::chrono::milliseconds AgentOptions::*field;
+};
+constexpr StringFlag kStringFlags[] = {
+    {"--file", &AgentOptions::file},
+    {"--job-env", &AgentOptions::job_env},
+    {"--job", &AgentOptions::job_name},
+    {"--master-addr", &AgentOptions::master_addr},
+    {"--status-file", &AgentOptions::status_file},
+    {"--nvml-library", &AgentOptions::nvml_library},
+    {"--sysfs-root", &AgentOptions::sysfs_root},
+    {"--shm-path", &AgentOptions::shm_path},
+    {"--cgroup-memory-events", &AgentOptions::memory_events},
+};
+constexpr IntFlag kIntFlags[] = {
+    {"--node-rank", &AgentOptions::node_rank, 0, 100000},
+    {"--nnodes", &AgentOptions::nnodes, 1, 100000},
+    {"--master-port", &AgentOptions::master_port, 0, 65535},
+    {"--restart-count", &AgentOptions::restart_count, 0, 1000000},
+    {"--max-restarts", &AgentOptions::max_restarts, 0, 1000000},
+};
+constexpr SecondsFlag kSecondsFlags[] = {
+    {"--grace-period", &AgentOptions::grace_period},
+    {"--status-interval", &AgentOptions::status_interval},
+};
 
 }  // namespace
 
@@ -99,65 +137,45 @@ StatusOr<AgentOptions> ParseAgentArgs(const std::vector<std::string>& args) {
   }
 
   using Setter = std::function<Status(const std::string&, const std::string&)>;
-  auto str = [](std::string* field) -> Setter {
-    return [field](const std::string&, const std::string& v) {
-      *field = v;
+  std::map<std::string, Setter> valued;
+  for (const StringFlag& f : kStringFlags) {
+    valued[f.name] = [&o, f](const std::string&, const std::string& v) {
+      o.*f.field = v;
       return Status::Ok();
     };
-  };
-  auto integer = [](int* field, long long min, long long max) -> Setter {
-    return [=](const std::string& flag, const std::string& v) {
-      SP_ASSIGN_OR_RETURN(long long n, ParseIntFlag(flag, v, min, max));
-      *field = static_cast<int>(n);
+  }
+  for (const IntFlag& f : kIntFlags) {
+    valued[f.name] = [&o, f](const std::string& flag, const std::string& v) {
+      SP_ASSIGN_OR_RETURN(long long n, ParseIntFlag(flag, v, f.min, f.max));
+      o.*f.field = static_cast<int>(n);
       return Status::Ok();
     };
-  };
-  auto seconds = [](std::chrono::milliseconds* field) -> Setter {
-    return [=](const std::string& flag, const std::string& v) {
-      SP_ASSIGN_OR_RETURN(*field, ParseSeconds(flag, v));
+  }
+  for (const SecondsFlag& f : kSecondsFlags) {
+    valued[f.name] = [&o, f](const std::string& flag, const std::string& v) {
+      SP_ASSIGN_OR_RETURN(o.*f.field, ParseSeconds(flag, v));
       return Status::Ok();
     };
+  }
+  valued["-f"] = valued["--file"];
+  valued["--termination-log"] = [&](const std::string&, const std::string& v) {
+    o.termination_log = v;
+    o.termination_log_explicit = true;
+    return Status::Ok();
   };
-  const std::map<std::string, Setter> valued = {
-      {"--file", str(&o.file)},
-      {"-f", str(&o.file)},
-      {"--job", str(&o.job_name)},
-      {"--job-env", str(&o.job_env)},
-      {"--node-rank", integer(&o.node_rank, 0, 100000)},
-      {"--nnodes", integer(&o.nnodes, 1, 100000)},
-      {"--master-addr", str(&o.master_addr)},
-      {"--master-port", integer(&o.master_port, 0, 65535)},
-      {"--restart-count", integer(&o.restart_count, 0, 1000000)},
-      {"--max-restarts", integer(&o.max_restarts, 0, 1000000)},
-      {"--grace-period", seconds(&o.grace_period)},
-      {"--status-interval", seconds(&o.status_interval)},
-      {"--status-file", str(&o.status_file)},
-      {"--termination-log",
-       [&](const std::string&, const std::string& v) {
-         o.termination_log = v;
-         o.termination_log_explicit = true;
-         return Status::Ok();
-       }},
-      {"--gpu-backend",
-       [&](const std::string& flag, const std::string& v) {
-         if (v != "auto" && v != "nvml" && v != "amd" && v != "none") {
-           return InvalidArgument(flag + ": expected auto, nvml, amd or none, got \"" + v + "\"");
-         }
-         o.gpu_backend = v;
-         return Status::Ok();
-       }},
-      {"--nvml-library", str(&o.nvml_library)},
-      {"--sysfs-root", str(&o.sysfs_root)},
-      {"--shm-path", str(&o.shm_path)},
-      {"--cgroup-memory-events", str(&o.memory_events)},
-      {"--metrics-addr",
-       [&](const std::string& flag, const std::string& v) {
-         if (v != "off" && !v.empty()) {
-           SP_RETURN_IF_ERROR(metrics::ParseListenAddress(v).status().WithPrefix(flag));
-         }
-         o.metrics_addr = v;
-         return Status::Ok();
-       }},
+  valued["--gpu-backend"] = [&](const std::string& flag, const std::string& v) {
+    if (v != "auto" && v != "nvml" && v != "amd" && v != "none") {
+      return InvalidArgument(flag + ": expected auto, nvml, amd or none, got \"" + v + "\"");
+    }
+    o.gpu_backend = v;
+    return Status::Ok();
+  };
+  valued["--metrics-addr"] = [&](const std::string& flag, const std::string& v) {
+    if (v != "off" && !v.empty()) {
+      SP_RETURN_IF_ERROR(metrics::ParseListenAddress(v).status().WithPrefix(flag));
+    }
+    o.metrics_addr = v;
+    return Status::Ok();
   };
 
   for (size_t i = 1; i < args.size(); ++i) {
@@ -207,38 +225,18 @@ std::vector<std::string> ToArgs(const AgentOptions& o) {
   }
   const AgentOptions d;
   std::vector<std::string> args = {o.command == AgentCommand::kRun ? "run" : "plan"};
-  auto add = [&](const char* flag, const auto& value, const auto& default_value) {
-    if (value == default_value) return;
-    args.push_back(flag);
-    if constexpr (std::is_same_v<std::decay_t<decltype(value)>, std::string>) {
-      args.push_back(value);
-    } else if constexpr (std::is_same_v<std::decay_t<decltype(value)>, int>) {
-      args.push_back(std::to_string(value));
-    } else {
-      args.push_back(FormatSeconds(value));
-    }
-  };
-  add("--file", o.file, d.file);
-  add("--job-env", o.job_env, d.job_env);
-  add("--job", o.job_name, d.job_name);
-  add("--node-rank", o.node_rank, d.node_rank);
-  add("--nnodes", o.nnodes, d.nnodes);
-  add("--master-addr", o.master_addr, d.master_addr);
-  add("--master-port", o.master_port, d.master_port);
-  add("--restart-count", o.restart_count, d.restart_count);
-  add("--max-restarts", o.max_restarts, d.max_restarts);
-  add("--grace-period", o.grace_period, d.grace_period);
-  add("--status-interval", o.status_interval, d.status_interval);
-  add("--status-file", o.status_file, d.status_file);
-  if (o.termination_log_explicit) {
-    args.insert(args.end(), {"--termination-log", o.termination_log});
+  for (const StringFlag& f : kStringFlags) {
+    if (o.*f.field != d.*f.field) args.insert(args.end(), {f.name, o.*f.field});
   }
-  add("--gpu-backend", o.gpu_backend, d.gpu_backend);
-  add("--nvml-library", o.nvml_library, d.nvml_library);
-  add("--sysfs-root", o.sysfs_root, d.sysfs_root);
-  add("--shm-path", o.shm_path, d.shm_path);
-  add("--cgroup-memory-events", o.memory_events, d.memory_events);
-  add("--metrics-addr", o.metrics_addr, d.metrics_addr);
+  for (const IntFlag& f : kIntFlags) {
+    if (o.*f.field != d.*f.field) args.insert(args.end(), {f.name, std::to_string(o.*f.field)});
+  }
+  for (const SecondsFlag& f : kSecondsFlags) {
+    if (o.*f.field != d.*f.field) args.insert(args.end(), {f.name, FormatSeconds(o.*f.field)});
+  }
+  if (o.termination_log_explicit) args.insert(args.end(), {"--termination-log", o.termination_log});
+  if (o.gpu_backend != d.gpu_backend) args.insert(args.end(), {"--gpu-backend", o.gpu_backend});
+  if (o.metrics_addr != d.metrics_addr) args.insert(args.end(), {"--metrics-addr", o.metrics_addr});
   if (o.full_env) args.push_back("--full-env");
   if (o.dcgm_compatible_names) args.push_back("--dcgm-compatible-names");
   return args;

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "agent/cli/self_exe.h"
+#include "agent/run/self_exe.h"
 #include "agent/run/report.h"
 #include "agent/status/agent_endpoint.h"
 

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "agent/cli/preflight.h"
+#include "agent/run/preflight.h"
 #include "agent/run/report.h"
 
 namespace spawnpoint::agent {

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "agent/cli/self_exe.h"
+#include "agent/run/self_exe.h"
 #include "agent/process/spawner.h"
 
 namespace spawnpoint::agent {
