@@ -21,6 +21,9 @@ bool RunsLocalCluster(const AgentOptions& o, int nnodes) { return nnodes > 1 && 
 
 StatusOr<std::unique_ptr<NodeAgent>> NodeAgent::Create(const AgentOptions& options,
                                                        api::TrainingJob job, Seams seams) {
+  if (!seams.spawner || !seams.clock || !seams.signals || !seams.gpus) {
+    return Internal("NodeAgent: every seam (spawner, clock, signals, gpus) must be given");
+  }
   SP_ASSIGN_OR_RETURN(NodeFacts node, DiscoverNode(options, std::move(job), seams.gpus));
   std::unique_ptr<NodeAgent> agent(new NodeAgent(options, std::move(node), std::move(seams)));
   SP_RETURN_IF_ERROR(agent->Plan());
