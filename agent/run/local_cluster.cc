@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "agent/run/self_exe.h"
 #include "agent/run/report.h"
+#include "agent/run/self_exe.h"
 #include "agent/status/agent_endpoint.h"
 
 namespace spawnpoint::agent {

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "agent/run/self_exe.h"
 #include "agent/process/spawner.h"
+#include "agent/run/self_exe.h"
 
 namespace spawnpoint::agent {
 namespace {
