@@ -3,6 +3,8 @@
 #include "common/flags.h"
 
 #include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
 
@@ -17,13 +19,60 @@ StatusOr<std::chrono::milliseconds> ParseSeconds(const std::string& flag,
     size_t used = 0;
     double s = std::stod(value, &used);
     if (used == value.size() && s >= 0 && s <= 86400) {
-      return std::chrono::milliseconds(static_cast<long long>(s * 1000));
+      return std::chrono::milliseconds(std::llround(s * 1000));
     }
   } catch (...) {
   }
   return InvalidArgument(flag + ": expected seconds (a number from 0 to 86400), got \"" + value +
                          "\"");
 }
+
+// "2.5" for 2500 ms: exact to the millisecond, as ParseSeconds reads it back.
+std::string FormatSeconds(std::chrono::milliseconds ms) {
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%lld.%03lld", static_cast<long long>(ms.count() / 1000),
+           static_cast<long long>(ms.count() % 1000));
+  return buf;
+}
+
+// The flags that set one field from their value, shared by ParseAgentArgs and ToArgs so
+// the two cannot drift apart. Flags with rules of their own (-f, --termination-log,
+// --gpu-backend, --metrics-addr) are handled beside the tables in both.
+struct StringFlag {
+  const char* name;
+  std::string AgentOptions::*field;
+};
+struct IntFlag {
+  const char* name;
+  int AgentOptions::*field;
+  long long min, max;
+};
+struct SecondsFlag {
+  const char* name;
+  std::chrono::milliseconds AgentOptions::*field;
+};
+constexpr StringFlag kStringFlags[] = {
+    {"--file", &AgentOptions::file},
+    {"--job-env", &AgentOptions::job_env},
+    {"--job", &AgentOptions::job_name},
+    {"--master-addr", &AgentOptions::master_addr},
+    {"--status-file", &AgentOptions::status_file},
+    {"--nvml-library", &AgentOptions::nvml_library},
+    {"--sysfs-root", &AgentOptions::sysfs_root},
+    {"--shm-path", &AgentOptions::shm_path},
+    {"--cgroup-memory-events", &AgentOptions::memory_events},
+};
+constexpr IntFlag kIntFlags[] = {
+    {"--node-rank", &AgentOptions::node_rank, 0, 100000},
+    {"--nnodes", &AgentOptions::nnodes, 1, 100000},
+    {"--master-port", &AgentOptions::master_port, 0, 65535},
+    {"--restart-count", &AgentOptions::restart_count, 0, 1000000},
+    {"--max-restarts", &AgentOptions::max_restarts, 0, 1000000},
+};
+constexpr SecondsFlag kSecondsFlags[] = {
+    {"--grace-period", &AgentOptions::grace_period},
+    {"--status-interval", &AgentOptions::status_interval},
+};
 
 }  // namespace
 
@@ -88,65 +137,45 @@ StatusOr<AgentOptions> ParseAgentArgs(const std::vector<std::string>& args) {
   }
 
   using Setter = std::function<Status(const std::string&, const std::string&)>;
-  auto str = [](std::string* field) -> Setter {
-    return [field](const std::string&, const std::string& v) {
-      *field = v;
+  std::map<std::string, Setter> valued;
+  for (const StringFlag& f : kStringFlags) {
+    valued[f.name] = [&o, f](const std::string&, const std::string& v) {
+      o.*f.field = v;
       return Status::Ok();
     };
-  };
-  auto integer = [](int* field, long long min, long long max) -> Setter {
-    return [=](const std::string& flag, const std::string& v) {
-      SP_ASSIGN_OR_RETURN(long long n, ParseIntFlag(flag, v, min, max));
-      *field = static_cast<int>(n);
+  }
+  for (const IntFlag& f : kIntFlags) {
+    valued[f.name] = [&o, f](const std::string& flag, const std::string& v) {
+      SP_ASSIGN_OR_RETURN(long long n, ParseIntFlag(flag, v, f.min, f.max));
+      o.*f.field = static_cast<int>(n);
       return Status::Ok();
     };
-  };
-  auto seconds = [](std::chrono::milliseconds* field) -> Setter {
-    return [=](const std::string& flag, const std::string& v) {
-      SP_ASSIGN_OR_RETURN(*field, ParseSeconds(flag, v));
+  }
+  for (const SecondsFlag& f : kSecondsFlags) {
+    valued[f.name] = [&o, f](const std::string& flag, const std::string& v) {
+      SP_ASSIGN_OR_RETURN(o.*f.field, ParseSeconds(flag, v));
       return Status::Ok();
     };
+  }
+  valued["-f"] = valued["--file"];
+  valued["--termination-log"] = [&](const std::string&, const std::string& v) {
+    o.termination_log = v;
+    o.termination_log_explicit = true;
+    return Status::Ok();
   };
-  const std::map<std::string, Setter> valued = {
-      {"--file", str(&o.file)},
-      {"-f", str(&o.file)},
-      {"--job", str(&o.job_name)},
-      {"--job-env", str(&o.job_env)},
-      {"--node-rank", integer(&o.node_rank, 0, 100000)},
-      {"--nnodes", integer(&o.nnodes, 1, 100000)},
-      {"--master-addr", str(&o.master_addr)},
-      {"--master-port", integer(&o.master_port, 0, 65535)},
-      {"--restart-count", integer(&o.restart_count, 0, 1000000)},
-      {"--max-restarts", integer(&o.max_restarts, 0, 1000000)},
-      {"--grace-period", seconds(&o.grace_period)},
-      {"--status-interval", seconds(&o.status_interval)},
-      {"--status-file", str(&o.status_file)},
-      {"--termination-log",
-       [&](const std::string&, const std::string& v) {
-         o.termination_log = v;
-         o.termination_log_explicit = true;
-         return Status::Ok();
-       }},
-      {"--gpu-backend",
-       [&](const std::string& flag, const std::string& v) {
-         if (v != "auto" && v != "nvml" && v != "amd" && v != "none") {
-           return InvalidArgument(flag + ": expected auto, nvml, amd or none, got \"" + v + "\"");
-         }
-         o.gpu_backend = v;
-         return Status::Ok();
-       }},
-      {"--nvml-library", str(&o.nvml_library)},
-      {"--sysfs-root", str(&o.sysfs_root)},
-      {"--shm-path", str(&o.shm_path)},
-      {"--cgroup-memory-events", str(&o.memory_events)},
-      {"--metrics-addr",
-       [&](const std::string& flag, const std::string& v) {
-         if (v != "off" && !v.empty()) {
-           SP_RETURN_IF_ERROR(metrics::ParseListenAddress(v).status().WithPrefix(flag));
-         }
-         o.metrics_addr = v;
-         return Status::Ok();
-       }},
+  valued["--gpu-backend"] = [&](const std::string& flag, const std::string& v) {
+    if (v != "auto" && v != "nvml" && v != "amd" && v != "none") {
+      return InvalidArgument(flag + ": expected auto, nvml, amd or none, got \"" + v + "\"");
+    }
+    o.gpu_backend = v;
+    return Status::Ok();
+  };
+  valued["--metrics-addr"] = [&](const std::string& flag, const std::string& v) {
+    if (v != "off" && !v.empty()) {
+      SP_RETURN_IF_ERROR(metrics::ParseListenAddress(v).status().WithPrefix(flag));
+    }
+    o.metrics_addr = v;
+    return Status::Ok();
   };
 
   for (size_t i = 1; i < args.size(); ++i) {
@@ -182,6 +211,35 @@ StatusOr<AgentOptions> ParseAgentArgs(const std::vector<std::string>& args) {
                            " must be below --nnodes " + std::to_string(o.nnodes));
   }
   return o;
+}
+
+std::vector<std::string> ToArgs(const AgentOptions& o) {
+  switch (o.command) {
+    case AgentCommand::kHelp:
+      return {"help"};
+    case AgentCommand::kVersion:
+      return {"version"};
+    case AgentCommand::kRun:
+    case AgentCommand::kPlan:
+      break;
+  }
+  const AgentOptions d;
+  std::vector<std::string> args = {o.command == AgentCommand::kRun ? "run" : "plan"};
+  for (const StringFlag& f : kStringFlags) {
+    if (o.*f.field != d.*f.field) args.insert(args.end(), {f.name, o.*f.field});
+  }
+  for (const IntFlag& f : kIntFlags) {
+    if (o.*f.field != d.*f.field) args.insert(args.end(), {f.name, std::to_string(o.*f.field)});
+  }
+  for (const SecondsFlag& f : kSecondsFlags) {
+    if (o.*f.field != d.*f.field) args.insert(args.end(), {f.name, FormatSeconds(o.*f.field)});
+  }
+  if (o.termination_log_explicit) args.insert(args.end(), {"--termination-log", o.termination_log});
+  if (o.gpu_backend != d.gpu_backend) args.insert(args.end(), {"--gpu-backend", o.gpu_backend});
+  if (o.metrics_addr != d.metrics_addr) args.insert(args.end(), {"--metrics-addr", o.metrics_addr});
+  if (o.full_env) args.push_back("--full-env");
+  if (o.dcgm_compatible_names) args.push_back("--dcgm-compatible-names");
+  return args;
 }
 
 }  // namespace spawnpoint::agent

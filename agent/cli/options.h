@@ -1,5 +1,7 @@
-// Command-line options of spawnpoint-agent. Parsing is pure; errors are one line naming
-// the flag and what is allowed (the caller exits 2).
+// Command-line options of spawnpoint-agent, and the way back: ParseAgentArgs reads them,
+// ToArgs writes them (how the local multi-node mode starts its node agents), and
+// ParseAgentArgs(ToArgs(o)) == o for every o ParseAgentArgs returns. Pure functions;
+// thread-safe. Parse errors are one line naming the flag and what is allowed (exit 2).
 #pragma once
 
 #include <chrono>
@@ -39,9 +41,15 @@ struct AgentOptions {
   // /metrics, /status, /healthz, /readyz (agent/status/agent_endpoint.h); "" or "off": none.
   std::string metrics_addr = ":9400";
   bool dcgm_compatible_names = false;  // also export DCGM exporter's GPU metric names
+
+  bool operator==(const AgentOptions&) const = default;
 };
 
 StatusOr<AgentOptions> ParseAgentArgs(const std::vector<std::string>& args);
 std::string AgentUsage();
+
+// The arguments (command first, without the program) that ParseAgentArgs turns back into
+// `o`: the command and every flag whose value differs from the default.
+std::vector<std::string> ToArgs(const AgentOptions& o);
 
 }  // namespace spawnpoint::agent

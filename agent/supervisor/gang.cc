@@ -19,7 +19,6 @@ namespace spawnpoint::agent {
 namespace {
 
 using Ms = std::chrono::milliseconds;
-using SteadyClock = std::chrono::steady_clock;
 
 void WriteAll(int fd, const std::string& data) {
   size_t off = 0;
@@ -144,12 +143,13 @@ GangResult Gang::Run(std::vector<GangMember> members) {
 
   bool stopping = false;
   bool killed = false;
-  SteadyClock::time_point kill_deadline{};
+  Clock* const clock = options_.clock;
+  Clock::TimePoint kill_deadline{};
 
   auto begin_stop = [&](int sig) {
     if (!stopping) {
       stopping = true;
-      kill_deadline = SteadyClock::now() + options_.grace_period;
+      kill_deadline = clock->Now() + options_.grace_period;
     }
     for (auto& r : running) {
       if (!r.exited) kill(-r.pid, sig);
@@ -210,8 +210,8 @@ GangResult Gang::Run(std::vector<GangMember> members) {
     return static_cast<int>(
         std::count_if(running.begin(), running.end(), [](const Running& r) { return !r.exited; }));
   };
-  auto next_status = SteadyClock::now() + options_.status_interval;
-  auto next_tick = SteadyClock::now() + options_.tick_interval;
+  auto next_status = clock->Now() + options_.status_interval;
+  auto next_tick = clock->Now() + options_.tick_interval;
   if (options_.on_status) options_.on_status(up_count(), static_cast<int>(members.size()));
 
   auto reap = [&] {
@@ -242,7 +242,7 @@ GangResult Gang::Run(std::vector<GangMember> members) {
     for (auto& s : streams) {
       if (s.fd >= 0) fds.push_back({s.fd, POLLIN, 0});
     }
-    auto now = SteadyClock::now();
+    auto now = clock->Now();
     auto wake = next_status;
     if (stopping && !killed) wake = std::min(wake, kill_deadline);
     if (options_.on_tick) wake = std::min(wake, next_tick);
@@ -265,7 +265,7 @@ GangResult Gang::Run(std::vector<GangMember> members) {
       if (IsTerminationSignal(sig)) {
         if (stopping && result.outcome == GangOutcome::kInterrupted && sig == SIGINT) {
           // A second Ctrl-C: do not wait out the grace period.
-          kill_deadline = SteadyClock::now();
+          kill_deadline = clock->Now();
         }
         if (result.outcome != GangOutcome::kInterrupted && !result.failure) {
           result.outcome = GangOutcome::kInterrupted;
@@ -278,7 +278,7 @@ GangResult Gang::Run(std::vector<GangMember> members) {
     }
     reap();
 
-    now = SteadyClock::now();
+    now = clock->Now();
     if (stopping && !killed && now >= kill_deadline) {
       killed = true;
       if (up_count() > 0) {
@@ -319,10 +319,10 @@ GangResult Gang::Run(std::vector<GangMember> members) {
   };
   if (leftovers_alive()) {
     signal_leftovers(SIGTERM);
-    const auto deadline = SteadyClock::now() + std::min<Ms>(options_.grace_period, Ms(5000));
+    const auto deadline = clock->Now() + std::min<Ms>(options_.grace_period, Ms(5000));
     int sig = SIGTERM;
     while (leftovers_alive()) {
-      if (SteadyClock::now() >= deadline) sig = SIGKILL;
+      if (clock->Now() >= deadline) sig = SIGKILL;
       signal_leftovers(sig);
       pollfd p{signals_->fd(), POLLIN, 0};
       poll(&p, 1, 20);

@@ -4,7 +4,9 @@
 // grace period, SIGKILL; the same happens when the agent is asked to stop. When it
 // returns, every member and every descendant they left behind (the agent is a child
 // subreaper) has been reaped: no orphan, no zombie. Run() blocks the calling thread,
-// which must be the one that created the SignalWatcher. Not thread-safe.
+// which must be the one that created the SignalWatcher. Not thread-safe. Grace periods,
+// status and tick intervals run on GangOptions::clock; poll() still waits on the real
+// descriptors, so under a SimulatedClock a grace period ends only when the clock moves.
 #pragma once
 
 #include <sys/types.h>
@@ -18,6 +20,7 @@
 #include "agent/process/spawner.h"
 #include "agent/supervisor/exit_cause.h"
 #include "agent/supervisor/signals.h"
+#include "common/clock.h"
 
 namespace spawnpoint::agent {
 
@@ -47,6 +50,7 @@ struct GangOptions {
   // Called about every tick_interval while the gang runs (deferred worker respawns).
   std::function<void()> on_tick;
   std::chrono::milliseconds tick_interval{200};
+  Clock* clock = RealClock::Get();  // deadlines and intervals; must outlive Run()
 };
 
 enum class GangOutcome { kSucceeded, kFailed, kInterrupted };

@@ -85,12 +85,6 @@ std::string PodFailure::Describe() const {
   return s;
 }
 
-bool IsRetryableExitCode(const api::RestartPolicy& policy, int exit_code) {
-  if (policy.retryable_exit_codes.empty()) return exit_code >= 128 && exit_code <= 255;
-  const auto& codes = policy.retryable_exit_codes;
-  return std::find(codes.begin(), codes.end(), exit_code) != codes.end();
-}
-
 PodFailure ClassifyPodFailure(const json& pod, const std::string& trainer,
                               const api::RestartPolicy& policy) {
   PodFailure f;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "api/restart_rule.h"
 #include "api/training_job.h"
 
 namespace spawnpoint::op {
@@ -32,7 +33,7 @@ struct PodFailure {
   std::string Describe() const;
 };
 
-bool IsRetryableExitCode(const api::RestartPolicy& policy, int exit_code);
+using api::IsRetryableExitCode;  // the rule the agent applies too (api/restart_rule.h)
 
 // `pod` is in phase Failed; `trainer` is the name of the container that runs the agent.
 PodFailure ClassifyPodFailure(const nlohmann::json& pod, const std::string& trainer,

@@ -8,13 +8,14 @@ RestartDecision DecideRestart(const PodFailure& failure, const api::RestartPolic
                               int restarts) {
   RestartDecision d;
   const std::string what = failure.Describe();
-  if (!failure.retryable) {
+  const api::RestartVerdict verdict = api::JudgeRestart(policy, restarts, failure.retryable);
+  if (verdict == api::RestartVerdict::kNotRetryable) {
     d.reason = "NonRetryableFailure";
     d.message = what + " (exit code " + std::to_string(failure.exit_code) +
                 " is not retryable under the restart policy)";
     return d;
   }
-  if (restarts >= policy.max_restarts) {
+  if (verdict == api::RestartVerdict::kMaxRestartsReached) {
     d.reason = "MaxRestartsReached";
     d.message = what + " (maxRestarts " + std::to_string(policy.max_restarts) + " reached)";
     return d;
@@ -26,13 +27,6 @@ RestartDecision DecideRestart(const PodFailure& failure, const api::RestartPolic
               std::to_string(policy.max_restarts) + " after " +
               FormatDuration(RestartBackoff(policy, next));
   return d;
-}
-
-Clock::Duration RestartBackoff(const api::RestartPolicy& policy, int restart) {
-  if (restart < 1 || policy.backoff_seconds <= 0) return Clock::Duration::zero();
-  Clock::Duration wait = std::chrono::seconds(policy.backoff_seconds);
-  for (int i = 1; i < restart && wait < kMaxRestartBackoff; ++i) wait *= 2;
-  return std::min<Clock::Duration>(wait, kMaxRestartBackoff);
 }
 
 Clock::Duration RestartWaitRemaining(const api::RestartPolicy& policy, int restart,

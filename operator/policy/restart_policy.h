@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "api/restart_rule.h"
 #include "api/training_job.h"
 #include "common/clock.h"
 #include "operator/common/wall_clock.h"
@@ -16,7 +17,9 @@
 
 namespace spawnpoint::op {
 
-inline constexpr std::chrono::seconds kMaxRestartBackoff{300};
+// The backoff rule is the agent's too (api/restart_rule.h).
+using api::kMaxRestartBackoff;
+using api::RestartBackoff;
 
 struct RestartDecision {
   bool restart = false;
@@ -29,9 +32,6 @@ struct RestartDecision {
 // `restarts` is status.restarts before this failure.
 RestartDecision DecideRestart(const PodFailure& failure, const api::RestartPolicy& policy,
                               int restarts);
-
-// The wait before restart `restart` (1 for the first).
-Clock::Duration RestartBackoff(const api::RestartPolicy& policy, int restart);
 
 // How long until the gang of restart `restart` may be created after a failure seen at
 // `failed_at`; zero when it may be created now.

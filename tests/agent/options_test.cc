@@ -51,5 +51,75 @@ TEST(AgentOptionsTest, JobEnvReplacesTheFile) {
   EXPECT_THAT(value.status().message(), HasSubstr("--job-env: missing value"));
 }
 
+// ToArgs is how the local multi-node mode starts its node agents: parsing its output must
+// give back exactly the options it was given.
+TEST(AgentOptionsTest, ToArgsRoundTripsThroughParseAgentArgs) {
+  std::vector<AgentOptions> cases;
+  auto parsed = [&](std::vector<std::string> args) {
+    auto o = ParseAgentArgs(args);
+    ASSERT_TRUE(o.ok()) << o.status().message();
+    cases.push_back(*o);
+  };
+  parsed({"run", "-f", "job.yaml"});
+  parsed({"plan", "--job-env", "SPAWNPOINT_JOB", "--full-env", "--job", "b"});
+  parsed({"run",
+          "-f",
+          "job.yaml",
+          "--node-rank",
+          "1",
+          "--nnodes",
+          "3",
+          "--master-addr",
+          "10.0.0.1",
+          "--master-port",
+          "0",
+          "--restart-count",
+          "2",
+          "--max-restarts",
+          "0",
+          "--grace-period",
+          "2.345",
+          "--status-interval",
+          "0.2",
+          "--status-file",
+          "/tmp/s.json",
+          "--termination-log",
+          "/tmp/node-1.json",
+          "--gpu-backend",
+          "none",
+          "--nvml-library",
+          "/opt/libnvidia-ml.so.1",
+          "--sysfs-root",
+          "/tmp/sys",
+          "--shm-path",
+          "/tmp/shm",
+          "--cgroup-memory-events",
+          "/tmp/memory.events",
+          "--metrics-addr",
+          "127.0.0.1:9401",
+          "--dcgm-compatible-names"});
+  parsed(
+      {"run", "-f", "job.yaml", "--metrics-addr", "", "--termination-log", "/dev/termination-log"});
+  parsed({"run", "-f", "job.yaml", "--metrics-addr", "off", "--grace-period", "0"});
+  parsed({"version"});
+  parsed({"help"});
+  ASSERT_EQ(cases.size(), 7u);
+  for (const AgentOptions& o : cases) {
+    std::vector<std::string> args = ToArgs(o);
+    auto back = ParseAgentArgs(args);
+    ASSERT_TRUE(back.ok()) << back.status().message();
+    EXPECT_TRUE(*back == o) << ::testing::PrintToString(args);
+  }
+}
+
+TEST(AgentOptionsTest, ToArgsWritesOnlyWhatDiffersFromTheDefaults) {
+  AgentOptions o;
+  o.command = AgentCommand::kRun;
+  o.file = "job.yaml";
+  o.grace_period = std::chrono::milliseconds(2500);
+  EXPECT_EQ(ToArgs(o),
+            (std::vector<std::string>{"run", "--file", "job.yaml", "--grace-period", "2.500"}));
+}
+
 }  // namespace
 }  // namespace spawnpoint::agent

@@ -3,9 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "agent/cli/preflight.h"
+#include "agent/run/preflight.h"
 #include "agent/supervisor/exit_cause.h"
-#include "agent/supervisor/restart_policy.h"
+#include "api/restart_rule.h"
 #include "tests/support/test_process.h"
 
 namespace spawnpoint::agent {

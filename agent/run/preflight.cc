@@ -1,4 +1,4 @@
-#include "agent/cli/preflight.h"
+#include "agent/run/preflight.h"
 
 #include <sys/statvfs.h>
 

@@ -1,4 +1,4 @@
-#include "agent/cli/self_exe.h"
+#include "agent/run/self_exe.h"
 
 #include <stdlib.h>
 #include <sys/prctl.h>

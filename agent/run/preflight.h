@@ -25,5 +25,4 @@ uint64_t SharedMemoryNeeded(const api::TrainingJobSpec& spec, int ranks, int cpu
 Status CheckSharedMemory(const api::TrainingJobSpec& spec, int ranks, int cpus_per_rank,
                          const std::string& shm_path);
 
-
 }  // namespace spawnpoint::agent

@@ -1,0 +1,65 @@
+#include "agent/run/attempt_decision.h"
+
+#include "api/restart_rule.h"
+
+namespace spawnpoint::agent {
+
+const char* AgentPhaseName(AgentPhase phase) {
+  switch (phase) {
+    case AgentPhase::kRunning:
+      return "Running";
+    case AgentPhase::kRestarting:
+      return "Restarting";
+    case AgentPhase::kSucceeded:
+      return "Succeeded";
+    case AgentPhase::kFailed:
+      return "Failed";
+    case AgentPhase::kTerminated:
+      return "Terminated";
+  }
+  return "Unknown";
+}
+
+AttemptDecision Decide(const GangResult& result, int restarts, const api::RestartPolicy& policy,
+                       bool owns_gang) {
+  AttemptDecision d;
+  d.exit_code = result.ExitCode();
+  if (result.outcome == GangOutcome::kSucceeded) {
+    d.reason = "Succeeded";
+    return d;
+  }
+  if (result.outcome == GangOutcome::kInterrupted || !result.failure) {
+    d.phase = AgentPhase::kTerminated;
+    d.reason = "Terminated";
+    d.message = "stopped by " + SignalName(result.interrupt_signal);
+    return d;
+  }
+  d.failure = result.failure;
+  const int code = d.failure->status.ShellCode();
+  d.phase = AgentPhase::kFailed;
+  if (!owns_gang) {
+    d.reason = "GangSpansNodes";
+    d.message = "the gang spans several nodes: the operator restarts it";
+    return d;
+  }
+  switch (api::JudgeRestart(policy, restarts, api::IsRetryableExitCode(policy, code))) {
+    case api::RestartVerdict::kNotRetryable:
+      d.reason = "NonRetryableFailure";
+      d.message = "exit code " + std::to_string(code) + " is not retryable";
+      return d;
+    case api::RestartVerdict::kMaxRestartsReached:
+      d.reason = "MaxRestartsReached";
+      d.message = "maxRestarts (" + std::to_string(policy.max_restarts) + ") reached";
+      return d;
+    case api::RestartVerdict::kRestart:
+      break;
+  }
+  d.phase = AgentPhase::kRestarting;
+  d.restart = true;
+  d.reason = ExitReasonName(d.failure->cause.reason);
+  d.backoff = std::chrono::duration_cast<std::chrono::milliseconds>(
+      api::RestartBackoff(policy, restarts + 1));
+  return d;
+}
+
+}  // namespace spawnpoint::agent

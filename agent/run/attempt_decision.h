@@ -1,0 +1,40 @@
+// What one attempt of a gang leads to: the job succeeded, the agent was stopped, the gang
+// restarts after a backoff, or the job failed and why it is not restarted. Decide() is the
+// agent's half of the restart rule both binaries share (api/restart_rule.h); NodeAgent
+// reports what it returns. Pure functions; thread-safe.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "agent/supervisor/exit_cause.h"
+#include "agent/supervisor/gang.h"
+#include "api/training_job.h"
+
+namespace spawnpoint::agent {
+
+// The phases of the status file, the endpoint and the console, as they spell them.
+enum class AgentPhase { kRunning, kRestarting, kSucceeded, kFailed, kTerminated };
+const char* AgentPhaseName(AgentPhase phase);  // "Running", "Restarting", ...
+
+struct AttemptDecision {
+  AgentPhase phase = AgentPhase::kSucceeded;  // never kRunning from Decide()
+  bool restart = false;                       // phase == kRestarting
+  // Succeeded, Terminated, the failure's reason for a restart (OOMKilled, ...), or why
+  // not: NonRetryableFailure, MaxRestartsReached, GangSpansNodes.
+  std::string reason;
+  // One line: "stopped by SIGTERM"; for a failure not restarted, why ("exit code 1 is
+  // not retryable"); empty otherwise.
+  std::string message;
+  int exit_code = 0;                     // the agent's, when it does not restart
+  std::chrono::milliseconds backoff{0};  // restart: the wait before the next attempt
+  std::optional<RankFailure> failure;    // the failing member, for a restart or a failure
+};
+
+// `restarts`: restarts this agent already made (the budget it spends); `owns_gang`: false
+// when the gang spans nodes this agent does not run, so the operator decides restarts.
+AttemptDecision Decide(const GangResult& result, int restarts, const api::RestartPolicy& policy,
+                       bool owns_gang);
+
+}  // namespace spawnpoint::agent

@@ -1,0 +1,116 @@
+#include "agent/run/loader_pools.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "agent/loader/contract.h"
+#include "agent/run/report.h"
+
+namespace spawnpoint::agent {
+namespace {
+
+using std::chrono::milliseconds;
+
+// The statistics a rank's loader last wrote, or a discarded value.
+nlohmann::json ReadStats(const PoolPlan& pool) {
+  std::ifstream in(loader::StatsPath(pool.dir));
+  return nlohmann::json::parse(in, nullptr, false);
+}
+
+}  // namespace
+
+Status LoaderPools::Start(const NodePlan& plan, ProcessSpawner* spawner,
+                          const std::string& memory_events) {
+  for (const auto& r : plan.ranks) {
+    if (!r.pool) {
+      if (!r.pool_skipped.empty() && r.local_rank == 0) {
+        Say(plan.job_name + ": no agent-owned loader workers: " + r.pool_skipped);
+      }
+      continue;
+    }
+    loader::PoolSpec spec;
+    spec.rank = r.rank;
+    spec.workers = r.pool->workers;
+    spec.dir = r.pool->dir;
+    spec.argv = r.pool->argv;
+    spec.env = r.pool->env;
+    spec.cpus = r.devices.cpus;
+    spec.sink_fd = 2;
+    spec.memory_events_path = memory_events;
+    auto pool = std::make_unique<loader::PoolSupervisor>(spawner, spec);
+    if (Status s = pool->Start(); !s.ok()) {
+      pool->StopAndReap(milliseconds(1000));
+      Stop(milliseconds(1000));
+      return s.WithPrefix("rank " + std::to_string(r.rank) + " loader workers");
+    }
+    pools_.push_back(std::move(pool));
+  }
+  if (!pools_.empty()) {
+    Say(plan.job_name + ": " + std::to_string(pools_.size()) + " loader pools of " +
+        std::to_string(pools_.front()->spec().workers) + " workers started" +
+        (plan.ranks.front().pool->auto_workers ? " (workersPerRank auto: ranks pick the knee)"
+                                               : ""));
+  }
+  return Status::Ok();
+}
+
+void LoaderPools::Stop(milliseconds grace) {
+  for (auto& p : pools_) p->StopAndReap(grace);
+  pools_.clear();
+}
+
+bool LoaderPools::OnChildExited(pid_t pid, int wait_status) {
+  for (auto& p : pools_) {
+    if (p->OnChildExited(pid, wait_status)) return true;
+  }
+  return false;
+}
+
+std::vector<pid_t> LoaderPools::Pids() const {
+  std::vector<pid_t> pids;
+  for (auto& p : pools_) {
+    auto more = p->Pids();
+    pids.insert(pids.end(), more.begin(), more.end());
+  }
+  return pids;
+}
+
+void LoaderPools::Tick() {
+  for (auto& p : pools_) p->Tick();
+}
+
+std::string LoaderPools::Summary(const NodePlan& plan) const {
+  double stall = 0, samples = 0;
+  int reporting = 0;
+  for (const auto& r : plan.ranks) {
+    if (!r.pool) continue;
+    nlohmann::json j = ReadStats(*r.pool);
+    if (j.is_discarded() || !j.is_object()) continue;
+    stall += j.value("dataStall", 0.0);
+    samples += j.value("samplesPerSecond", 0.0);
+    ++reporting;
+  }
+  if (reporting == 0) return "";
+  char buf[96];
+  snprintf(buf, sizeof(buf), ", data stall %.0f%%, %.0f samples/s", 100.0 * stall / reporting,
+           samples);
+  return buf;
+}
+
+nlohmann::json LoaderPools::StatusJson(const NodePlan& plan) const {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& r : plan.ranks) {
+    nlohmann::json entry = {{"rank", r.rank}};
+    if (r.pool) {
+      nlohmann::json stats = ReadStats(*r.pool);
+      if (!stats.is_discarded()) entry["stats"] = stats;
+      for (auto& p : pools_) {
+        if (p->spec().rank == r.rank) entry["pool"] = p->StatusJson();
+      }
+    }
+    ranks.push_back(entry);
+  }
+  return ranks;
+}
+
+}  // namespace spawnpoint::agent

@@ -1,0 +1,239 @@
+#include "agent/run/node_agent.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+
+#include "agent/run/preflight.h"
+#include "agent/run/report.h"
+
+namespace spawnpoint::agent {
+namespace {
+
+using std::chrono::milliseconds;
+
+// How often a restart backoff looks for a termination signal.
+constexpr milliseconds kBackoffSignalCheck{50};
+
+bool RunsLocalCluster(const AgentOptions& o, int nnodes) { return nnodes > 1 && o.node_rank < 0; }
+
+}  // namespace
+
+StatusOr<std::unique_ptr<NodeAgent>> NodeAgent::Create(const AgentOptions& options,
+                                                       api::TrainingJob job, Seams seams) {
+  if (!seams.spawner || !seams.clock || !seams.signals || !seams.gpus) {
+    return Internal("NodeAgent: every seam (spawner, clock, signals, gpus) must be given");
+  }
+  SP_ASSIGN_OR_RETURN(NodeFacts node, DiscoverNode(options, std::move(job), seams.gpus));
+  std::unique_ptr<NodeAgent> agent(new NodeAgent(options, std::move(node), std::move(seams)));
+  SP_RETURN_IF_ERROR(agent->Plan());
+  SP_RETURN_IF_ERROR(agent->Validate());
+  return agent;
+}
+
+NodeAgent::NodeAgent(const AgentOptions& options, NodeFacts node, Seams seams)
+    : options_(options),
+      node_(std::move(node)),
+      spawner_(seams.spawner),
+      clock_(seams.clock),
+      signals_(seams.signals),
+      nnodes_(NodeCount(options_, node_.job)),
+      node_rank_(std::max(0, options_.node_rank)),
+      owns_gang_(nnodes_ == 1 || RunsLocalCluster(options_, nnodes_)),
+      what_(RunsLocalCluster(options_, nnodes_) ? "nodes" : "ranks"),
+      policy_(node_.job.spec.restart_policy) {
+  if (options_.max_restarts >= 0) policy_.max_restarts = options_.max_restarts;
+}
+
+NodeAgent::~NodeAgent() { Stop(); }
+
+Status NodeAgent::Plan() {
+  SP_ASSIGN_OR_RETURN(port_, RendezvousPort(options_, node_.job));
+  if (RunsLocalCluster(options_, nnodes_)) {
+    SP_ASSIGN_OR_RETURN(cluster_, LocalCluster::Create(options_, node_, nnodes_, port_));
+    return Status::Ok();
+  }
+  if (node_.job.spec.loader.workers_per_rank != 0) {
+    // Short: a pool's socket paths must fit a sockaddr_un (107 bytes).
+    std::string tmpl = (std::filesystem::temp_directory_path() / "spawnpoint-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) return Internal("mkdtemp " + tmpl + " failed");
+    pool_root_ = tmpl;
+  }
+  SP_ASSIGN_OR_RETURN(plan_, MakeNodePlan(MakeRequest(options_, node_, node_rank_,
+                                                      options_.restart_count, port_, pool_root_)));
+  return Status::Ok();
+}
+
+Status NodeAgent::Validate() const {
+  if (!plan_) return Status::Ok();  // each node agent of a local cluster checks its own
+  SP_RETURN_IF_ERROR(CheckCommand(plan_->ranks.front()));
+  const int cpus_per_rank = static_cast<int>(plan_->ranks.front().devices.cpus.size());
+  return CheckSharedMemory(node_.job.spec, plan_->ranks_per_node, cpus_per_rank, options_.shm_path);
+}
+
+Status NodeAgent::StartPools() {
+  if (!plan_) return Status::Ok();
+  Say(node_.job.name + ": node " + std::to_string(node_rank_) + "/" + std::to_string(nnodes_) +
+      ", " + std::to_string(plan_->ranks_per_node) + " ranks of " +
+      std::to_string(plan_->world_size) + ", backend " + plan_->backend + ", GPUs: " +
+      node_.gpu_backend + ", rendezvous " + plan_->master_addr + ":" + std::to_string(port_));
+  SP_RETURN_IF_ERROR(pools_.Start(*plan_, spawner_, options_.memory_events));
+  endpoint_ = StartAgentEndpoint(options_.metrics_addr, options_.dcgm_compatible_names, *plan_,
+                                 node_.backend.get(), pools_.list());
+  return Status::Ok();
+}
+
+int NodeAgent::Run() {
+  if (Status s = BecomeSubreaper(); !s.ok()) Say("warning: " + s.message());
+  if (Status s = StartPools(); !s.ok()) return Fail(s);
+  start_ = clock_->Now();
+  restart_ = options_.restart_count;
+  int code = 0;
+  while (true) {
+    auto result = RunAttempt(restart_);
+    if (!result.ok()) {
+      code = Fail(result.status());
+      break;
+    }
+    const AttemptDecision decision = Decide(*result);
+    if (decision.restart) {
+      ++local_restarts_;
+      ++restart_;
+    }
+    Report(decision);
+    if (!decision.restart) {
+      code = decision.exit_code;
+      break;
+    }
+    if (int sig = WaitOutBackoff(decision.backoff); sig != 0) {
+      Say(node_.job.name + ": stopped by " + SignalName(sig) + " during restart backoff");
+      code = 128 + sig;
+      break;
+    }
+  }
+  Stop();
+  return code;
+}
+
+StatusOr<std::vector<GangMember>> NodeAgent::MembersFor(int restart) const {
+  if (cluster_) return cluster_->MembersFor(restart);
+  SP_ASSIGN_OR_RETURN(NodePlan plan, MakeNodePlan(MakeRequest(options_, node_, node_rank_, restart,
+                                                              port_, pool_root_)));
+  std::vector<GangMember> members;
+  for (const auto& r : plan.ranks) {
+    GangMember m;
+    m.label = "rank " + std::to_string(r.rank);
+    m.rank = r.rank;
+    m.local_rank = r.local_rank;
+    m.node_rank = node_rank_;
+    m.spawn.argv = r.argv;
+    m.spawn.env = r.EnvList();
+    m.spawn.working_dir = r.working_dir;
+    m.spawn.cpus = r.devices.cpus;
+    members.push_back(std::move(m));
+  }
+  return members;
+}
+
+StatusOr<GangResult> NodeAgent::RunAttempt(int restart) {
+  SP_ASSIGN_OR_RETURN(std::vector<GangMember> members, MembersFor(restart));
+  GangOptions go;
+  go.grace_period = options_.grace_period;
+  go.status_interval = options_.status_interval;
+  go.memory_events_path = options_.memory_events;
+  go.what = what_;
+  go.clock = clock_;
+  go.on_status = [this](int up, int total) {
+    Report(AttemptDecision{.phase = AgentPhase::kRunning}, up, total);
+  };
+  if (!cluster_) {  // the loader pools live beside the gang, across attempts
+    go.on_other_exit = [this](pid_t pid, int status) { return pools_.OnChildExited(pid, status); };
+    go.keep_pids = [this] { return pools_.Pids(); };
+    go.on_tick = [this] { pools_.Tick(); };
+  }
+  GangResult result = Gang(spawner_, signals_, std::move(go)).Run(std::move(members));
+  if (result.failure && cluster_) cluster_->Refine(*result.failure);
+  return result;
+}
+
+AttemptDecision NodeAgent::Decide(const GangResult& result) const {
+  return agent::Decide(result, local_restarts_, policy_, owns_gang_);
+}
+
+void NodeAgent::Report(const AttemptDecision& d, int up, int total) {
+  const std::string& job = node_.job.name;
+  const std::string elapsed = FormatElapsed(clock_->Now() - start_);
+  const char* phase = AgentPhaseName(d.phase);
+  if (d.failure && endpoint_) {
+    endpoint_->OnRankFailure(d.failure->rank, ExitReasonName(d.failure->cause.reason));
+  }
+  if (d.phase == AgentPhase::kFailed) {
+    Say(job + ": failed: " + d.failure->Line() + " (not restarted: " + d.message + ")");
+  }
+  // The status: the endpoint's phase, and the status file.
+  if (endpoint_) endpoint_->OnPhase(phase, up, total, restart_);
+  if (!options_.status_file.empty()) {
+    nlohmann::json doc = {
+        {"job", job},
+        {"namespace", node_.job.namespace_},
+        {"nodeRank", node_rank_},
+        {"phase", phase},
+        {"membersUp", up},
+        {"members", total},
+        {"restarts", restart_},
+        {"elapsedSeconds", std::chrono::duration<double>(clock_->Now() - start_).count()},
+    };
+    if (plan_) doc["loader"] = pools_.StatusJson(*plan_);
+    WriteStatusFile(options_.status_file, doc);
+  }
+  // The console line, and the termination log when the job ends.
+  switch (d.phase) {
+    case AgentPhase::kRunning:
+      Say(job + ": " + std::to_string(up) + "/" + std::to_string(total) + " " + what_ +
+          " up, restarts " + std::to_string(restart_) + ", elapsed " + elapsed +
+          (plan_ ? pools_.Summary(*plan_) : ""));
+      return;
+    case AgentPhase::kSucceeded:
+      Say(job + ": all " + what_ + " succeeded, restarts " + std::to_string(restart_) +
+          ", elapsed " + elapsed);
+      return;
+    case AgentPhase::kRestarting:
+      Say(job + ": restart " + std::to_string(local_restarts_) + " of " +
+          std::to_string(policy_.max_restarts) + " in " +
+          std::to_string(d.backoff.count() / 1000.0).substr(0, 4) +
+          "s after: " + d.failure->Line());
+      return;
+    case AgentPhase::kTerminated:
+      Say(job + ": " + d.message);
+      WriteTerminationLog(
+          options_,
+          {{"reason", "Terminated"}, {"exitCode", d.exit_code}, {"message", "agent " + d.message}});
+      return;
+    case AgentPhase::kFailed: {
+      nlohmann::json msg = d.failure->ToJson();
+      msg["restarts"] = restart_;
+      WriteTerminationLog(options_, msg);
+      return;
+    }
+  }
+}
+
+int NodeAgent::WaitOutBackoff(milliseconds wait) {
+  const Clock::TimePoint deadline = clock_->Now() + wait;
+  while (true) {
+    if (int sig = signals_->WaitForTermination(milliseconds(0)); sig != 0) return sig;
+    const Clock::TimePoint now = clock_->Now();
+    if (now >= deadline) return 0;
+    clock_->SleepUntil(std::min<Clock::TimePoint>(deadline, now + kBackoffSignalCheck));
+  }
+}
+
+void NodeAgent::Stop() {
+  endpoint_.reset();  // it reads the pools
+  // The pools outlive every attempt; they end with the job.
+  pools_.Stop(std::min<milliseconds>(options_.grace_period, milliseconds(5000)));
+  if (!pool_root_.empty()) std::filesystem::remove_all(pool_root_);
+  pool_root_.clear();
+}
+
+}  // namespace spawnpoint::agent

@@ -1,0 +1,101 @@
+// NodeAgent runs this node's share of a TrainingJob. Given the job, the node's identity
+// (the options' --node-rank, --nnodes and rendezvous) and the seams below, it discovers
+// the node, plans, checks (preflight), starts the loader pools, the endpoint and the
+// ranks, supervises them, restarts the gang under the job's restartPolicy, and reports
+// (status file, termination log, endpoint, console). With several nodes and no
+// --node-rank it runs every node on this machine instead (LocalCluster), under the same
+// loop. It owns all it starts. Not thread-safe: create it and call Run() on the thread
+// that created the SignalWatcher.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/cli/options.h"
+#include "agent/devices/gpu_backend.h"
+#include "agent/plan/node_plan.h"
+#include "agent/process/spawner.h"
+#include "agent/run/attempt_decision.h"
+#include "agent/run/loader_pools.h"
+#include "agent/run/local_cluster.h"
+#include "agent/run/node_facts.h"
+#include "agent/status/agent_endpoint.h"
+#include "agent/supervisor/gang.h"
+#include "agent/supervisor/signals.h"
+#include "api/training_job.h"
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace spawnpoint::agent {
+
+class NodeAgent {
+ public:
+  // What the agent reaches the world through; each must outlive the agent.
+  struct Seams {
+    ProcessSpawner* spawner = nullptr;  // every process: ranks, loader workers, node agents
+    Clock* clock = nullptr;             // restart backoff, grace periods, intervals, elapsed
+    SignalWatcher* signals = nullptr;   // SIGTERM/SIGINT/SIGHUP stop the agent; SIGCHLD
+    std::shared_ptr<devices::GpuBackend> gpus;  // discovery, and the metrics' samples
+  };
+
+  // Discovers, plans and checks; starts nothing. Errors are what the agent exits with
+  // through ExitCodeFor (agent/run/report.h): InvalidArgument for bad input (exit 2).
+  static StatusOr<std::unique_ptr<NodeAgent>> Create(const AgentOptions& options,
+                                                     api::TrainingJob job, Seams seams);
+  ~NodeAgent();  // stops what Run() started: endpoint, pools, the pool directory
+
+  // Runs attempts until the job succeeds, fails or the agent is stopped; the exit code as
+  // agent/cli/commands.h states it. REQUIRES: the SignalWatcher's thread; called once.
+  int Run();
+
+ private:
+  NodeAgent(const AgentOptions& options, NodeFacts node, Seams seams);
+
+  // Rendezvous port, then this node's first plan, or the local cluster of every node.
+  Status Plan();
+  // The command resolves and the shared memory is big enough (ranks mode).
+  Status Validate() const;
+  // Says what runs, then starts the loader pools and the endpoint (ranks mode).
+  Status StartPools();
+  // The members of attempt `restart`: this node's ranks, or the cluster's node agents.
+  StatusOr<std::vector<GangMember>> MembersFor(int restart) const;
+  // Runs one attempt of the gang to its end. REQUIRES: the SignalWatcher's thread.
+  StatusOr<GangResult> RunAttempt(int restart);
+  // The restart policy applied to an attempt's result (agent/run/attempt_decision.h).
+  AttemptDecision Decide(const GangResult& result) const;
+  // The one writer of what was decided: status file, endpoint, console, termination log.
+  void Report(const AttemptDecision& decision, int up = 0, int total = 0);
+  // Waits out a restart backoff on the clock; a termination signal (returned) ends it.
+  // REQUIRES: the SignalWatcher's thread.
+  int WaitOutBackoff(std::chrono::milliseconds wait);
+  // Stops the endpoint, then the pools, and removes the pool directory. Idempotent.
+  void Stop();
+
+  // Constant after Create().
+  const AgentOptions options_;
+  const NodeFacts node_;
+  ProcessSpawner* const spawner_;
+  Clock* const clock_;
+  SignalWatcher* const signals_;
+  const int nnodes_;
+  const int node_rank_;
+  const bool owns_gang_;          // restarts are this agent's to decide (not the operator's)
+  const std::string what_;        // how members are named: "ranks" or "nodes"
+  api::RestartPolicy policy_;     // the job's, maxRestarts as --max-restarts says
+  int port_ = 0;                  // the rendezvous port
+  std::string pool_root_;         // the loader pools' directory; "" for none
+  std::optional<NodePlan> plan_;  // ranks mode: the first attempt's plan
+  std::unique_ptr<LocalCluster> cluster_;  // local multi-node mode instead of ranks
+
+  // Started by Run(); destroyed in reverse (the endpoint reads the pools).
+  LoaderPools pools_;
+  std::unique_ptr<AgentEndpoint> endpoint_;
+  Clock::TimePoint start_{};
+  int restart_ = 0;         // attempts before the current one, earlier agents' included
+  int local_restarts_ = 0;  // restarts this agent made (the budget it spends)
+};
+
+}  // namespace spawnpoint::agent

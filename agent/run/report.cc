@@ -1,0 +1,66 @@
+#include "agent/run/report.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+namespace spawnpoint::agent {
+
+void Say(const std::string& line) {
+  std::string s = "[spawnpoint] " + line + "\n";
+  (void)!write(2, s.data(), s.size());
+}
+
+int ExitCodeFor(const Status& status) {
+  return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+int Fail(const Status& status) {
+  Say("error: " + status.message());
+  return ExitCodeFor(status);
+}
+
+std::string FormatElapsed(Clock::Duration elapsed) {
+  auto s = std::chrono::duration_cast<std::chrono::seconds>(elapsed).count();
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+           static_cast<long long>((s / 60) % 60), static_cast<long long>(s % 60));
+  return buf;
+}
+
+void WriteStatusFile(const std::string& path, const nlohmann::json& document) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << document.dump() << "\n";
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    Say("warning: cannot write the status file " + path + ": " + strerror(errno));
+  }
+}
+
+namespace {
+
+bool ShouldWriteTerminationLog(const AgentOptions& o) {
+  if (o.termination_log.empty()) return false;
+  if (o.termination_log_explicit) return true;
+  struct stat st {};
+  return stat(o.termination_log.c_str(), &st) == 0;  // the kubelet creates it in pods
+}
+
+}  // namespace
+
+void WriteTerminationLog(const AgentOptions& o, const nlohmann::json& message) {
+  if (!ShouldWriteTerminationLog(o)) return;
+  std::ofstream out(o.termination_log, std::ios::trunc);
+  std::string text = message.dump();
+  if (text.size() > 4000) text = text.substr(0, 4000);
+  out << text << "\n";
+  if (!out) Say("warning: cannot write the termination log " + o.termination_log);
+}
+
+}  // namespace spawnpoint::agent
