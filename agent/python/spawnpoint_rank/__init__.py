@@ -1,0 +1,26 @@
+"""spawnpoint's rank side: what runs inside a Python rank started by spawnpoint-agent.
+
+Ask `spawnpoint_rank.current()` what this process is: a frozen RankEnv (rank, world size,
+the job's loader settings), or None outside an agent-started rank. The rest is run by the
+start-up shim (sitecustomize.py beside this package), never by the trainer:
+  env.py          RankEnv, parsed once from the environment, and current()
+  policy.py       the decisions, pure functions: loader_defaults, libuv_decision
+  _mp.py          hook: spawn becomes multiprocessing's default start method
+  _dataloader.py  hook: the job's defaults for every torch DataLoader
+  _distributed.py hook: USE_LIBUV=0 where torch lacks libuv
+  _report.py      one stderr line per problem; warnings at the trainer's line
+
+Loads on CPython 3.9-3.13 and torch 1.7-2.x; torch is never imported here (the hooks get
+the modules torch itself imported). This module imports nothing until asked: the
+multiprocessing hook runs in every process, loader workers included.
+"""
+
+__all__ = ["RankEnv", "current"]
+
+
+def __getattr__(name):  # PEP 562: env.py (and dataclasses) only when asked for
+    if name in __all__:
+        from . import env
+
+        return getattr(env, name)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

@@ -1,0 +1,128 @@
+"""Post-import hook for torch.utils.data.dataloader: the job's defaults for every DataLoader.
+
+`patch(dlmod)` is called by the bootstrap (sitecustomize.py) right after
+torch.utils.data.dataloader is first executed (torch is never imported by the shim itself);
+call it only from there. It wraps two methods of dlmod.DataLoader:
+
+  __init__       binds the call against the original signature (positional arguments count
+                 as the code's choice, as keywords do: DataLoader(ds, 32, True, None, None, 4)
+                 has num_workers=4), asks policy.loader_defaults what the job fills in for
+                 current()'s RankEnv, raises its warnings at the trainer's line, and with
+                 SPAWNPOINT_SHIM_DEBUG=1 prints one line per loader. A call that does not
+                 bind is passed through untouched so torch reports it in its own words.
+  _get_iterator  spawned workers pickle the dataset, collate_fn and worker_init_fn; forked
+                 ones did not. If that pickling fails when the iterator starts: for workers
+                 that came from the job, a RuntimeWarning and the loader runs in the main
+                 process (as the code asked); for workers the code asked for, a RuntimeError
+                 that explains the spawn requirement (chained to the pickling error).
+
+What is not touched: pin_memory and everything else (pinning needs the code's device
+handling, torch already seeds worker w with base_seed + w, spawn is the only start method a
+job accepts). Persistent workers keep the dataset they unpickled at the first epoch: a
+trainer that mutates its dataset between epochs must pass persistent_workers=False or run
+with the job's persistentWorkers: false.
+"""
+
+import functools
+import inspect
+import os
+import sys
+
+from . import env as _env
+from ._report import warn
+from .policy import debug_line, loader_defaults, warnings_in
+
+_PICKLE_FALLBACK = (
+    "spawnpoint: the job asked for %d DataLoader workers, but spawned workers need the "
+    "dataset, collate_fn and worker_init_fn to be picklable and they are not (%s: %s); this "
+    "loader runs in the main process as the code asked. Define them at module level (no "
+    "lambdas or local functions) to get workers.")
+_PICKLE_ERROR = (
+    "spawnpoint starts DataLoader workers with 'spawn' (a forked worker of a process with a "
+    "GPU context crashes or hangs), which pickles the dataset, collate_fn and "
+    "worker_init_fn; one of them cannot be pickled (%s: %s). Define them at module level (no "
+    "lambdas or local functions), or pass multiprocessing_context='fork' explicitly to "
+    "accept fork's risks.")
+
+
+def _in_daemon_process():
+    mp = sys.modules.get("multiprocessing")
+    try:
+        return mp is not None and bool(mp.current_process().daemon)
+    except Exception:
+        return False
+
+
+def _is_pickling_error(err):
+    import pickle
+
+    if isinstance(err, pickle.PicklingError):
+        return True
+    return isinstance(err, (AttributeError, TypeError)) and "pickle" in str(err).lower()
+
+
+def patch(dlmod):
+    cls = getattr(dlmod, "DataLoader", None)
+    if cls is None or getattr(cls.__init__, "_spawnpoint_shim", False):
+        return
+    original_init = cls.__init__
+    signature = inspect.signature(original_init)
+    parameters = signature.parameters
+    if "num_workers" not in parameters:
+        return
+    accepted = frozenset(parameters)
+    iterable_base = getattr(dlmod, "IterableDataset", None)
+
+    @functools.wraps(original_init)
+    def __init__(self, *args, **kwargs):
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError:  # a wrong call: let torch report it in its own words
+            return original_init(self, *args, **kwargs)
+        env = _env.current()
+        if env is None:  # SPAWNPOINT_SHIM unset after start-up: stock behaviour
+            return original_init(self, *args, **kwargs)
+        dataset = bound.arguments.get("dataset")
+        iterable = iterable_base is not None and isinstance(dataset, iterable_base)
+        defaults, notes = loader_defaults(env, bound.arguments, iterable, _in_daemon_process(),
+                                          accepted)
+        for message in warnings_in(notes):
+            warn(message, 1)
+        bound.arguments.update(defaults)
+        original_init(*bound.args, **bound.kwargs)
+        self.__dict__["_spawnpoint_shim"] = {
+            "workers_from_job": defaults.get("num_workers", 0),
+            "spawn_from_shim": "multiprocessing_context" in defaults,
+        }
+        if env.debug:
+            sys.stderr.write("spawnpoint-shim: DataLoader(%s) in pid %d: %s\n" % (
+                type(dataset).__name__, os.getpid(), debug_line(notes)))
+            sys.stderr.flush()
+
+    __init__._spawnpoint_shim = True
+    cls.__init__ = __init__
+
+    original_get_iterator = getattr(cls, "_get_iterator", None)
+    if original_get_iterator is None:
+        return
+
+    @functools.wraps(original_get_iterator)
+    def _get_iterator(self):
+        try:
+            return original_get_iterator(self)
+        except Exception as err:
+            info = self.__dict__.get("_spawnpoint_shim")
+            if (not info or not info["spawn_from_shim"] or not self.num_workers
+                    or not _is_pickling_error(err)):
+                raise
+            if info["workers_from_job"]:
+                warn(_PICKLE_FALLBACK % (info["workers_from_job"], type(err).__name__, err), 2)
+                info["workers_from_job"] = 0
+                info["spawn_from_shim"] = False
+                self.num_workers = 0
+                self.timeout = 0
+                return original_get_iterator(self)
+            raise RuntimeError(_PICKLE_ERROR % (type(err).__name__, err)) from err
+
+    _get_iterator._spawnpoint_shim = True
+    cls._get_iterator = _get_iterator

@@ -1,0 +1,70 @@
+"""Post-import hook for torch.distributed: USE_LIBUV=0 where this torch has no libuv.
+
+`patch(distmod)` is called by the bootstrap (sitecustomize.py) right after torch.distributed
+is first executed (which `import torch` does); call it only from there. Since torch 2.4 a
+TCPStore server uses libuv unless USE_LIBUV=0, and a torch built without libuv (Debian 13's
+2.6) then fails every env:// or tcp:// rendezvous with "use_libuv was requested but PyTorch
+was build without libuv support". So, per policy.libuv_decision: USE_LIBUV set by the user
+is kept; on torch older than 2.4 (1.13 has neither libuv nor USE_LIBUV) nothing happens;
+otherwise the hook finds out whether TCPStore has libuv and, if not, sets
+os.environ['USE_LIBUV'] = '0' (read by torch at rendezvous, not at import) and says so once
+on stderr. Multiprocessing children (loader workers) skip the probe: they inherit the rank's
+USE_LIBUV and do not rendezvous.
+
+The probe: torch exposes no build flag for libuv (TCPStore.libuvBackend is a property of a
+store, and torch.__config__.show() does not list it); TCPStore's constructor checks it before
+it touches a socket. So the probe asks for a libuv server on 127.0.0.1, port 0 (an ephemeral
+port, no workers waited for): without libuv that fails at once with the message above; with
+libuv a store starts on loopback and is closed again (a few ms, once per rank). Any other
+outcome is "unknown" and nothing is changed.
+"""
+
+import datetime
+import os
+import sys
+
+from ._report import report_once
+from .policy import DISABLE, PROBE, libuv_decision
+
+NOTE = ("set USE_LIBUV=0: this torch %s was built without libuv, and its TCPStore "
+        "rendezvous would fail ('use_libuv was requested but PyTorch was build without libuv "
+        "support'); set USE_LIBUV yourself to override")
+
+
+def probe_libuv(tcp_store):
+    """True/False: whether tcp_store (torch.distributed.TCPStore) has the libuv backend;
+    None when the probe could not tell."""
+    try:
+        store = tcp_store(host_name="127.0.0.1", port=0, world_size=None, is_master=True,
+                          timeout=datetime.timedelta(seconds=10), wait_for_workers=False,
+                          use_libuv=True)
+    except Exception as err:  # "...was build (built) without libuv support"
+        return False if "without libuv" in str(err) else None
+    return bool(getattr(store, "libuvBackend", True))
+
+
+def apply_libuv_policy(torch_version, probe, environ, say):
+    """Runs policy.libuv_decision, calling probe() only if the decision needs it; on DISABLE
+    sets environ['USE_LIBUV'] = '0' and passes the note to say(). Returns the decision."""
+    decision = libuv_decision(torch_version, None, environ)
+    if decision == PROBE:
+        decision = libuv_decision(torch_version, probe(), environ)
+    if decision == DISABLE:
+        environ["USE_LIBUV"] = "0"
+        say(NOTE % torch_version)
+    return decision
+
+
+def _multiprocessing_child():
+    return "--multiprocessing-fork" in sys.argv
+
+
+def patch(distmod):
+    torch = sys.modules.get("torch")
+    tcp_store = getattr(distmod, "TCPStore", None)
+    if torch is None or tcp_store is None or _multiprocessing_child():
+        return
+    # torch is still being imported: its __version__ may not be set yet, torch.version's is.
+    version = getattr(torch, "__version__", None) or getattr(
+        sys.modules.get("torch.version"), "__version__", "")
+    apply_libuv_policy(str(version), lambda: probe_libuv(tcp_store), os.environ, report_once)

@@ -1,0 +1,36 @@
+"""How the rank side speaks: one stderr line per distinct problem, warnings at the trainer.
+
+`report_once` is for start-up level facts (a bad environment value, a hook that could not be
+applied, a setting the shim changed): each distinct message is written once per process.
+`warn` raises a RuntimeWarning attributed to the trainer's own line. Safe from any thread.
+"""
+
+import sys
+import threading
+import warnings
+
+FORK_WARNING = (
+    "spawnpoint: the 'fork' start method was chosen explicitly and is honoured, but a "
+    "forked child of a process that has initialised CUDA/ROCm crashes ('Cannot "
+    "re-initialize CUDA in forked subprocess') or hangs, and OpenMP thread pools do not "
+    "survive fork either. spawnpoint's default here is 'spawn'; drop the explicit 'fork' "
+    "to use it."
+)
+
+_reported = set()
+_lock = threading.Lock()
+
+
+def report_once(message):
+    """Writes 'spawnpoint-shim: <message>' to stderr, once per process for each message."""
+    with _lock:
+        if message in _reported:
+            return
+        _reported.add(message)
+    sys.stderr.write("spawnpoint-shim: %s\n" % message)
+    sys.stderr.flush()
+
+
+def warn(message, stacklevel):
+    """A RuntimeWarning attributed to the frame `stacklevel` levels above the caller."""
+    warnings.warn(message, RuntimeWarning, stacklevel=stacklevel + 2)
