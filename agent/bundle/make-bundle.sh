@@ -11,7 +11,9 @@
 #   lib/ld-linux-x86-64.so.2                the dynamic loader the launcher executes
 #   lib/<soname>                            what `ldd <agent>` lists, plus glibc's small
 #                                           companion libraries (see below)
-#   share/spawnpoint/python/sitecustomize.py  the Python start-up shim
+#   share/spawnpoint/python/sitecustomize.py  the Python start-up shim (its bootstrap)
+#   share/spawnpoint/python/spawnpoint_rank/  the rank side it loads: every *.py of the
+#                                           spawnpoint_rank package beside <shim file>
 #   share/spawnpoint/bundle-manifest.txt    where each file came from
 set -euo pipefail
 
@@ -26,6 +28,8 @@ shim=$2
 out=$3
 launcher=$4
 for f in "$agent" "$shim" "$launcher"; do [ -f "$f" ] || die "$f does not exist"; done
+package=$(dirname "$shim")/spawnpoint_rank
+[ -f "$package/__init__.py" ] || die "$package/__init__.py does not exist (the shim's package)"
 
 # ldd prints "name => /path (addr)", "/path/ld-linux... (addr)" or "name => not found".
 listing=$(ldd "$agent") || die "ldd $agent failed"
@@ -37,7 +41,7 @@ fi
 tmp="$out.tmp.$$"
 rm -rf "$tmp"
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/bin" "$tmp/libexec" "$tmp/lib" "$tmp/share/spawnpoint/python"
+mkdir -p "$tmp/bin" "$tmp/libexec" "$tmp/lib" "$tmp/share/spawnpoint/python/spawnpoint_rank"
 manifest="$tmp/share/spawnpoint/bundle-manifest.txt"
 {
   echo "# spawnpoint agent bundle: file <- source"
@@ -85,6 +89,9 @@ done
 copy "$agent" "libexec/spawnpoint-agent" 0755
 copy "$launcher" "bin/spawnpoint-agent" 0755
 copy "$shim" "share/spawnpoint/python/sitecustomize.py" 0644
+for f in "$package"/*.py; do
+  copy "$f" "share/spawnpoint/python/spawnpoint_rank/$(basename "$f")" 0644
+done
 chmod 0644 "$manifest"
 
 # Debian's libraries carry no debug info; the agent built RelWithDebInfo does (~30 MB).
