@@ -1,4 +1,4 @@
-"""Runs test_shim.py's test classes for ctest, without pytest.
+"""Runs the test classes of test_shim.py and test_rank_side.py for ctest, without pytest.
 
     run_shim_tests.py [--require-torch] [--source-dir DIR] [--agent BIN] TestClass...
 
@@ -38,9 +38,13 @@ def main():
     sys.dont_write_bytecode = True  # no __pycache__ in the source tree
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
+    import test_rank_side
     import test_shim
 
-    suite = unittest.defaultTestLoader.loadTestsFromNames(args.tests, test_shim)
+    suite = unittest.TestSuite()
+    for name in args.tests:  # a class of either module, by its name
+        module = test_rank_side if hasattr(test_rank_side, name.split(".")[0]) else test_shim
+        suite.addTest(unittest.defaultTestLoader.loadTestsFromName(name, module))
     started = time.monotonic()
     result = unittest.TextTestRunner(stream=sys.stdout, verbosity=2).run(suite)
     print("%s: %d tests in %.1f s" % (", ".join(args.tests), result.testsRun,

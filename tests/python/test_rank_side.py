@@ -1,0 +1,314 @@
+"""Unit tests of the shim's rank side (agent/python/spawnpoint_rank), without torch.
+
+RankEnvTest: RankEnv.from_environ and current(). LoaderPolicyTest: policy.loader_defaults,
+every branch of the DataLoader policy. LibuvTest: policy.libuv_decision and the glue of the
+torch.distributed hook, with fakes in place of torch. Run through run_shim_tests.py (ctest).
+"""
+
+import contextlib
+import dataclasses
+import io
+import os
+import subprocess
+import sys
+import types
+import unittest
+from unittest import mock
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_DIR = os.environ.get("SPAWNPOINT_SOURCE_DIR") or os.path.dirname(os.path.dirname(HERE))
+SHIM_DIR = os.path.join(SOURCE_DIR, "agent", "python")
+
+sys.path.insert(0, SHIM_DIR)
+try:
+    from spawnpoint_rank import _distributed, env as rank_env, policy
+    from spawnpoint_rank._report import FORK_WARNING
+    from spawnpoint_rank.env import RankEnv
+finally:
+    sys.path.remove(SHIM_DIR)
+
+FULL = {"SPAWNPOINT_SHIM": "1", "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4",
+        "SPAWNPOINT_LOADER_WORKERS": "2", "SPAWNPOINT_LOADER_PERSISTENT_WORKERS": "0",
+        "SPAWNPOINT_LOADER_PREFETCH_FACTOR": "3", "SPAWNPOINT_LOADER_TIMEOUT_SECONDS": "7.5",
+        "SPAWNPOINT_SHIM_DEBUG": "1"}
+
+
+def no_cpus():
+    raise AssertionError("the affinity was asked for although it is not needed")
+
+
+class RankEnvTest(unittest.TestCase):
+    def parse(self, affinity=no_cpus, **variables):
+        return RankEnv.from_environ({"SPAWNPOINT_LOADER_" + k.upper(): v
+                                     for k, v in variables.items()}, affinity)
+
+    def test_good_values(self):
+        self.assertEqual(RankEnv.from_environ(FULL, no_cpus), RankEnv(
+            rank=3, local_rank=1, world_size=4, loader_workers=2, persistent_workers=False,
+            prefetch_factor=3, timeout_s=7.5, debug=True, problems=()))
+
+    def test_nothing_set(self):
+        self.assertEqual(RankEnv.from_environ({}, no_cpus), RankEnv(
+            rank=0, local_rank=0, world_size=1, loader_workers=None, persistent_workers=True,
+            prefetch_factor=None, timeout_s=None, debug=False, problems=()))
+
+    def test_blanks_are_stripped_and_empty_is_unset(self):
+        parsed = self.parse(workers=" 4 ", prefetch_factor="", timeout_seconds="  ")
+        self.assertEqual((parsed.loader_workers, parsed.prefetch_factor, parsed.timeout_s),
+                         (4, None, None))
+        for on, off in (("1", "0"), ("true", "false"), ("YES", "No"), ("on", "off")):
+            self.assertTrue(self.parse(persistent_workers=on).persistent_workers, on)
+            self.assertFalse(self.parse(persistent_workers=off).persistent_workers, off)
+
+    def test_auto_workers(self):
+        self.assertEqual(self.parse(workers="auto", cpus="3").loader_workers, 3)
+        self.assertEqual(self.parse(workers="AUTO", cpus="20").loader_workers, 8)
+        self.assertEqual(self.parse(lambda: 5, workers="auto").loader_workers, 5)
+        self.assertEqual(self.parse(lambda: 0, workers="auto").loader_workers, 1)
+        self.assertEqual(RankEnv.from_environ({"SPAWNPOINT_LOADER_WORKERS": "auto"}).loader_workers,
+                         min(len(os.sched_getaffinity(0)), 8))
+        # CPUS is read for "auto" only.
+        self.assertEqual(self.parse(workers="2", cpus="lots").problems, ())
+
+    def test_each_bad_value_is_one_problem_naming_the_variable_and_what_is_allowed(self):
+        cases = [
+            ({"SPAWNPOINT_LOADER_WORKERS": "lots"}, "loader_workers", None,
+             "ignoring SPAWNPOINT_LOADER_WORKERS='lots': not an integer >= 0 or auto"),
+            ({"SPAWNPOINT_LOADER_WORKERS": "-1"}, "loader_workers", None,
+             "ignoring SPAWNPOINT_LOADER_WORKERS='-1': not an integer >= 0 or auto"),
+            ({"SPAWNPOINT_LOADER_WORKERS": "auto", "SPAWNPOINT_LOADER_CPUS": "0"},
+             "loader_workers", 6, "ignoring SPAWNPOINT_LOADER_CPUS='0': not a positive integer"),
+            ({"SPAWNPOINT_LOADER_PERSISTENT_WORKERS": "maybe"}, "persistent_workers", True,
+             "ignoring SPAWNPOINT_LOADER_PERSISTENT_WORKERS='maybe': not 0 or 1"),
+            ({"SPAWNPOINT_LOADER_PREFETCH_FACTOR": "0"}, "prefetch_factor", None,
+             "ignoring SPAWNPOINT_LOADER_PREFETCH_FACTOR='0': not a number >= 1"),
+            ({"SPAWNPOINT_LOADER_PREFETCH_FACTOR": "2.5"}, "prefetch_factor", None,
+             "ignoring SPAWNPOINT_LOADER_PREFETCH_FACTOR='2.5': not a number >= 1"),
+            ({"SPAWNPOINT_LOADER_TIMEOUT_SECONDS": "0"}, "timeout_s", None,
+             "ignoring SPAWNPOINT_LOADER_TIMEOUT_SECONDS='0': not a number > 0"),
+            ({"SPAWNPOINT_LOADER_TIMEOUT_SECONDS": "soon"}, "timeout_s", None,
+             "ignoring SPAWNPOINT_LOADER_TIMEOUT_SECONDS='soon': not a number > 0"),
+            ({"RANK": "x"}, "rank", 0, "ignoring RANK='x': not an integer >= 0"),
+            ({"LOCAL_RANK": "-2"}, "local_rank", 0, "ignoring LOCAL_RANK='-2': not an integer >= 0"),
+            ({"WORLD_SIZE": "0"}, "world_size", 1, "ignoring WORLD_SIZE='0': not an integer >= 1"),
+            ({"RANK": "4", "WORLD_SIZE": "2"}, "rank", 0, "ignoring RANK=4: not below WORLD_SIZE=2"),
+        ]
+        for environ, field, expected, problem in cases:
+            parsed = RankEnv.from_environ(environ, lambda: 6)
+            self.assertEqual(parsed.problems, (problem,), environ)
+            self.assertEqual(getattr(parsed, field), expected, environ)
+
+    def test_frozen(self):
+        with self.assertRaises(dataclasses.FrozenInstanceError):
+            RankEnv().rank = 1
+
+    def test_current_is_none_outside_an_agent_started_rank(self):
+        for value in (None, "0", "yes"):
+            environ = dict(FULL)
+            environ.pop("SPAWNPOINT_SHIM")
+            if value is not None:
+                environ["SPAWNPOINT_SHIM"] = value
+            self.assertIsNone(rank_env.current(environ), value)
+
+    def test_current_parses_once_and_again_only_after_a_change(self):
+        environ = dict(FULL)
+        first = rank_env.current(environ)
+        self.assertEqual(first, RankEnv.from_environ(FULL))
+        environ["UNRELATED"] = "1"
+        self.assertIs(rank_env.current(environ), first)
+        environ["SPAWNPOINT_LOADER_WORKERS"] = "5"
+        self.assertEqual(rank_env.current(environ).loader_workers, 5)
+
+    def test_current_reports_each_problem_once(self):
+        environ = {"SPAWNPOINT_SHIM": "1", "SPAWNPOINT_LOADER_WORKERS": "once-only"}
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            for workers in ("once-only", "2", "once-only"):
+                environ["SPAWNPOINT_LOADER_WORKERS"] = workers
+                rank_env.current(environ)
+        self.assertEqual(stderr.getvalue(), "spawnpoint-shim: ignoring "
+                         "SPAWNPOINT_LOADER_WORKERS='once-only': not an integer >= 0 or auto\n")
+
+    def test_every_hook_loads_without_torch(self):
+        # The bootstrap's hooks resolve to functions of the package beside it, in a fresh
+        # interpreter with the shim's environment, and importing them imports no torch.
+        code = ("import sitecustomize, sys\n"
+                "for target in sitecustomize._HOOKS.values():\n"
+                "    assert callable(sitecustomize._hook_function(target)), target\n"
+                "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))\n")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SPAWNPOINT_")}
+        env.update(PYTHONPATH=SHIM_DIR, SPAWNPOINT_SHIM="1", PYTHONDONTWRITEBYTECODE="1")
+        proc = subprocess.run([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+        self.assertEqual((proc.returncode, proc.stdout, proc.stderr), (0, "[]\n", ""))
+
+
+JOB = RankEnv(loader_workers=2, prefetch_factor=3, timeout_s=30.0)
+ALL_FROM_JOB = {"num_workers": 2, "multiprocessing_context": "spawn", "persistent_workers": True,
+                "prefetch_factor": 3, "timeout": 30.0}
+
+
+class LoaderPolicyTest(unittest.TestCase):
+    def decide(self, env=JOB, explicit=None, iterable=False, daemonic=False, **kwargs):
+        return policy.loader_defaults(env, explicit or {}, iterable, daemonic, **kwargs)
+
+    def test_no_job_workers_and_no_code_workers_change_nothing(self):
+        self.assertEqual(self.decide(RankEnv()), ({}, []))
+        # prefetch_factor and timeout only apply to a loader with workers.
+        self.assertEqual(self.decide(RankEnv(prefetch_factor=3, timeout_s=30.0)), ({}, []))
+        self.assertEqual(self.decide(RankEnv(loader_workers=0)), ({}, []))
+
+    def test_job_workers_are_applied_when_the_code_left_zero(self):
+        for explicit in ({}, {"num_workers": 0}):
+            kwargs, notes = self.decide(explicit=explicit)
+            self.assertEqual(kwargs, ALL_FROM_JOB, explicit)
+            self.assertEqual(policy.debug_line(notes), (
+                "set num_workers=0->2 (job), multiprocessing_context='spawn', "
+                "persistent_workers=True, prefetch_factor=3 (job), timeout=30s (job)"))
+            self.assertEqual(policy.warnings_in(notes), [])
+
+    def test_the_codes_own_choices_are_kept(self):
+        kwargs, notes = self.decide(explicit={"num_workers": 3, "persistent_workers": False,
+                                              "prefetch_factor": 2, "timeout": 0})
+        self.assertEqual(kwargs, {"multiprocessing_context": "spawn"})
+        self.assertEqual(policy.debug_line(notes), (
+            "set multiprocessing_context='spawn'; kept: num_workers=3, "
+            "persistent_workers=False, prefetch_factor=2, timeout=0"))
+        kwargs, _ = self.decide(explicit={"num_workers": 3, "multiprocessing_context": "spawn"})
+        self.assertNotIn("multiprocessing_context", kwargs)
+
+    def test_code_workers_without_a_job(self):
+        kwargs, notes = self.decide(RankEnv(), {"num_workers": 2})
+        self.assertEqual(kwargs, {"multiprocessing_context": "spawn", "persistent_workers": True})
+        self.assertEqual(policy.debug_line(notes), "set multiprocessing_context='spawn', "
+                         "persistent_workers=True; kept: num_workers=2")
+
+    def test_never_for_an_iterable_dataset(self):
+        kwargs, notes = self.decide(iterable=True)
+        self.assertEqual(kwargs, {})
+        self.assertEqual(notes, [policy.KEPT + "num_workers=0 (IterableDataset: the job's 2 "
+                                 "workers would each replay the stream)"])
+        # The code's own workers still get spawn and persistence.
+        kwargs, _ = self.decide(explicit={"num_workers": 2}, iterable=True)
+        self.assertEqual(kwargs["multiprocessing_context"], "spawn")
+
+    def test_never_in_a_daemonic_process(self):
+        kwargs, notes = self.decide(daemonic=True)
+        self.assertEqual(kwargs, {})
+        self.assertEqual(policy.debug_line(notes),
+                         "unchanged; kept: num_workers=0 (daemonic process: no children allowed)")
+
+    def test_the_job_can_turn_persistence_off(self):
+        kwargs, _ = self.decide(RankEnv(loader_workers=2, persistent_workers=False))
+        self.assertEqual(kwargs, {"num_workers": 2, "multiprocessing_context": "spawn"})
+
+    def test_explicit_fork_is_honoured_with_a_warning_note(self):
+        fork_object = types.SimpleNamespace(_name="fork")  # like get_context("fork")
+        for context, shown in (("fork", "'fork'"), (fork_object, "'fork'")):
+            kwargs, notes = self.decide(explicit={"multiprocessing_context": context})
+            self.assertNotIn("multiprocessing_context", kwargs)
+            self.assertEqual(kwargs["num_workers"], 2)
+            self.assertIn("kept: multiprocessing_context=" + shown, policy.debug_line(notes))
+            self.assertEqual(policy.warnings_in(notes), [FORK_WARNING])
+        _, notes = self.decide(explicit={"multiprocessing_context": "forkserver"})
+        self.assertEqual(policy.warnings_in(notes), [])
+
+    def test_only_arguments_this_torch_accepts(self):
+        kwargs, notes = self.decide(accepted={"num_workers", "timeout"})
+        self.assertEqual(kwargs, {"num_workers": 2, "timeout": 30.0})
+        self.assertEqual(policy.debug_line(notes), "set num_workers=0->2 (job), timeout=30s (job)")
+
+    def test_odd_num_workers_are_left_to_torch(self):
+        for odd in (None, -1, "2"):
+            kwargs, notes = self.decide(explicit={"num_workers": odd})
+            self.assertEqual(kwargs, {}, odd)
+            self.assertEqual(notes, [policy.KEPT + "num_workers=%r" % (odd,)])
+
+
+class LibuvTest(unittest.TestCase):
+    def test_decision(self):
+        cases = [
+            ("2.6.0+cpu", None, {}, policy.PROBE),
+            ("2.6.0+cpu", False, {}, policy.DISABLE),
+            ("2.6.0+cpu", True, {}, policy.KEEP),
+            ("2.4.0a0+git1234", False, {}, policy.DISABLE),
+            ("10.1", False, {}, policy.DISABLE),
+            ("2.6.0", False, {"USE_LIBUV": "1"}, policy.KEEP),  # the user's choice
+            ("2.6.0", False, {"USE_LIBUV": ""}, policy.KEEP),
+            ("2.6.0", None, {"USE_LIBUV": "0"}, policy.KEEP),
+            ("2.3.1", False, {}, policy.KEEP),     # libuv was opt-in before 2.4
+            ("1.13.0a0", None, {}, policy.KEEP),   # Debian 12: no libuv, no USE_LIBUV
+            ("1.7.1", False, {}, policy.KEEP),
+            ("", None, {}, policy.KEEP),
+            ("unknown", False, {}, policy.KEEP),
+        ]
+        for version, has_libuv, environ, expected in cases:
+            self.assertEqual(policy.libuv_decision(version, has_libuv, environ), expected,
+                             (version, has_libuv, environ))
+
+    def apply(self, version, has_libuv, environ):
+        probes, said = [], []
+
+        def probe():
+            probes.append(1)
+            return has_libuv
+        decision = _distributed.apply_libuv_policy(version, probe, environ, said.append)
+        return decision, len(probes), said
+
+    def test_apply_sets_use_libuv_and_says_so(self):
+        environ = {}
+        decision, probes, said = self.apply("2.6.0", False, environ)
+        self.assertEqual((decision, probes, environ), (policy.DISABLE, 1, {"USE_LIBUV": "0"}))
+        self.assertEqual(len(said), 1)
+        self.assertIn("USE_LIBUV=0", said[0])
+        self.assertIn("2.6.0", said[0])
+
+    def test_apply_probes_only_when_it_matters(self):
+        for version, environ, probes_expected in (("1.13.0a0", {}, 0),
+                                                  ("2.6.0", {"USE_LIBUV": "1"}, 0),
+                                                  ("2.6.0", {}, 1)):
+            decision, probes, said = self.apply(version, True, environ)
+            self.assertEqual((decision, probes, said), (policy.KEEP, probes_expected, []))
+            self.assertNotEqual(environ.get("USE_LIBUV"), "0")
+
+    def test_probe(self):
+        calls = []
+
+        def store(result):
+            def tcp_store(*args, **kwargs):
+                calls.append(kwargs)
+                if isinstance(result, Exception):
+                    raise result
+                return result
+            return tcp_store
+        missing = RuntimeError("use_libuv was requested but PyTorch was build without libuv "
+                               "support")
+        self.assertIs(_distributed.probe_libuv(store(missing)), False)
+        self.assertIsNone(_distributed.probe_libuv(store(RuntimeError("Address in use"))))
+        self.assertIs(_distributed.probe_libuv(store(types.SimpleNamespace(libuvBackend=True))),
+                      True)
+        self.assertEqual({k: calls[0][k] for k in ("host_name", "port", "is_master", "use_libuv")},
+                         {"host_name": "127.0.0.1", "port": 0, "is_master": True, "use_libuv": True})
+
+    def test_hook_on_a_fake_torch(self):
+        def tcp_store(*args, **kwargs):
+            raise RuntimeError("use_libuv was requested but PyTorch was build without libuv "
+                               "support")
+        distributed = types.SimpleNamespace(TCPStore=tcp_store)
+        for version, argv, expected in (("2.6.0", ["train.py"], "0"),
+                                        ("1.13.0a0", ["train.py"], None),
+                                        ("2.6.0", ["-c", "--multiprocessing-fork"], None)):
+            torch = types.SimpleNamespace(__version__=version)
+            stderr = io.StringIO()
+            with mock.patch.dict(sys.modules, {"torch": torch}), \
+                    mock.patch.dict(os.environ, clear=False), \
+                    mock.patch.object(sys, "argv", argv), contextlib.redirect_stderr(stderr):
+                os.environ.pop("USE_LIBUV", None)
+                _distributed.patch(distributed)
+                self.assertEqual(os.environ.get("USE_LIBUV"), expected, (version, argv))
+            self.assertEqual(stderr.getvalue().count("spawnpoint-shim: set USE_LIBUV=0"),
+                             1 if expected else 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
