@@ -1,8 +1,8 @@
 """Unit tests of the shim's rank side (agent/python/spawnpoint_rank), without torch.
 
 RankEnvTest: RankEnv.from_environ and current(). LoaderPolicyTest: policy.loader_defaults,
-every branch of the DataLoader policy. LibuvTest: policy.libuv_decision and the glue of the
-torch.distributed hook, with fakes in place of torch. Run through run_shim_tests.py (ctest).
+every branch of the DataLoader policy. (test_libuv.py: the USE_LIBUV rule.) Run through
+run_shim_tests.py (ctest).
 """
 
 import contextlib
@@ -13,7 +13,6 @@ import subprocess
 import sys
 import types
 import unittest
-from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.environ.get("SPAWNPOINT_SOURCE_DIR") or os.path.dirname(os.path.dirname(HERE))
@@ -21,7 +20,7 @@ SHIM_DIR = os.path.join(SOURCE_DIR, "agent", "python")
 
 sys.path.insert(0, SHIM_DIR)
 try:
-    from spawnpoint_rank import _distributed, env as rank_env, policy
+    from spawnpoint_rank import env as rank_env, policy
     from spawnpoint_rank._report import FORK_WARNING
     from spawnpoint_rank.env import RankEnv
 finally:
@@ -71,31 +70,32 @@ class RankEnvTest(unittest.TestCase):
         self.assertEqual(self.parse(workers="2", cpus="lots").problems, ())
 
     def test_each_bad_value_is_one_problem_naming_the_variable_and_what_is_allowed(self):
-        cases = [
-            ({"SPAWNPOINT_LOADER_WORKERS": "lots"}, "loader_workers", None,
-             "ignoring SPAWNPOINT_LOADER_WORKERS='lots': not an integer >= 0 or auto"),
-            ({"SPAWNPOINT_LOADER_WORKERS": "-1"}, "loader_workers", None,
-             "ignoring SPAWNPOINT_LOADER_WORKERS='-1': not an integer >= 0 or auto"),
-            ({"SPAWNPOINT_LOADER_WORKERS": "auto", "SPAWNPOINT_LOADER_CPUS": "0"},
-             "loader_workers", 6, "ignoring SPAWNPOINT_LOADER_CPUS='0': not a positive integer"),
-            ({"SPAWNPOINT_LOADER_PERSISTENT_WORKERS": "maybe"}, "persistent_workers", True,
-             "ignoring SPAWNPOINT_LOADER_PERSISTENT_WORKERS='maybe': not 0 or 1"),
-            ({"SPAWNPOINT_LOADER_PREFETCH_FACTOR": "0"}, "prefetch_factor", None,
-             "ignoring SPAWNPOINT_LOADER_PREFETCH_FACTOR='0': not a number >= 1"),
-            ({"SPAWNPOINT_LOADER_PREFETCH_FACTOR": "2.5"}, "prefetch_factor", None,
-             "ignoring SPAWNPOINT_LOADER_PREFETCH_FACTOR='2.5': not a number >= 1"),
-            ({"SPAWNPOINT_LOADER_TIMEOUT_SECONDS": "0"}, "timeout_s", None,
-             "ignoring SPAWNPOINT_LOADER_TIMEOUT_SECONDS='0': not a number > 0"),
-            ({"SPAWNPOINT_LOADER_TIMEOUT_SECONDS": "soon"}, "timeout_s", None,
-             "ignoring SPAWNPOINT_LOADER_TIMEOUT_SECONDS='soon': not a number > 0"),
-            ({"RANK": "x"}, "rank", 0, "ignoring RANK='x': not an integer >= 0"),
-            ({"LOCAL_RANK": "-2"}, "local_rank", 0, "ignoring LOCAL_RANK='-2': not an integer >= 0"),
-            ({"WORLD_SIZE": "0"}, "world_size", 1, "ignoring WORLD_SIZE='0': not an integer >= 1"),
-            ({"RANK": "4", "WORLD_SIZE": "2"}, "rank", 0, "ignoring RANK=4: not below WORLD_SIZE=2"),
+        L = "SPAWNPOINT_LOADER_"
+        cases = [  # environment, field, its value, the one problem
+            ({L + "WORKERS": "lots"}, "loader_workers", None,
+             L + "WORKERS='lots': not an integer >= 0 or auto"),
+            ({L + "WORKERS": "-1"}, "loader_workers", None,
+             L + "WORKERS='-1': not an integer >= 0 or auto"),
+            ({L + "WORKERS": "auto", L + "CPUS": "0"}, "loader_workers", 6,
+             L + "CPUS='0': not a positive integer"),
+            ({L + "PERSISTENT_WORKERS": "maybe"}, "persistent_workers", True,
+             L + "PERSISTENT_WORKERS='maybe': not 0 or 1"),
+            ({L + "PREFETCH_FACTOR": "0"}, "prefetch_factor", None,
+             L + "PREFETCH_FACTOR='0': not a number >= 1"),
+            ({L + "PREFETCH_FACTOR": "2.5"}, "prefetch_factor", None,
+             L + "PREFETCH_FACTOR='2.5': not a number >= 1"),
+            ({L + "TIMEOUT_SECONDS": "0"}, "timeout_s", None,
+             L + "TIMEOUT_SECONDS='0': not a number > 0"),
+            ({L + "TIMEOUT_SECONDS": "soon"}, "timeout_s", None,
+             L + "TIMEOUT_SECONDS='soon': not a number > 0"),
+            ({"RANK": "x"}, "rank", 0, "RANK='x': not an integer >= 0"),
+            ({"LOCAL_RANK": "-2"}, "local_rank", 0, "LOCAL_RANK='-2': not an integer >= 0"),
+            ({"WORLD_SIZE": "0"}, "world_size", 1, "WORLD_SIZE='0': not an integer >= 1"),
+            ({"RANK": "4", "WORLD_SIZE": "2"}, "rank", 0, "RANK=4: not below WORLD_SIZE=2"),
         ]
         for environ, field, expected, problem in cases:
             parsed = RankEnv.from_environ(environ, lambda: 6)
-            self.assertEqual(parsed.problems, (problem,), environ)
+            self.assertEqual(parsed.problems, ("ignoring " + problem,), environ)
             self.assertEqual(getattr(parsed, field), expected, environ)
 
     def test_frozen(self):
@@ -223,91 +223,6 @@ class LoaderPolicyTest(unittest.TestCase):
             kwargs, notes = self.decide(explicit={"num_workers": odd})
             self.assertEqual(kwargs, {}, odd)
             self.assertEqual(notes, [policy.KEPT + "num_workers=%r" % (odd,)])
-
-
-class LibuvTest(unittest.TestCase):
-    def test_decision(self):
-        cases = [
-            ("2.6.0+cpu", None, {}, policy.PROBE),
-            ("2.6.0+cpu", False, {}, policy.DISABLE),
-            ("2.6.0+cpu", True, {}, policy.KEEP),
-            ("2.4.0a0+git1234", False, {}, policy.DISABLE),
-            ("10.1", False, {}, policy.DISABLE),
-            ("2.6.0", False, {"USE_LIBUV": "1"}, policy.KEEP),  # the user's choice
-            ("2.6.0", False, {"USE_LIBUV": ""}, policy.KEEP),
-            ("2.6.0", None, {"USE_LIBUV": "0"}, policy.KEEP),
-            ("2.3.1", False, {}, policy.KEEP),     # libuv was opt-in before 2.4
-            ("1.13.0a0", None, {}, policy.KEEP),   # Debian 12: no libuv, no USE_LIBUV
-            ("1.7.1", False, {}, policy.KEEP),
-            ("", None, {}, policy.KEEP),
-            ("unknown", False, {}, policy.KEEP),
-        ]
-        for version, has_libuv, environ, expected in cases:
-            self.assertEqual(policy.libuv_decision(version, has_libuv, environ), expected,
-                             (version, has_libuv, environ))
-
-    def apply(self, version, has_libuv, environ):
-        probes, said = [], []
-
-        def probe():
-            probes.append(1)
-            return has_libuv
-        decision = _distributed.apply_libuv_policy(version, probe, environ, said.append)
-        return decision, len(probes), said
-
-    def test_apply_sets_use_libuv_and_says_so(self):
-        environ = {}
-        decision, probes, said = self.apply("2.6.0", False, environ)
-        self.assertEqual((decision, probes, environ), (policy.DISABLE, 1, {"USE_LIBUV": "0"}))
-        self.assertEqual(len(said), 1)
-        self.assertIn("USE_LIBUV=0", said[0])
-        self.assertIn("2.6.0", said[0])
-
-    def test_apply_probes_only_when_it_matters(self):
-        for version, environ, probes_expected in (("1.13.0a0", {}, 0),
-                                                  ("2.6.0", {"USE_LIBUV": "1"}, 0),
-                                                  ("2.6.0", {}, 1)):
-            decision, probes, said = self.apply(version, True, environ)
-            self.assertEqual((decision, probes, said), (policy.KEEP, probes_expected, []))
-            self.assertNotEqual(environ.get("USE_LIBUV"), "0")
-
-    def test_probe(self):
-        calls = []
-
-        def store(result):
-            def tcp_store(*args, **kwargs):
-                calls.append(kwargs)
-                if isinstance(result, Exception):
-                    raise result
-                return result
-            return tcp_store
-        missing = RuntimeError("use_libuv was requested but PyTorch was build without libuv "
-                               "support")
-        self.assertIs(_distributed.probe_libuv(store(missing)), False)
-        self.assertIsNone(_distributed.probe_libuv(store(RuntimeError("Address in use"))))
-        self.assertIs(_distributed.probe_libuv(store(types.SimpleNamespace(libuvBackend=True))),
-                      True)
-        self.assertEqual({k: calls[0][k] for k in ("host_name", "port", "is_master", "use_libuv")},
-                         {"host_name": "127.0.0.1", "port": 0, "is_master": True, "use_libuv": True})
-
-    def test_hook_on_a_fake_torch(self):
-        def tcp_store(*args, **kwargs):
-            raise RuntimeError("use_libuv was requested but PyTorch was build without libuv "
-                               "support")
-        distributed = types.SimpleNamespace(TCPStore=tcp_store)
-        for version, argv, expected in (("2.6.0", ["train.py"], "0"),
-                                        ("1.13.0a0", ["train.py"], None),
-                                        ("2.6.0", ["-c", "--multiprocessing-fork"], None)):
-            torch = types.SimpleNamespace(__version__=version)
-            stderr = io.StringIO()
-            with mock.patch.dict(sys.modules, {"torch": torch}), \
-                    mock.patch.dict(os.environ, clear=False), \
-                    mock.patch.object(sys, "argv", argv), contextlib.redirect_stderr(stderr):
-                os.environ.pop("USE_LIBUV", None)
-                _distributed.patch(distributed)
-                self.assertEqual(os.environ.get("USE_LIBUV"), expected, (version, argv))
-            self.assertEqual(stderr.getvalue().count("spawnpoint-shim: set USE_LIBUV=0"),
-                             1 if expected else 0)
 
 
 if __name__ == "__main__":
