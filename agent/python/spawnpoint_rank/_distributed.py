@@ -13,10 +13,11 @@ USE_LIBUV and do not rendezvous.
 
 The probe: torch exposes no build flag for libuv (TCPStore.libuvBackend is a property of a
 store, and torch.__config__.show() does not list it); TCPStore's constructor checks it before
-it touches a socket. So the probe asks for a libuv server on 127.0.0.1, port 0 (an ephemeral
-port, no workers waited for): without libuv that fails at once with the message above; with
-libuv a store starts on loopback and is closed again (a few ms, once per rank). Any other
-outcome is "unknown" and nothing is changed.
+it touches a socket. So the probe asks for a libuv server store on port 0 (an ephemeral port,
+its client on 127.0.0.1, no workers waited for): without libuv that fails at once with the
+message above; with libuv the store starts and is closed again (a few ms, once per process
+that imports torch, multiprocessing children excepted). Any other outcome counts as "unknown"
+and changes nothing, which is also the right answer for a torch with libuv.
 """
 
 import datetime
