@@ -150,7 +150,9 @@ StatusOr<std::optional<ReadyBatch>> PoolClient::Take(int64_t epoch, std::optiona
   }
   ready->erase(it);
   const int64_t id = t.id;
-  ReadyBatch r{t.epoch, t.batch, std::move(t.indices), t.slot, t.done_worker, std::move(t.fields)};
+  ReadyBatch r{t.epoch,          t.batch,       std::move(t.indices),
+               t.slot,           t.done_worker, std::move(t.fields),
+               std::move(t.tree)};
   tasks_.erase(id);
   lock.unlock();
   slots_->Wake();  // the budget moved: more tasks may be issued

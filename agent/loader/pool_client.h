@@ -68,6 +68,9 @@ struct ReadyBatch {
   int slot = -1;
   int worker = -1;        // who built it
   nlohmann::json fields;  // [{"name","dtype","shape","offset","nbytes"}] within the slot
+  // The batch's structure and its non-array leaves, from a Python worker (null from C++
+  // workers): spawnpoint_rank/_batch_codec.py describes it.
+  nlohmann::json tree;
 };
 
 struct PoolClientStats {
@@ -167,6 +170,7 @@ class PoolClient {
     bool canceled = false;
     int done_worker = -1;
     nlohmann::json fields;
+    nlohmann::json tree;
     std::vector<std::string> failures;  // one line per failed attempt
     std::string last_failure_detail;    // the last attempt's stderr tail
     std::optional<Status> error;        // the batch's outcome when it cannot be built

@@ -244,6 +244,7 @@ void PoolClient::OnDone(Conn& c, const nlohmann::json& b, Clock::TimePoint now) 
   if (t.canceled) return Remove(t);
   t.done_worker = c.id;
   t.fields = b.value("fields", nlohmann::json::array());
+  t.tree = b.value("tree", nlohmann::json());
   ready_[t.epoch][t.batch] = id;
 }
 

@@ -13,6 +13,15 @@
 //   worker -> client: Done{id, bytes, fields:[{name, dtype, shape, offset, nbytes}]}
 //                 or  Error{id, kind, index, message, need, have}
 //
+// The Python variant (agent/python/spawnpoint_rank/worker.py, for Python ranks): Configure's
+// dataset is "python" and arg the path of a pickle file holding {"dataset", "collate_fn",
+// "worker_init_fn", "base_seed", "num_workers", "auto_collation"} (worker.py's docstring).
+// Done adds tree: the batch's structure and its non-array leaves, each tensor or array a
+// reference to its field (spawnpoint_rank/_batch_codec.py). A "dataset" Error's message is
+// PyTorch's "Caught E in DataLoader worker process N. Original Traceback ..." text and adds
+// excType ("module.qualname" of the exception); a "collate" Error covers collate_fn and
+// values the ring cannot carry.
+//
 // Thread-safety: a MessageReader belongs to one thread; SendMessage is as thread-safe as
 // the socket (one writer at a time per socket).
 #pragma once

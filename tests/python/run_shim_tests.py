@@ -1,5 +1,5 @@
-"""Runs the test classes of test_shim.py, test_rank_side.py and test_libuv.py for ctest,
-without pytest.
+"""Runs the test classes of test_shim.py, test_rank_side.py, test_libuv.py and
+test_batch_codec.py for ctest, without pytest.
 
     run_shim_tests.py [--require-torch] [--source-dir DIR] [--agent BIN] TestClass...
 
@@ -39,14 +39,15 @@ def main():
     sys.dont_write_bytecode = True  # no __pycache__ in the source tree
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
+    import test_batch_codec
     import test_libuv
     import test_rank_side
     import test_shim
 
     suite = unittest.TestSuite()
     for name in args.tests:  # a class of any of these modules, by its name
-        module = next((m for m in (test_rank_side, test_libuv) if hasattr(m, name.split(".")[0])),
-                      test_shim)
+        module = next((m for m in (test_rank_side, test_libuv, test_batch_codec)
+                       if hasattr(m, name.split(".")[0])), test_shim)
         suite.addTest(unittest.defaultTestLoader.loadTestsFromName(name, module))
     started = time.monotonic()
     result = unittest.TextTestRunner(stream=sys.stdout, verbosity=2).run(suite)

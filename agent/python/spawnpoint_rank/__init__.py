@@ -9,6 +9,10 @@ start-up shim (sitecustomize.py beside this package), never by the trainer:
   _dataloader.py  hook: the job's defaults for every torch DataLoader
   _distributed.py hook: USE_LIBUV=0 where torch lacks libuv
   _report.py      one stderr line per problem; warnings at the trainer's line
+The Python loader worker, run by a pool owner (`python -m spawnpoint_rank.worker`), never
+inside a rank:
+  worker.py       the worker half of agent/loader/protocol.h for pickled Python datasets
+  _batch_codec.py a collated batch as slot fields plus a JSON tree
 
 Loads on CPython 3.9-3.13 and torch 1.7-2.x; torch is never imported here (the hooks get
 the modules torch itself imported). This module imports nothing until asked: the

@@ -1,0 +1,381 @@
+"""The Python loader worker: the worker half of agent/loader/protocol.h, for the datasets
+of Python ranks, as agent/loader/worker.cc is for C++ ones.
+
+A pool owner (PoolSupervisor, StandalonePool) starts it as `<python> -m
+spawnpoint_rank.worker` with agent/python on PYTHONPATH, the worker's listening socket as
+fd 3 and SPAWNPOINT_LOADER_{LISTEN_FD,WORKER_ID,RANK,INCARNATION} set (contract.h). It
+imports torch at once, then serves one rank connection at a time: when the rank goes away
+(or restarts), the worker waits for the next one, its dataset still loaded.
+
+Configure{dataset: "python", arg: PATH}: PATH is a pickle file the rank side writes, one per
+DataLoader (iterator, when workers are not persistent), holding the dict
+  dataset          a map-style dataset (len() and [] or __getitems__)
+  collate_fn       None: torch's default_collate (default_convert without auto_collation)
+  worker_init_fn   None, or called once with the worker id, as PyTorch does
+  base_seed        int: what the DataLoader drew from its generator for this iterator
+  num_workers      the DataLoader's num_workers (WorkerInfo.num_workers); default: the
+                   Configure's numWorkers
+  auto_collation   bool, default True: batches of indices (False: batch_size=None, one
+                   index per task, no collation)
+The file is loaded when its (path, mtime, size) differs from the last one; then the worker
+is set up exactly as torch's _worker_loop sets up worker `workerId` (one thread; seeds
+base_seed + id for random and torch, numpy from _generate_state where the torch has it;
+get_worker_info(); worker_init_fn). The same file again (a reconnect) keeps the worker as it
+is, random streams included, like a persistent PyTorch worker.
+
+Batches are fetched as torch's _MapDatasetFetcher fetches, collated, and written into the
+ring slot by _batch_codec: Done{id, bytes, fields, tree}. Errors: kind "dataset" with the
+sample index and PyTorch's "Caught E in DataLoader worker process N. Original Traceback..."
+text (plus "excType": module.qualname of the exception); "collate" for collate_fn failures
+and values the ring cannot carry; "slot"; "configure"; "protocol".
+
+The probe (Probe{epoch, batch, indices}) builds a batch with the worker's random streams and
+keeps it for the Task of the same batch, so a probe of the first batch worker 0 builds leaves
+its streams as PyTorch would.
+"""
+
+import json
+import mmap
+import os
+import pickle
+import socket
+import struct
+import sys
+import traceback
+
+from . import _batch_codec
+
+PROTOCOL_VERSION = 1
+CONFIGURE, HELLO, RING, PROBE, PROBE_RESULT, TASK, DONE, ERROR = range(1, 9)
+_HEADER = struct.Struct("<IBBxx")  # payload length, message type, descriptor follows
+_MAX_PAYLOAD = 64 << 20
+_MAX_FDS = 8
+
+
+class Connection(object):
+    """One rank's connection: framed JSON messages, descriptors by SCM_RIGHTS."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self._buffer = b""
+        self._fds = []
+
+    def close(self):
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+        self.sock.close()
+
+    def receive(self):
+        """The next (type, body, fd or -1); None when the rank went away."""
+        while True:
+            if len(self._buffer) >= _HEADER.size:
+                length, kind, has_fd = _HEADER.unpack_from(self._buffer)
+                if length > _MAX_PAYLOAD:
+                    raise ValueError("malformed frame: payload of %d bytes" % length)
+                end = _HEADER.size + length
+                if len(self._buffer) >= end:
+                    body = json.loads(self._buffer[_HEADER.size:end].decode("utf-8"))
+                    self._buffer = self._buffer[end:]
+                    fd = -1
+                    if has_fd:
+                        if not self._fds:
+                            raise ValueError("message %d arrived without its descriptor" % kind)
+                        fd = self._fds.pop(0)
+                    return kind, body, fd
+            try:
+                data, ancillary, _, _ = self.sock.recvmsg(
+                    64 * 1024, socket.CMSG_SPACE(_MAX_FDS * 4),
+                    getattr(socket, "MSG_CMSG_CLOEXEC", 0))
+            except (ConnectionError, OSError):
+                return None
+            for level, ctype, cdata in ancillary:
+                if level == socket.SOL_SOCKET and ctype == socket.SCM_RIGHTS:
+                    usable = len(cdata) - len(cdata) % 4
+                    self._fds.extend(struct.unpack("%di" % (usable // 4), cdata[:usable]))
+            if not data:
+                return None
+            self._buffer += data
+
+    def send(self, kind, body):
+        payload = json.dumps(body, allow_nan=False).encode("utf-8")
+        self.sock.sendall(_HEADER.pack(len(payload), kind, 0) + payload)
+
+
+class BuildError(Exception):
+    def __init__(self, kind, message, index=-1, need=0, have=0, exc_type=None):
+        Exception.__init__(self, message)
+        self.reply = {"kind": kind, "message": message, "index": index, "need": need,
+                      "have": have}
+        if exc_type is not None:
+            self.reply["excType"] = "%s.%s" % (exc_type.__module__, exc_type.__qualname__)
+
+
+def caught(worker_id, index=-1, kind="dataset"):
+    """The exception being handled as PyTorch's ExceptionWrapper words it in the rank."""
+    exc_type, exc, tb = sys.exc_info()
+    text = "Caught %s in DataLoader worker process %d.\nOriginal %s" % (
+        exc_type.__name__, worker_id, "".join(traceback.format_exception(exc_type, exc, tb)))
+    return BuildError(kind, text, index=index, exc_type=exc_type)
+
+
+class LoaderSpec(object):
+    """One DataLoader's pickle, loaded, and the worker set up for it as PyTorch would."""
+
+    def __init__(self, key, spec, worker_id, fallback_workers):
+        self.key = key
+        self.dataset = spec["dataset"]
+        self.auto_collation = bool(spec.get("auto_collation", True))
+        self.collate_fn = spec.get("collate_fn")
+        if self.collate_fn is None:
+            from torch.utils.data._utils import collate
+            self.collate_fn = (collate.default_collate if self.auto_collation
+                               else collate.default_convert)
+        self.worker_id = worker_id
+        self.num_workers = int(spec.get("num_workers") or fallback_workers)
+        self.base_seed = int(spec.get("base_seed", 0))
+        self.size = len(self.dataset)
+        self.init_error = None
+        setup_like_torch(self.base_seed, worker_id, self.num_workers, self.dataset)
+        init_fn = spec.get("worker_init_fn")
+        if init_fn is not None:
+            try:
+                init_fn(worker_id)
+            except Exception:
+                # PyTorch hands this to the first batch the worker is asked for.
+                self.init_error = caught(worker_id)
+
+    def fetch(self, indices):
+        """The collated batch of these sample indices, as _MapDatasetFetcher builds it."""
+        if self.init_error is not None:
+            error, self.init_error = self.init_error, None
+            raise error
+        dataset = self.dataset
+        if not self.auto_collation:
+            index = indices[0] if indices else -1
+            try:
+                data = dataset[index]
+            except Exception:
+                raise caught(self.worker_id, index)
+        elif getattr(dataset, "__getitems__", None):
+            try:
+                data = dataset.__getitems__(list(indices))
+            except Exception:
+                raise caught(self.worker_id)
+        else:
+            data = []
+            for index in indices:
+                try:
+                    data.append(dataset[index])
+                except Exception:
+                    raise caught(self.worker_id, index)
+        try:
+            return self.collate_fn(data)
+        except Exception:
+            raise caught(self.worker_id, kind="collate")
+
+
+def setup_like_torch(base_seed, worker_id, num_workers, dataset):
+    """What torch's _worker_loop does before its first batch, for this torch version."""
+    import random
+
+    import torch
+    from torch.utils.data._utils import worker as torch_worker
+
+    torch.set_num_threads(1)
+    seed = base_seed + worker_id
+    random.seed(seed)
+    torch.manual_seed(seed)
+    generate_state = getattr(torch_worker, "_generate_state", None)  # torch >= 1.9
+    if generate_state is not None and getattr(torch_worker, "HAS_NUMPY", False):
+        import numpy as np
+        np.random.seed(generate_state(base_seed, worker_id))
+    torch_worker._worker_info = torch_worker.WorkerInfo(
+        id=worker_id, num_workers=num_workers, seed=seed, dataset=dataset)
+
+
+class Worker(object):
+    def __init__(self, listen, worker_id, rank, incarnation):
+        self.listen = listen
+        self.worker_id = worker_id
+        self.rank = rank
+        self.incarnation = incarnation
+        self.loader = None  # LoaderSpec, kept across connections
+        self.ring = None  # (mmap, slots, slot_bytes) of the connected rank
+        self.cached = None  # (epoch, batch, indices, collated batch) built by a probe
+
+    def serve(self):
+        while True:
+            try:
+                sock, _ = self.listen.accept()
+            except InterruptedError:
+                continue
+            conn = Connection(sock)
+            try:
+                self.serve_client(conn)
+            finally:
+                conn.close()
+                self.cached = None
+                if self.ring is not None:
+                    self.ring[0].close()
+                    self.ring = None
+
+    def serve_client(self, conn):
+        while True:
+            try:
+                message = conn.receive()
+            except ValueError as e:
+                log("worker %d: %s" % (self.worker_id, e))
+                return
+            if message is None:
+                return
+            kind, body, fd = message
+            try:
+                reply = self.handle(kind, body, fd)
+            finally:
+                if fd >= 0 and kind != RING:
+                    os.close(fd)  # a descriptor nobody took
+            if reply is not None:
+                try:
+                    conn.send(*reply)
+                except OSError:
+                    return  # the rank went away
+
+    def handle(self, kind, body, fd):
+        handlers = {CONFIGURE: self.configure, PROBE: self.probe, TASK: self.task}
+        if kind == RING:
+            return self.attach_ring(body, fd)
+        if kind in handlers:
+            return handlers[kind](body)
+        return error_reply(-1, "protocol", "unexpected message %d" % kind)
+
+    def configure(self, body):
+        if body.get("protocol") != PROTOCOL_VERSION:
+            return error_reply(-1, "configure", "protocol version %s but this worker speaks %d"
+                               % (body.get("protocol"), PROTOCOL_VERSION))
+        if body.get("workerId", self.worker_id) != self.worker_id:
+            return error_reply(-1, "configure", "the client expected worker %s but reached "
+                               "worker %d" % (body.get("workerId"), self.worker_id))
+        if body.get("dataset") != "python":
+            return error_reply(-1, "configure", "this is the Python loader worker; it serves "
+                               "dataset \"python\" (a pickle file), not %r" % body.get("dataset"))
+        self.cached = None
+        path = body.get("arg", "")
+        try:
+            st = os.stat(path)
+            key = (path, st.st_mtime_ns, st.st_size)
+            if self.loader is None or self.loader.key != key:
+                self.loader = None
+                with open(path, "rb") as f:
+                    spec = pickle.load(f)
+                self.loader = LoaderSpec(key, spec, self.worker_id, body.get("numWorkers", 1))
+        except Exception:
+            return error_reply(-1, "configure", "cannot load the DataLoader from %s:\n%s"
+                               % (path, traceback.format_exc()))
+        return HELLO, {"pid": os.getpid(), "incarnation": self.incarnation,
+                       "workerId": self.worker_id, "size": self.loader.size}
+
+    def attach_ring(self, body, fd):
+        if self.ring is not None:
+            self.ring[0].close()
+            self.ring = None
+        slots, slot_bytes = int(body.get("slots", 0)), int(body.get("slotBytes", 0))
+        try:
+            need = slots * slot_bytes
+            have = os.fstat(fd).st_size if fd >= 0 else 0
+            if need == 0 or have < need:
+                return error_reply(-1, "ring", "shared-memory ring: the descriptor holds %d "
+                                   "bytes, fewer than %d" % (have, need))
+            self.ring = (mmap.mmap(fd, need, mmap.MAP_SHARED,
+                                   mmap.PROT_READ | mmap.PROT_WRITE), slots, slot_bytes)
+        except OSError as e:
+            return error_reply(-1, "ring", "shared-memory ring: mmap: %s" % e)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        return None
+
+    def build(self, epoch, batch, indices):
+        if self.cached is not None and self.cached[:3] == (epoch, batch, indices):
+            built = self.cached[3]
+            self.cached = None
+            return built
+        return self.loader.fetch(indices)
+
+    def probe(self, body):
+        if self.loader is None:
+            return error_reply(-1, "protocol", "Probe before Configure")
+        epoch, batch, indices = body.get("epoch", 0), body.get("batch", 0), body.get("indices", [])
+        try:
+            built = self.loader.fetch(indices)
+            layout = _batch_codec.plan(built)
+        except BuildError as e:
+            return ERROR, dict(e.reply, id=-1)
+        except _batch_codec.CodecError as e:
+            return error_reply(-1, "collate", str(e))
+        self.cached = (epoch, batch, indices, built)
+        return PROBE_RESULT, {"bytes": layout.nbytes}
+
+    def task(self, body):
+        task_id = body.get("id", -1)
+        if self.loader is None or self.ring is None:
+            return error_reply(task_id, "protocol", "Task before Configure and Ring")
+        ring, slots, slot_bytes = self.ring
+        slot = body.get("slot", 0)
+        if not 0 <= slot < slots:
+            return error_reply(task_id, "protocol", "slot %d is outside the ring" % slot)
+        try:
+            built = self.build(body.get("epoch", 0), body.get("batch", 0), body.get("indices", []))
+            layout = _batch_codec.plan(built)
+        except BuildError as e:
+            return ERROR, dict(e.reply, id=task_id)
+        except _batch_codec.CodecError as e:
+            return error_reply(task_id, "collate", str(e))
+        if layout.nbytes > slot_bytes:
+            return ERROR, {"id": task_id, "kind": "slot", "message": "", "index": -1,
+                           "need": layout.nbytes, "have": slot_bytes}
+        layout.write(ring, slot * slot_bytes, slot_bytes)
+        return DONE, {"id": task_id, "bytes": layout.nbytes, "fields": layout.fields,
+                      "tree": layout.tree}
+
+
+def error_reply(task_id, kind, message):
+    return ERROR, {"id": task_id, "kind": kind, "message": message}
+
+
+def log(line):
+    sys.stderr.write("loader worker: %s\n" % line)
+    sys.stderr.flush()
+
+
+def env_int(name, fallback):
+    try:
+        return int(os.environ.get(name, ""))
+    except ValueError:
+        return fallback
+
+
+def main():
+    fd = env_int("SPAWNPOINT_LOADER_LISTEN_FD", 3)
+    try:
+        listen = socket.socket(fileno=fd)
+        if listen.type != socket.SOCK_STREAM:
+            raise OSError("not a stream socket")
+    except OSError as e:
+        log("started as a loader worker but fd %d is not a listening socket: %s" % (fd, e))
+        return 2
+    os.environ.pop("SPAWNPOINT_LOADER_LISTEN_FD", None)  # programs the dataset starts
+    os.set_inheritable(fd, False)
+    sys.stdout.reconfigure(line_buffering=True)
+    try:
+        import torch  # noqa: F401  warm before the rank asks: the point of a pool
+    except ImportError:
+        pass
+    Worker(listen, env_int("SPAWNPOINT_LOADER_WORKER_ID", 0),
+           env_int("SPAWNPOINT_LOADER_RANK", 0),
+           env_int("SPAWNPOINT_LOADER_INCARNATION", 0)).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

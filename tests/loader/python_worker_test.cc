@@ -1,0 +1,330 @@
+// The Python loader worker (agent/python/spawnpoint_rank/worker.py) on real processes: a
+// StandalonePool spawns `/usr/bin/python3 -m spawnpoint_rank.worker` and the real C++
+// PoolClient drives it with sample indices, as a Python rank's per-rank service will. The
+// datasets and their pickle files come from python_datasets.py beside this file. Skipped
+// when /usr/bin/python3 has no torch.
+#include <signal.h>
+
+#include <cstring>
+#include <map>
+#include <set>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "agent/loader/pool_client.h"
+#include "agent/loader/pool_supervisor.h"
+#include "tests/support/test_process.h"
+
+extern char** environ;
+
+namespace spawnpoint::loader {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+constexpr char kPython[] = "/usr/bin/python3";
+const std::string kSource = SPAWNPOINT_SOURCE_DIR;
+const std::string kPythonPath = kSource + "/agent/python:" + kSource + "/tests/loader";
+const std::string kHelper = kSource + "/tests/loader/python_datasets.py";
+// Every worker imports torch (seconds on a loaded machine): deadlines are generous.
+constexpr auto kDeadline = seconds(120);
+
+bool PythonHasTorch() {
+  testing::TestProcess p({kPython, "-c", "import torch, numpy"});
+  return p.Wait(kDeadline) == 0;
+}
+
+// Runs python_datasets.py with these arguments; true when it succeeded.
+bool RunHelper(std::vector<std::string> args) {
+  args.insert(args.begin(), {kPython, kHelper});
+  testing::TestProcess p(args, {{"PYTHONPATH", kPythonPath}});
+  const int code = p.Wait(std::chrono::duration_cast<milliseconds>(kDeadline * 2));
+  EXPECT_EQ(code, 0) << p.Stderr();
+  return code == 0;
+}
+
+// Sample indices lo, lo + 1, ..., hi - 1.
+std::vector<int64_t> Range(int64_t lo, int64_t hi) {
+  std::vector<int64_t> v;
+  for (int64_t i = lo; i < hi; ++i) v.push_back(i);
+  return v;
+}
+
+const json& Field(const ReadyBatch& r, const json& node) {
+  return r.fields.at(node.at("field").get<size_t>());
+}
+// The values of a field, read from the batch's slot as T.
+template <typename T>
+std::vector<T> Values(const PoolClient& client, const ReadyBatch& r, const json& field) {
+  const auto* p =
+      reinterpret_cast<const T*>(client.ring()->Slot(r.slot) + field.at("offset").get<size_t>());
+  return std::vector<T>(p, p + field.at("nbytes").get<size_t>() / sizeof(T));
+}
+
+class PythonWorkerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static const bool has_torch = PythonHasTorch();
+    if (!has_torch) {
+      GTEST_SKIP() << kPython << " cannot import torch and numpy; install python3-torch "
+                   << "(scripts/install-deps.sh) to test the Python loader worker";
+    }
+  }
+
+  // Writes the pickle of dataset `kind` and starts two Python workers.
+  void StartPool(const std::string& kind, std::vector<std::string> helper_args = {}) {
+    helper_args.insert(helper_args.begin(), {"write", kind, pickle_});
+    ASSERT_TRUE(RunHelper(helper_args));
+    PoolSpec spec;
+    spec.workers = 2;
+    spec.dir = dir_.File("pool");
+    spec.argv = {kPython, "-m", "spawnpoint_rank.worker"};
+    for (char** e = environ; *e; ++e) {
+      if (std::string(*e).rfind("PYTHONPATH=", 0) != 0) spec.env.push_back(*e);
+    }
+    spec.env.push_back("PYTHONPATH=" + kPythonPath);
+    auto pool = StandalonePool::Start(spec);
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+    pool_ = std::move(pool).value();
+  }
+
+  PoolClientOptions ClientOptions() const {
+    return {.dir = pool_->dir(),
+            .workers = 2,
+            .initial_active = 2,
+            .timeout = kDeadline,
+            .dataset = "python",
+            .dataset_arg = pickle_,
+            .probe_batch = [](int64_t) { return Range(0, 4); }};
+  }
+
+  static StatusOr<std::optional<ReadyBatch>> Take(PoolClient& c, int64_t epoch, int64_t batch) {
+    return c.Take(epoch, batch, kDeadline);
+  }
+
+  testing::TempDir dir_;
+  const std::string pickle_ = dir_.File("loader.pickle");
+  std::unique_ptr<StandalonePool> pool_;
+};
+
+// Sample i is (a float tensor of 3 values i, label i), collated by torch's default_collate
+// into two tensors (in a list, as default_collate collates tuples).
+void ExpectIndexBatch(const PoolClient& client, const ReadyBatch& r) {
+  const json expected_tree = {
+      {"t", "list"},
+      {"items", {{{"t", "tensor"}, {"field", 0}}, {{"t", "tensor"}, {"field", 1}}}}};
+  ASSERT_EQ(r.tree, expected_tree) << r.tree.dump();
+  const json& x = r.fields.at(0);
+  const json& label = r.fields.at(1);
+  const auto n = static_cast<int64_t>(r.indices.size());
+  EXPECT_EQ(x.at("name"), "0");
+  EXPECT_EQ(x.at("dtype"), "f32");
+  EXPECT_EQ(x.at("shape"), json({n, 3}));
+  EXPECT_EQ(label.at("name"), "1");
+  EXPECT_EQ(label.at("dtype"), "i64");
+  EXPECT_EQ(label.at("offset").get<size_t>() % 64, 0u);
+  const auto values = Values<float>(client, r, x);
+  ASSERT_EQ(values.size(), r.indices.size() * 3);
+  for (size_t i = 0; i < values.size(); ++i) {
+    EXPECT_EQ(values[i], static_cast<float>(r.indices[i / 3])) << "value " << i;
+  }
+  EXPECT_EQ(Values<int64_t>(client, r, label), r.indices);
+}
+
+TEST_F(PythonWorkerTest, EverySampleOfAnEpochArrivesOnceWithItsValues) {
+  StartPool("index", {"--size", "40"});
+  PoolClient client(ClientOptions());
+  ASSERT_TRUE(client.Start().ok());
+  EXPECT_EQ(client.dataset_size(), 40);
+  const std::vector<pid_t> pids = client.WorkerPids();
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    // A shuffled order: sample (7 k) mod 40 at position k.
+    std::vector<std::vector<int64_t>> batches(10);
+    for (int64_t k = 0; k < 40; ++k) batches[k / 4].push_back(k * 7 % 40);
+    client.Submit(epoch, 0, batches);
+    std::multiset<int64_t> seen;
+    for (int64_t b = 0; b < 10; ++b) {
+      auto r = Take(client, epoch, b);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_TRUE(r->has_value()) << "batch " << b;
+      EXPECT_EQ((*r)->indices, batches[static_cast<size_t>(b)]);
+      ExpectIndexBatch(client, **r);
+      seen.insert((*r)->indices.begin(), (*r)->indices.end());
+      client.Release((*r)->slot);
+    }
+    const std::vector<int64_t> all = Range(0, 40);
+    EXPECT_EQ(seen, std::multiset<int64_t>(all.begin(), all.end())) << "epoch " << epoch;
+  }
+  EXPECT_EQ(client.WorkerPids(), pids);  // persistent across epochs
+}
+
+TEST_F(PythonWorkerTest, NestedBatchRoundTripsThroughFieldsAndTree) {
+  StartPool("nested", {"--size", "20"});
+  PoolClient client(ClientOptions());
+  ASSERT_TRUE(client.Start().ok());
+  client.Submit(0, 0, {{5, 2, 9}});
+  auto r = Take(client, 0, 0);
+  ASSERT_TRUE(r.ok() && r->has_value()) << r.status().ToString();
+  const ReadyBatch& b = **r;
+  const json& tree = b.tree;
+  ASSERT_EQ(tree.at("t"), "dict") << tree.dump();
+  std::map<std::string, json> items;
+  for (size_t i = 0; i < tree.at("keys").size(); ++i) {
+    ASSERT_EQ(tree["keys"][i].at("t"), "value");
+    items[tree["keys"][i].at("v").get<std::string>()] = tree["items"][i];
+  }
+  ASSERT_EQ(items.size(), 5u) << tree.dump();
+
+  const json& x = Field(b, items["x"]);
+  EXPECT_EQ(items["x"].at("t"), "tensor");
+  EXPECT_EQ(x.at("name"), "x");
+  EXPECT_EQ(x.at("shape"), json({3, 3}));
+  EXPECT_EQ(Values<float>(client, b, x), std::vector<float>({5, 5, 5, 2, 2, 2, 9, 9, 9}));
+
+  EXPECT_EQ(items["ids"], json({{"t", "list"},
+                                {"items",
+                                 {{{"t", "value"}, {"v", 5}},
+                                  {{"t", "value"}, {"v", 2}},
+                                  {{"t", "value"}, {"v", 9}}}}}));
+  EXPECT_EQ(items["name"], json({{"t", "value"}, {"v", "batch-5-2-9"}}));
+
+  const json& extra = items["extra"];
+  ASSERT_EQ(extra.at("t"), "list");
+  ASSERT_EQ(extra.at("items").size(), 3u);
+  EXPECT_EQ(extra["items"][0].at("t"), "ndarray");
+  const json& arange = Field(b, extra["items"][0]);
+  EXPECT_EQ(arange.at("name"), "extra.0");
+  EXPECT_EQ(arange.at("dtype"), "i16");
+  EXPECT_EQ(Values<int16_t>(client, b, arange), std::vector<int16_t>({0, 1, 2}));
+  EXPECT_EQ(extra["items"][1], json({{"t", "value"}, {"v", nullptr}}));
+  EXPECT_EQ(extra["items"][2],
+            json({{"t", "tuple"},
+                  {"items", {{{"t", "value"}, {"v", 1.5}}, {{"t", "value"}, {"v", true}}}}}));
+
+  // bfloat16: the upper half of the float32's bits.
+  const json& bf = Field(b, items["bf"]);
+  EXPECT_EQ(bf.at("dtype"), "bf16");
+  std::vector<uint16_t> expected;
+  for (float f : {5.0f, 2.0f, 9.0f}) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof(bits));
+    expected.push_back(static_cast<uint16_t>(bits >> 16));
+  }
+  EXPECT_EQ(Values<uint16_t>(client, b, bf), expected);
+  // Every field at an aligned offset, none overlapping.
+  size_t end = 0;
+  for (const json& f : b.fields) {
+    EXPECT_EQ(f.at("offset").get<size_t>() % 64, 0u);
+    EXPECT_GE(f.at("offset").get<size_t>(), end);
+    end = f.at("offset").get<size_t>() + f.at("nbytes").get<size_t>();
+  }
+}
+
+// The pool's batches are compared with a stock DataLoader(num_workers=2, spawn) run with a
+// generator seeded the same: both draw base_seed from it first. Batches are submitted one at
+// a time, so PoolClient gives batch b to worker b % 2, DataLoader's round robin; then every
+// worker's torch, numpy and random streams must give the same values, batch by batch.
+TEST_F(PythonWorkerTest, WorkerSeedsAndInfoMatchStockDataLoader) {
+  const std::string stock = dir_.File("stock.json");
+  ASSERT_TRUE(
+      RunHelper({"stock", stock, "--size", "24", "--batch", "4", "--generator-seed", "1234"}));
+  const json expected = json::parse(testing::ReadFile(stock));
+  ASSERT_EQ(expected.size(), 6u);
+  StartPool("seed", {"--size", "24", "--generator-seed", "1234"});
+  PoolClient client(ClientOptions());
+  ASSERT_TRUE(client.Start().ok());
+  for (int64_t b = 0; b < 6; ++b) {
+    client.Submit(0, b, {Range(4 * b, 4 * b + 4)});
+    auto r = Take(client, 0, b);
+    ASSERT_TRUE(r.ok() && r->has_value()) << r.status().ToString();
+    const ReadyBatch& got = **r;
+    EXPECT_EQ(got.worker, b % 2);
+    std::map<std::string, json> items;
+    for (size_t i = 0; i < got.tree.at("keys").size(); ++i) {
+      items[got.tree["keys"][i].at("v").get<std::string>()] = got.tree["items"][i];
+    }
+    const json& want = expected[static_cast<size_t>(b)];
+    std::vector<double> flat;
+    for (const auto& row : want.at("x")) {
+      for (const auto& v : row) flat.push_back(v.get<double>());
+    }
+    EXPECT_EQ(Values<double>(client, got, Field(got, items["x"])), flat) << "batch " << b;
+    EXPECT_EQ(Values<int64_t>(client, got, Field(got, items["wid"])),
+              want.at("wid").get<std::vector<int64_t>>());
+    EXPECT_EQ(Values<int64_t>(client, got, Field(got, items["seed"])),
+              want.at("seed").get<std::vector<int64_t>>());
+    EXPECT_EQ(Values<int64_t>(client, got, Field(got, items["nw"])), std::vector<int64_t>(4, 2));
+    client.Release(got.slot);
+  }
+}
+
+TEST_F(PythonWorkerTest, ADatasetExceptionCarriesThePythonTracebackAndTheWorkerGoesOn) {
+  StartPool("failing", {"--size", "20", "--bad", "6"});
+  std::vector<pid_t> pids;
+  {
+    PoolClient client(ClientOptions());
+    ASSERT_TRUE(client.Start().ok());
+    pids = client.WorkerPids();
+    client.Submit(0, 0, {Range(0, 4), Range(4, 8), Range(8, 12)});
+    auto first = Take(client, 0, 0);
+    ASSERT_TRUE(first.ok() && first->has_value()) << first.status().ToString();
+    ExpectIndexBatch(client, **first);
+    auto failed = Take(client, 0, 1);
+    ASSERT_FALSE(failed.ok());
+    EXPECT_THAT(
+        failed.status().message(),
+        AllOf(HasSubstr("failed on sample index 6"),
+              HasSubstr("Caught ValueError in DataLoader worker process 1"),
+              HasSubstr("Traceback (most recent call last)"), HasSubstr("python_datasets.py"),
+              HasSubstr("in __getitem__"), HasSubstr("ValueError: sample 6 is broken on purpose")));
+  }
+  // A new rank (the error sticks to a client) reaches the same workers, which serve on.
+  PoolClient client(ClientOptions());
+  ASSERT_TRUE(client.Start().ok());
+  EXPECT_EQ(client.WorkerPids(), pids);
+  client.Submit(0, 0, {Range(8, 12), Range(12, 16)});
+  for (int64_t b = 0; b < 2; ++b) {
+    auto r = Take(client, 0, b);
+    ASSERT_TRUE(r.ok() && r->has_value()) << r.status().ToString();
+    ExpectIndexBatch(client, **r);
+    client.Release((*r)->slot);
+  }
+}
+
+TEST_F(PythonWorkerTest, ASigkilledWorkerIsReplacedAndEverySampleStillArrivesOnce) {
+  StartPool("index", {"--size", "200"});
+  PoolClient client(ClientOptions());
+  ASSERT_TRUE(client.Start().ok());
+  const std::vector<pid_t> pids = client.WorkerPids();
+  std::vector<std::vector<int64_t>> batches;
+  for (int64_t b = 0; b < 50; ++b) batches.push_back(Range(4 * b, 4 * b + 4));
+  client.Submit(0, 0, batches);
+  std::multiset<int64_t> seen;
+  for (int64_t b = 0; b < 50; ++b) {
+    if (b == 5) ASSERT_EQ(kill(pids[1], SIGKILL), 0);
+    auto r = Take(client, 0, b);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(r->has_value()) << "batch " << b;
+    EXPECT_EQ((*r)->indices, batches[static_cast<size_t>(b)]);
+    ExpectIndexBatch(client, **r);
+    seen.insert((*r)->indices.begin(), (*r)->indices.end());
+    client.Release((*r)->slot);
+  }
+  const std::vector<int64_t> all = Range(0, 200);
+  EXPECT_EQ(seen, std::multiset<int64_t>(all.begin(), all.end()));
+  EXPECT_TRUE(testing::WaitUntil(
+      [&] {
+        const auto now = client.WorkerPids();
+        return now[1] != pids[1] && now[1] > 0;
+      },
+      kDeadline));
+  EXPECT_EQ(client.WorkerPids()[0], pids[0]);
+}
+
+}  // namespace
+}  // namespace spawnpoint::loader

@@ -1,0 +1,142 @@
+"""Unit tests of the Python loader worker's batch encoder (spawnpoint_rank/_batch_codec.py),
+without the pool: batches are planned and written into a bytearray and read back. numpy is
+needed; the torch cases skip themselves without torch. Run through run_shim_tests.py
+(ctest: python_batch_codec).
+"""
+
+import ast
+import collections
+import os
+import struct
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_DIR = os.environ.get("SPAWNPOINT_SOURCE_DIR") or os.path.dirname(os.path.dirname(HERE))
+SHIM_DIR = os.path.join(SOURCE_DIR, "agent", "python")
+
+sys.path.insert(0, SHIM_DIR)
+try:
+    from spawnpoint_rank import _batch_codec as codec
+finally:
+    sys.path.remove(SHIM_DIR)
+
+try:
+    import numpy as np
+except ImportError:  # pragma: no cover - Debian's python3-numpy is a test dependency
+    np = None
+try:
+    import torch
+except ImportError:
+    torch = None
+
+Point = collections.namedtuple("Point", "x y")
+
+
+def written(batch, size=4096):
+    plan = codec.plan(batch)
+    buffer = bytearray(b"\xee" * size)
+    plan.write(buffer, 64, size - 64)
+    return plan, buffer
+
+
+def field_bytes(buffer, field):
+    start = 64 + field["offset"]
+    return bytes(buffer[start:start + field["nbytes"]])
+
+
+@unittest.skipIf(np is None, "numpy is not installed")
+class BatchCodecTest(unittest.TestCase):
+    def test_leaves_go_in_the_tree_and_need_no_bytes(self):
+        plan = codec.plan({"a": 1, "b": [None, True, "s", 2.5], "c": (-(1 << 63),)})
+        self.assertEqual(plan.fields, [])
+        self.assertEqual(plan.nbytes, 0)
+        v = lambda x: {"t": "value", "v": x}  # noqa: E731
+        self.assertEqual(plan.tree, {
+            "t": "dict", "keys": [v("a"), v("b"), v("c")],
+            "items": [v(1), {"t": "list", "items": [v(None), v(True), v("s"), v(2.5)]},
+                      {"t": "tuple", "items": [v(-(1 << 63))]}]})
+
+    def test_values_json_cannot_hold_exactly_are_pickled(self):
+        for value in (float("nan"), 1 << 64, b"raw", np.float32(1.5), {1, 2}):
+            node = codec.plan([value]).tree["items"][0]
+            self.assertEqual(node["t"], "pickle", value)
+            import base64
+            import pickle
+            restored = pickle.loads(base64.b64decode(node["v"]))
+            if value == value:
+                self.assertEqual(restored, value)
+
+    def test_arrays_are_aligned_named_by_path_and_copied(self):
+        a = np.arange(5, dtype=np.int16)
+        b = np.ones((2, 3), dtype=np.float64)[:, ::2]  # not contiguous
+        plan, buffer = written({"img": [a, {"label": b}]})
+        self.assertEqual([f["name"] for f in plan.fields], ["img.0", "img.1.label"])
+        self.assertEqual([f["dtype"] for f in plan.fields], ["i16", "f64"])
+        self.assertEqual(plan.fields[1]["shape"], [2, 2])
+        self.assertEqual([f["offset"] % 64 for f in plan.fields], [0, 0])
+        self.assertEqual(plan.fields[1]["offset"], 64)
+        self.assertEqual(plan.nbytes, 64 + 32)
+        self.assertEqual(field_bytes(buffer, plan.fields[0]), a.tobytes())
+        self.assertEqual(field_bytes(buffer, plan.fields[1]), np.ascontiguousarray(b).tobytes())
+        self.assertEqual(plan.tree["items"][0]["items"][0], {"t": "ndarray", "field": 0})
+        # Nothing written outside the fields.
+        self.assertEqual(bytes(buffer[:64]), b"\xee" * 64)
+        self.assertEqual(bytes(buffer[64 + 10:64 + 64]), b"\xee" * 54)
+
+    def test_every_ring_dtype_and_none_other(self):
+        names = {np.uint8: "u8", np.int8: "i8", np.int16: "i16", np.int32: "i32",
+                 np.int64: "i64", np.float16: "f16", np.float32: "f32", np.float64: "f64",
+                 np.bool_: "bool"}
+        for dtype, name in names.items():
+            self.assertEqual(codec.plan(np.zeros(2, dtype=dtype)).fields[0]["dtype"], name)
+        for bad in (np.zeros(2, dtype=np.complex64), np.zeros(2, dtype=np.uint32),
+                    np.zeros(2, dtype=">i4")):
+            with self.assertRaises(codec.CodecError) as caught:
+                codec.plan({"x": [bad]})
+            self.assertIn("batch value x.0", str(caught.exception))
+
+    def test_namedtuples_name_their_class(self):
+        node = codec.plan(Point(1, 2)).tree
+        self.assertEqual(node["cls"], "%s:Point" % __name__)
+        self.assertEqual(len(node["items"]), 2)
+
+    def test_a_slot_too_small_is_refused_before_writing(self):
+        plan = codec.plan(np.zeros(100, dtype=np.uint8))
+        buffer = bytearray(b"\xee" * 128)
+        with self.assertRaises(codec.CodecError):
+            plan.write(buffer, 64, 64)
+        self.assertEqual(bytes(buffer), b"\xee" * 128)
+
+    def test_the_modules_load_on_python_3_9(self):
+        for name in ("_batch_codec.py", "worker.py"):
+            with open(os.path.join(SHIM_DIR, "spawnpoint_rank", name)) as f:
+                ast.parse(f.read(), name, feature_version=(3, 9))
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class BatchCodecTorchTest(unittest.TestCase):
+    def test_tensors_any_layout_and_bfloat16(self):
+        t = torch.arange(6, dtype=torch.float32).reshape(2, 3).t()  # not contiguous
+        bf = torch.tensor([1.0, -2.0], dtype=torch.bfloat16)
+        plan, buffer = written((t, bf, torch.tensor(7), torch.zeros(0)))
+        self.assertEqual([f["dtype"] for f in plan.fields], ["f32", "bf16", "i64", "f32"])
+        self.assertEqual(plan.fields[0]["shape"], [3, 2])
+        self.assertEqual(struct.unpack("6f", field_bytes(buffer, plan.fields[0])),
+                         (0.0, 3.0, 1.0, 4.0, 2.0, 5.0))
+        self.assertEqual(field_bytes(buffer, plan.fields[1]), struct.pack("<2H", 0x3F80, 0xC000))
+        self.assertEqual(plan.fields[2]["shape"], [])
+        self.assertEqual(plan.fields[3]["nbytes"], 0)
+        self.assertEqual(plan.tree["items"][1], {"t": "tensor", "field": 1})
+
+    def test_tensors_that_need_grad_are_detached_and_complex_refused(self):
+        t = torch.ones(2, requires_grad=True) * 2
+        plan, buffer = written([t])
+        self.assertEqual(field_bytes(buffer, plan.fields[0]), struct.pack("2f", 2.0, 2.0))
+        with self.assertRaises(codec.CodecError) as caught:
+            codec.plan({"z": torch.zeros(2, dtype=torch.complex64)})
+        self.assertIn("torch.complex64", str(caught.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()
