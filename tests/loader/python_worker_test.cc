@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <cstring>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -116,8 +117,7 @@ class PythonWorkerTest : public ::testing::Test {
 // into two tensors (in a list, as default_collate collates tuples).
 void ExpectIndexBatch(const PoolClient& client, const ReadyBatch& r) {
   const json expected_tree = {
-      {"t", "list"},
-      {"items", {{{"t", "tensor"}, {"field", 0}}, {{"t", "tensor"}, {"field", 1}}}}};
+      {"t", "list"}, {"items", {{{"t", "tensor"}, {"field", 0}}, {{"t", "tensor"}, {"field", 1}}}}};
   ASSERT_EQ(r.tree, expected_tree) << r.tree.dump();
   const json& x = r.fields.at(0);
   const json& label = r.fields.at(1);
@@ -136,6 +136,26 @@ void ExpectIndexBatch(const PoolClient& client, const ReadyBatch& r) {
   EXPECT_EQ(Values<int64_t>(client, r, label), r.indices);
 }
 
+// Takes the submitted batches of `epoch` in order, checks each, and expects samples 0 ..
+// size - 1 exactly once in all. `before(b)` runs before batch b is taken.
+void ExpectEverySampleOnce(PoolClient& client, int64_t epoch,
+                           const std::vector<std::vector<int64_t>>& batches, int64_t size,
+                           const std::function<void(int64_t)>& before = nullptr) {
+  std::multiset<int64_t> seen;
+  for (int64_t b = 0; b < static_cast<int64_t>(batches.size()); ++b) {
+    if (before) before(b);
+    auto r = client.Take(epoch, b, kDeadline);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(r->has_value()) << "batch " << b;
+    EXPECT_EQ((*r)->indices, batches[static_cast<size_t>(b)]);
+    ExpectIndexBatch(client, **r);
+    seen.insert((*r)->indices.begin(), (*r)->indices.end());
+    client.Release((*r)->slot);
+  }
+  const std::vector<int64_t> all = Range(0, size);
+  EXPECT_EQ(seen, std::multiset<int64_t>(all.begin(), all.end())) << "epoch " << epoch;
+}
+
 TEST_F(PythonWorkerTest, EverySampleOfAnEpochArrivesOnceWithItsValues) {
   StartPool("index", {"--size", "40"});
   PoolClient client(ClientOptions());
@@ -147,18 +167,7 @@ TEST_F(PythonWorkerTest, EverySampleOfAnEpochArrivesOnceWithItsValues) {
     std::vector<std::vector<int64_t>> batches(10);
     for (int64_t k = 0; k < 40; ++k) batches[k / 4].push_back(k * 7 % 40);
     client.Submit(epoch, 0, batches);
-    std::multiset<int64_t> seen;
-    for (int64_t b = 0; b < 10; ++b) {
-      auto r = Take(client, epoch, b);
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
-      ASSERT_TRUE(r->has_value()) << "batch " << b;
-      EXPECT_EQ((*r)->indices, batches[static_cast<size_t>(b)]);
-      ExpectIndexBatch(client, **r);
-      seen.insert((*r)->indices.begin(), (*r)->indices.end());
-      client.Release((*r)->slot);
-    }
-    const std::vector<int64_t> all = Range(0, 40);
-    EXPECT_EQ(seen, std::multiset<int64_t>(all.begin(), all.end())) << "epoch " << epoch;
+    ExpectEverySampleOnce(client, epoch, batches, 40);
   }
   EXPECT_EQ(client.WorkerPids(), pids);  // persistent across epochs
 }
@@ -296,6 +305,18 @@ TEST_F(PythonWorkerTest, ADatasetExceptionCarriesThePythonTracebackAndTheWorkerG
   }
 }
 
+TEST_F(PythonWorkerTest, APickleTheWorkersCannotLoadFailsStartWithTheirReason) {
+  StartPool("index", {"--size", "8"});
+  PoolClientOptions o = ClientOptions();
+  o.dataset_arg = dir_.File("missing.pickle");
+  PoolClient client(o);
+  const Status st = client.Start();
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("cannot serve dataset \"python\""),
+                                  HasSubstr("cannot load the DataLoader from " + o.dataset_arg),
+                                  HasSubstr("FileNotFoundError")));
+}
+
 TEST_F(PythonWorkerTest, ASigkilledWorkerIsReplacedAndEverySampleStillArrivesOnce) {
   StartPool("index", {"--size", "200"});
   PoolClient client(ClientOptions());
@@ -304,19 +325,9 @@ TEST_F(PythonWorkerTest, ASigkilledWorkerIsReplacedAndEverySampleStillArrivesOnc
   std::vector<std::vector<int64_t>> batches;
   for (int64_t b = 0; b < 50; ++b) batches.push_back(Range(4 * b, 4 * b + 4));
   client.Submit(0, 0, batches);
-  std::multiset<int64_t> seen;
-  for (int64_t b = 0; b < 50; ++b) {
+  ExpectEverySampleOnce(client, 0, batches, 200, [&](int64_t b) {
     if (b == 5) ASSERT_EQ(kill(pids[1], SIGKILL), 0);
-    auto r = Take(client, 0, b);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    ASSERT_TRUE(r->has_value()) << "batch " << b;
-    EXPECT_EQ((*r)->indices, batches[static_cast<size_t>(b)]);
-    ExpectIndexBatch(client, **r);
-    seen.insert((*r)->indices.begin(), (*r)->indices.end());
-    client.Release((*r)->slot);
-  }
-  const std::vector<int64_t> all = Range(0, 200);
-  EXPECT_EQ(seen, std::multiset<int64_t>(all.begin(), all.end()));
+  });
   EXPECT_TRUE(testing::WaitUntil(
       [&] {
         const auto now = client.WorkerPids();

@@ -1,5 +1,5 @@
-"""Runs the test classes of test_shim.py, test_rank_side.py, test_libuv.py and
-test_batch_codec.py for ctest, without pytest.
+"""Runs the test classes of test_shim.py, test_rank_side.py, test_libuv.py,
+test_batch_codec.py and test_loader_worker.py for ctest, without pytest.
 
     run_shim_tests.py [--require-torch] [--source-dir DIR] [--agent BIN] TestClass...
 
@@ -41,13 +41,14 @@ def main():
     sys.path.insert(0, here)
     import test_batch_codec
     import test_libuv
+    import test_loader_worker
     import test_rank_side
     import test_shim
 
     suite = unittest.TestSuite()
     for name in args.tests:  # a class of any of these modules, by its name
-        module = next((m for m in (test_rank_side, test_libuv, test_batch_codec)
-                       if hasattr(m, name.split(".")[0])), test_shim)
+        modules = (test_rank_side, test_libuv, test_batch_codec, test_loader_worker)
+        module = next((m for m in modules if hasattr(m, name.split(".")[0])), test_shim)
         suite.addTest(unittest.defaultTestLoader.loadTestsFromName(name, module))
     started = time.monotonic()
     result = unittest.TextTestRunner(stream=sys.stdout, verbosity=2).run(suite)
