@@ -22,18 +22,16 @@ extern char** environ;
 namespace spawnpoint::loader {
 namespace {
 
-using std::chrono::milliseconds;
-using std::chrono::seconds;
+using json = nlohmann::json;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using json = nlohmann::json;
 
 constexpr char kPython[] = "/usr/bin/python3";
 const std::string kSource = SPAWNPOINT_SOURCE_DIR;
 const std::string kPythonPath = kSource + "/agent/python:" + kSource + "/tests/loader";
 const std::string kHelper = kSource + "/tests/loader/python_datasets.py";
 // Every worker imports torch (seconds on a loaded machine): deadlines are generous.
-constexpr auto kDeadline = seconds(120);
+constexpr std::chrono::seconds kDeadline(120);
 
 bool PythonHasTorch() {
   testing::TestProcess p({kPython, "-c", "import torch, numpy"});
@@ -44,7 +42,7 @@ bool PythonHasTorch() {
 bool RunHelper(std::vector<std::string> args) {
   args.insert(args.begin(), {kPython, kHelper});
   testing::TestProcess p(args, {{"PYTHONPATH", kPythonPath}});
-  const int code = p.Wait(std::chrono::duration_cast<milliseconds>(kDeadline * 2));
+  const int code = p.Wait(kDeadline * 2);
   EXPECT_EQ(code, 0) << p.Stderr();
   return code == 0;
 }

@@ -8,18 +8,11 @@ import ast
 import collections
 import os
 import struct
-import sys
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE_DIR = os.environ.get("SPAWNPOINT_SOURCE_DIR") or os.path.dirname(os.path.dirname(HERE))
-SHIM_DIR = os.path.join(SOURCE_DIR, "agent", "python")
+from shim_import import SHIM_DIR, shim_module
 
-sys.path.insert(0, SHIM_DIR)
-try:
-    from spawnpoint_rank import _batch_codec as codec
-finally:
-    sys.path.remove(SHIM_DIR)
+codec = shim_module("spawnpoint_rank._batch_codec")
 
 try:
     import numpy as np

@@ -10,17 +10,12 @@ import pickle
 import random
 import socket
 import struct
-import sys
 import tempfile
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE_DIR = os.environ.get("SPAWNPOINT_SOURCE_DIR") or os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(SOURCE_DIR, "agent", "python"))
-try:
-    from spawnpoint_rank import worker
-finally:
-    sys.path.pop(0)
+from shim_import import shim_module
+
+worker = shim_module("spawnpoint_rank.worker")
 
 try:
     import numpy as np
