@@ -154,6 +154,29 @@ class WorkerSetupTest(unittest.TestCase):
             kind, error = server.configure(dict(body, dataset="index"))
             self.assertIn("Python loader worker", error["message"])
 
+    def test_a_probed_batch_is_kept_for_its_task_and_a_slot_too_small_says_so(self):
+        import mmap
+        server = worker.Worker(None, 0, 0, 0)
+        server.loader = self.spec(dataset=Batched(), collate_fn=lambda items: [
+            np.full(8, len(s), dtype=np.uint8) for s in items])
+        kind, result = server.probe({"epoch": 0, "batch": 0, "indices": [1, 2]})
+        self.assertEqual((kind, result), (worker.PROBE_RESULT, {"bytes": 72}))
+        self.assertEqual(server.cached[:3], (0, 0, [1, 2]))
+        server.ring = (mmap.mmap(-1, 2 * 4096), 2, 4096)
+        server.loader.dataset = None  # the task must come from the probe
+        kind, done = server.task({"id": 4, "epoch": 0, "batch": 0, "slot": 1, "indices": [1, 2]})
+        self.assertEqual(kind, worker.DONE, done)
+        self.assertEqual([f["offset"] for f in done["fields"]], [0, 64])
+        self.assertEqual(server.ring[0][4096:4096 + 8], b"\x09" * 8)  # len("batched 1")
+        self.assertIsNone(server.cached)
+        server.loader = self.spec(collate_fn=lambda items: np.zeros(5000, dtype=np.uint8))
+        kind, error = server.task({"id": 5, "epoch": 0, "batch": 1, "slot": 0, "indices": [1]})
+        self.assertEqual((kind, error["kind"], error["need"], error["have"]),
+                         (worker.ERROR, "slot", 5000, 4096))
+        kind, error = server.task({"id": 6, "slot": 2, "indices": [1]})
+        self.assertEqual((kind, error["kind"]), (worker.ERROR, "protocol"))
+        server.ring[0].close()
+
 
 if __name__ == "__main__":
     unittest.main()

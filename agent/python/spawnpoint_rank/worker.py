@@ -295,25 +295,31 @@ class Worker(object):
                 os.close(fd)
         return None
 
-    def build(self, epoch, batch, indices):
-        if self.cached is not None and self.cached[:3] == (epoch, batch, indices):
-            built = self.cached[3]
-            self.cached = None
-            return built
-        return self.loader.fetch(indices)
+    def encode(self, task_id, body):
+        """((epoch, batch, indices, the collated batch), its layout, None) for the batch `body`
+        asks for, or (None, None, the Error reply saying why it cannot be built)."""
+        epoch, batch, indices = body.get("epoch", 0), body.get("batch", 0), body.get("indices", [])
+        try:
+            if self.cached is not None and self.cached[:3] == (epoch, batch, indices):
+                built, self.cached = self.cached[3], None
+            else:
+                built = self.loader.fetch(indices)
+            layout = _batch_codec.plan(built)
+        except BuildError as e:
+            return None, None, (ERROR, dict(e.reply, id=task_id))
+        except _batch_codec.CodecError as e:
+            return None, None, error_reply(task_id, "collate", str(e))
+        except Exception:
+            return None, None, error_reply(task_id, "collate", traceback.format_exc())
+        return (epoch, batch, indices, built), layout, None
 
     def probe(self, body):
         if self.loader is None:
             return error_reply(-1, "protocol", "Probe before Configure")
-        epoch, batch, indices = body.get("epoch", 0), body.get("batch", 0), body.get("indices", [])
-        try:
-            built = self.loader.fetch(indices)
-            layout = _batch_codec.plan(built)
-        except BuildError as e:
-            return ERROR, dict(e.reply, id=-1)
-        except _batch_codec.CodecError as e:
-            return error_reply(-1, "collate", str(e))
-        self.cached = (epoch, batch, indices, built)
+        built, layout, error = self.encode(-1, body)
+        if error is not None:
+            return error
+        self.cached = built  # for the first Task of this batch
         return PROBE_RESULT, {"bytes": layout.nbytes}
 
     def task(self, body):
@@ -324,13 +330,9 @@ class Worker(object):
         slot = body.get("slot", 0)
         if not 0 <= slot < slots:
             return error_reply(task_id, "protocol", "slot %d is outside the ring" % slot)
-        try:
-            built = self.build(body.get("epoch", 0), body.get("batch", 0), body.get("indices", []))
-            layout = _batch_codec.plan(built)
-        except BuildError as e:
-            return ERROR, dict(e.reply, id=task_id)
-        except _batch_codec.CodecError as e:
-            return error_reply(task_id, "collate", str(e))
+        _, layout, error = self.encode(task_id, body)
+        if error is not None:
+            return error
         if layout.nbytes > slot_bytes:
             return ERROR, {"id": task_id, "kind": "slot", "message": "", "index": -1,
                            "need": layout.nbytes, "have": slot_bytes}
@@ -366,7 +368,8 @@ def main():
         return 2
     os.environ.pop("SPAWNPOINT_LOADER_LISTEN_FD", None)  # programs the dataset starts
     os.set_inheritable(fd, False)
-    sys.stdout.reconfigure(line_buffering=True)
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)  # whole, prompt lines to the pool's pipe
     try:
         import torch  # noqa: F401  warm before the rank asks: the point of a pool
     except ImportError:
