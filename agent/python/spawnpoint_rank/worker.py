@@ -17,6 +17,7 @@ DataLoader (iterator, when workers are not persistent), holding the dict
                    Configure's numWorkers
   auto_collation   bool, default True: batches of indices (False: batch_size=None, one
                    index per task, no collation)
+(drop_last, the sampler and the batch sampler stay with the rank: it sends sample indices.)
 The file is loaded when its (path, mtime, size) differs from the last one; then the worker
 is set up exactly as torch's _worker_loop sets up worker `workerId` (one thread; seeds
 base_seed + id for random and torch, numpy from _generate_state where the torch has it;
@@ -31,7 +32,8 @@ and values the ring cannot carry; "slot"; "configure"; "protocol".
 
 The probe (Probe{epoch, batch, indices}) builds a batch with the worker's random streams and
 keeps it for the Task of the same batch, so a probe of the first batch worker 0 builds leaves
-its streams as PyTorch would.
+its streams as PyTorch would. An exception in worker_init_fn is the first batch's error, as
+in PyTorch. Single-threaded: the process serves one connection at a time.
 """
 
 import json
