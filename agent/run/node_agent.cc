@@ -106,7 +106,12 @@ int NodeAgent::Run() {
       break;
     }
     if (int sig = WaitOutBackoff(decision.backoff); sig != 0) {
-      Say(node_.job.name + ": stopped by " + SignalName(sig) + " during restart backoff");
+      // Stopped between attempts: reported like a stop during one, so the status file and
+      // the termination log do not go on saying "Restarting".
+      Report(AttemptDecision{.phase = AgentPhase::kTerminated,
+                             .reason = "Terminated",
+                             .message = "stopped by " + SignalName(sig) + " during restart backoff",
+                             .exit_code = 128 + sig});
       code = 128 + sig;
       break;
     }

@@ -218,7 +218,11 @@ TEST_F(NodeAgentTest, ASignalDuringTheBackoffEndsIt) {
   };
   EXPECT_EQ(RunAgent(Job(3, 100), &spawner), 128 + SIGINT);
   EXPECT_EQ(spawner.calls().size(), 2u) << "no attempt after the stop";
-  EXPECT_EQ(File("status.json")["phase"], "Restarting");
+  EXPECT_EQ(File("status.json")["phase"], "Terminated");
+  nlohmann::json log = File("termination-log");
+  EXPECT_EQ(log["reason"], "Terminated");
+  EXPECT_EQ(log["exitCode"], 128 + SIGINT);
+  EXPECT_EQ(log["message"], "agent stopped by SIGINT during restart backoff");
 }
 
 }  // namespace
