@@ -45,6 +45,7 @@ inline constexpr char kEnvSlotBytes[] = "SPAWNPOINT_LOADER_SLOT_BYTES";
 std::string WorkerSocketPath(const std::string& dir, int worker);
 std::string WorkerExitRecordPath(const std::string& dir, int worker);
 std::string StatsPath(const std::string& dir);
+std::string ServiceSocketPath(const std::string& pool_dir);
 
 struct WorkerExitRecord {
   int worker_id = 0;

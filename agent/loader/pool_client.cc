@@ -145,6 +145,7 @@ StatusOr<std::optional<ReadyBatch>> PoolClient::Take(int64_t epoch, std::optiona
   Task& t = tasks_.at(it->second);
   if (t.error) {
     Status st = *t.error;
+    if (error_.ok()) error_detail_ = t.error_body;
     FailLocked(st);
     return st;
   }
@@ -182,6 +183,11 @@ void PoolClient::Fail(Status st) {
 Status PoolClient::error() const {
   std::lock_guard<std::mutex> lock(mu_);
   return error_;
+}
+
+nlohmann::json PoolClient::error_detail() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_detail_;
 }
 
 PoolClientStats PoolClient::Stats() const {

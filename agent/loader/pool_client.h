@@ -45,6 +45,7 @@ struct PoolClientOptions {
   int max_attempts = 3;                        // failures of one batch (or worker start) allowed
   std::optional<size_t> slot_bytes;            // unset: sized from the probe batch
   std::string shm_dir = "/dev/shm";
+  bool strict_round_robin = false;  // TEMP until worker-rr merges
   // What every worker is configured with.
   std::string dataset;
   std::string dataset_arg;
@@ -125,6 +126,9 @@ class PoolClient {
   // The first error sticks: Take fails with it from then on.
   void Fail(Status st);
   Status error() const;
+  // The worker's Error message behind error() ({"kind", "message", "index", "excType"...},
+  // protocol.h) when a worker's report is what failed the client; null otherwise.
+  nlohmann::json error_detail() const;
   PoolClientStats Stats() const;
 
   // The ring (null before Start() sized it) and its free slots, for views that outlive the
@@ -174,6 +178,7 @@ class PoolClient {
     std::vector<std::string> failures;  // one line per failed attempt
     std::string last_failure_detail;    // the last attempt's stderr tail
     std::optional<Status> error;        // the batch's outcome when it cannot be built
+    nlohmann::json error_body;          // the worker's Error message behind `error`, if any
   };
 
   struct Submitted {
@@ -241,6 +246,7 @@ class PoolClient {
   // Guarded by mu_.
   bool quit_ = false;
   Status error_;
+  nlohmann::json error_detail_;
   Phase phase_ = Phase::kProbing;
   int64_t dataset_size_ = -1;
   size_t probe_bytes_ = 0;

@@ -262,7 +262,10 @@ void PoolClient::OnWorkerError(Conn& c, const nlohmann::json& b, Clock::TimePoin
   }
   Status st = WorkerErrorStatus(b, who, batch, opts_.dataset,
                                 opts_.slot_bytes ? std::nullopt : std::optional(probe_bytes_));
-  if (t == nullptr) return FailLocked(st);  // configuring, probing: nothing can go on
+  if (t == nullptr) {  // configuring, probing: nothing can go on
+    if (error_.ok()) error_detail_ = b;
+    return FailLocked(st);
+  }
   // The worker is fine and moves on; the batch's outcome is this error, which Take reports
   // when the caller reaches the batch, so earlier batches are still delivered and the first
   // failing batch in order is the one reported.
@@ -271,6 +274,7 @@ void PoolClient::OnWorkerError(Conn& c, const nlohmann::json& b, Clock::TimePoin
   c.head_since = now;
   t->worker = -1;
   if (t->canceled) return Remove(*t);
+  t->error_body = b;
   FailTask(*t, st);
 }
 

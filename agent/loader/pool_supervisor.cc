@@ -16,13 +16,14 @@
 #include <cstring>
 #include <filesystem>
 
+#include "agent/loader/protocol.h"
+
 namespace spawnpoint::loader {
 namespace {
 
 constexpr size_t kStderrTailLines = 20;
 // Above 3 so that handing the socket over as the child's fd 3 always goes through a real
 // dup2, which clears close-on-exec (dup2 onto itself would leave it set).
-constexpr int kMinListenFd = 10;
 
 void WriteAll(int fd, const std::string& s) {
   size_t off = 0;
@@ -34,29 +35,6 @@ void WriteAll(int fd, const std::string& s) {
     }
     off += static_cast<size_t>(n);
   }
-}
-
-StatusOr<int> ListenUnix(const std::string& path) {
-  sockaddr_un addr{};
-  if (path.size() >= sizeof(addr.sun_path)) {
-    return InvalidArgument("loader pool: socket path " + path + " is longer than " +
-                           std::to_string(sizeof(addr.sun_path) - 1) +
-                           " bytes; use a shorter pool directory");
-  }
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Internal(std::string("loader pool: socket: ") + strerror(errno));
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  unlink(path.c_str());  // a socket file left by an earlier owner of the directory
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 16) != 0) {
-    const int e = errno;
-    close(fd);
-    return Internal("loader pool: cannot listen on " + path + ": " + strerror(e));
-  }
-  int high = fcntl(fd, F_DUPFD_CLOEXEC, kMinListenFd);
-  close(fd);
-  if (high < 0) return Internal(std::string("loader pool: fcntl: ") + strerror(errno));
-  return high;
 }
 
 // Through syscall(): glibc 2.36's <sys/pidfd.h> lacks C linkage, so C++ cannot link it.
@@ -117,7 +95,9 @@ Status PoolSupervisor::Start() {
     Worker& w = workers_[static_cast<size_t>(i)];
     w.id = i;
     w.socket_path = WorkerSocketPath(spec_.dir, i);
-    SP_ASSIGN_OR_RETURN(w.listen_fd, ListenUnix(w.socket_path));
+    StatusOr<int> fd = ListenUnix(w.socket_path);
+    if (!fd.ok()) return fd.status().WithPrefix("loader pool");
+    w.listen_fd = *fd;
   }
   for (Worker& w : workers_) {
     Status st = SpawnLocked(w);

@@ -1,8 +1,10 @@
 #include "agent/loader/protocol.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -43,8 +45,46 @@ const char* MsgTypeName(MsgType type) {
       return "Done";
     case MsgType::kError:
       return "Error";
+    case MsgType::kOpen:
+      return "Open";
+    case MsgType::kOpened:
+      return "Opened";
+    case MsgType::kSubmit:
+      return "Submit";
+    case MsgType::kReady:
+      return "Ready";
+    case MsgType::kRelease:
+      return "Release";
+    case MsgType::kDrop:
+      return "Drop";
+    case MsgType::kBatchError:
+      return "BatchError";
   }
   return "?";
+}
+
+StatusOr<int> ListenUnix(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return InvalidArgument("socket path " + path + " is longer than " +
+                           std::to_string(sizeof(addr.sun_path) - 1) +
+                           " bytes; use a shorter pool directory");
+  }
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Internal(std::string("socket: ") + strerror(errno));
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  unlink(path.c_str());  // a socket file left by an earlier owner of the directory
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 16) != 0) {
+    const int e = errno;
+    close(fd);
+    return Internal("cannot listen on " + path + ": " + strerror(e));
+  }
+  // Above the descriptors a spawned worker is given (fd 3), so it can be passed as one.
+  int high = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+  close(fd);
+  if (high < 0) return Internal(std::string("fcntl: ") + strerror(errno));
+  return high;
 }
 
 Status SendMessage(int sock, const Message& message) {

@@ -22,6 +22,24 @@
 // excType ("module.qualname" of the exception); a "collate" Error covers collate_fn and
 // values the ring cannot carry.
 //
+// The rank service (rank_service.h): a Python rank and the agent's per-rank service, over
+// the service socket of the rank's pool directory, with the same frames. The service runs a
+// PoolClient over the pool's workers for one session (one DataLoader iterator) at a time;
+// every message names its session, and what arrives for another session is ignored.
+//
+//   rank -> service:  Open{protocol, session, arg, numWorkers, prefetchFactor, timeoutMs,
+//                          probe: [indices of the first batch], slotBytes (optional)}
+//   service -> rank:  Opened{session, slots, slotBytes, datasetSize, pids} + the ring's fd
+//                 or  Error{session, kind, message, excType?}   (the session did not start)
+//   rank -> service:  Submit{session, epoch, firstBatch, batches: [[indices]...], release:
+//                            [slots], consumed: {batches, samples, waitedSeconds}}
+//                     Release{session, release: [slots]}
+//                     Drop{session, keep: epoch or null}   (as PoolClient::DropAllBut)
+//   service -> rank:  Ready{session, epoch, batch, slot, worker, fields, tree}  in the order
+//                          submitted
+//                 or  BatchError{session, epoch, batch, message, kind?, excType?, index?}
+//                          (the session is over: the rank opens a new one to go on)
+//
 // Thread-safety: a MessageReader belongs to one thread; SendMessage is as thread-safe as
 // the socket (one writer at a time per socket).
 #pragma once
@@ -48,6 +66,14 @@ enum class MsgType : uint8_t {
   kTask = 6,
   kDone = 7,
   kError = 8,
+  // The rank service's (above).
+  kOpen = 9,
+  kOpened = 10,
+  kSubmit = 11,
+  kReady = 12,
+  kRelease = 13,
+  kDrop = 14,
+  kBatchError = 15,
 };
 
 const char* MsgTypeName(MsgType type);
@@ -57,6 +83,10 @@ struct Message {
   nlohmann::json body;
   int fd = -1;  // sent with SCM_RIGHTS when >= 0; on receipt, owned by the receiver
 };
+
+// A listening Unix stream socket at `path` (a stale socket file there is replaced), close-on-
+// exec, at descriptor 10 or above. Errors name the path.
+StatusOr<int> ListenUnix(const std::string& path);
 
 // Writes the whole frame (blocking), without SIGPIPE. Errors carry errno's text.
 Status SendMessage(int sock, const Message& message);

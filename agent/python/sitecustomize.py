@@ -42,6 +42,10 @@ _HOOKS = {  # module -> "hook module:function", called with the module just exec
 
 shim_active = False          # the hooks of this copy are installed
 chained_sitecustomize = None  # the module this one chained to, if any
+# The agent's loader service for this rank (SPAWNPOINT_LOADER_SERVICE), taken out of the
+# environment at start-up so that processes the rank starts never use it; the package gets
+# it as spawnpoint_rank.loader_service.
+loader_service = None
 
 
 def _say(message):
@@ -67,6 +71,7 @@ def _hook_function(target):
         if spec is None or spec.loader is None:
             raise ImportError("no %s package in %s" % (_PACKAGE, _SHIM_DIR))
         package = _module_from_spec(spec)
+        package.loader_service = loader_service
         sys.modules[_PACKAGE] = package
         try:
             spec.loader.exec_module(package)
@@ -146,9 +151,10 @@ class _PostImportFinder(object):
 
 
 def _install():
-    global shim_active
+    global shim_active, loader_service
     if any(getattr(f, "_spawnpoint_shim", False) for f in sys.meta_path):
         return  # another copy of the shim (earlier on sys.path) is already in charge
+    loader_service = os.environ.pop("SPAWNPOINT_LOADER_SERVICE", None) or None
     sys.meta_path.insert(0, _PostImportFinder(_HOOKS))
     shim_active = True
     for name, target in _HOOKS.items():

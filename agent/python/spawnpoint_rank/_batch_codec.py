@@ -158,3 +158,41 @@ def plan(batch):
     p = Plan()
     p.tree = _walk(p, "", batch)
     return p
+
+
+def decode(tree, array_of):
+    """The batch a tree describes (the rank side's inverse of plan): `array_of(kind, i)` gives
+    the value of field i for a "tensor" or "ndarray" node. Raises CodecError on a node it does
+    not know, or a namedtuple class it cannot import."""
+    kind = tree.get("t")
+    if kind in ("tensor", "ndarray"):
+        return array_of(kind, tree["field"])
+    if kind == "value":
+        return tree["v"]
+    if kind == "list":
+        return [decode(node, array_of) for node in tree["items"]]
+    if kind == "tuple":
+        items = [decode(node, array_of) for node in tree["items"]]
+        if "cls" in tree:
+            return _named_tuple(tree["cls"])(*items)
+        return tuple(items)
+    if kind == "dict":
+        return {decode(k, array_of): decode(v, array_of)
+                for k, v in zip(tree["keys"], tree["items"])}
+    if kind == "pickle":
+        return pickle.loads(base64.b64decode(tree["v"]))
+    raise CodecError("unknown batch tree node %r" % (kind,))
+
+
+def _named_tuple(name):
+    import importlib
+
+    module, _, qualname = name.partition(":")
+    try:
+        cls = importlib.import_module(module)
+        for part in qualname.split("."):
+            cls = getattr(cls, part)
+    except (ImportError, AttributeError) as err:
+        raise CodecError("the batch holds a namedtuple %s the rank cannot import (%s)" % (
+            name, err))
+    return cls

@@ -29,7 +29,7 @@ import os
 import sys
 
 from . import env as _env
-from ._report import warn
+from ._report import report_once, warn
 from .policy import debug_line, loader_defaults, warnings_in
 
 _PICKLE_FALLBACK = (
@@ -108,6 +108,15 @@ def patch(dlmod):
 
     @functools.wraps(original_get_iterator)
     def _get_iterator(self):
+        if self.num_workers > 0 and not _in_daemon_process():
+            from ._pool_iter import pool_iterator
+
+            iterator, reason = pool_iterator(self)
+            if iterator is not None:
+                return iterator
+            if reason:
+                report_once("a DataLoader of %s runs on torch's own workers, not the agent's "
+                            "pool: %s" % (type(self.dataset).__name__, reason))
         try:
             return original_get_iterator(self)
         except Exception as err:

@@ -177,6 +177,22 @@ class LoaderSpec(object):
             raise caught(self.worker_id, kind="collate")
 
 
+def unwrap(spec):
+    """The loader dict of a pickle file. The rank side wraps it as {"preparation",
+    "payload"}: multiprocessing's spawn preparation data of the rank (its sys.path, working
+    directory and main module), applied here as a spawned child applies it, so classes and
+    functions defined in the trainer's script (__main__) unpickle; then the payload, the
+    pickled loader dict."""
+    if "payload" not in spec:
+        return spec
+    preparation = spec.get("preparation")
+    if preparation:
+        from multiprocessing import spawn
+
+        spawn.prepare(preparation)
+    return pickle.loads(spec["payload"])
+
+
 def setup_like_torch(base_seed, worker_id, num_workers, dataset):
     """What torch's _worker_loop does before its first batch, for this torch version."""
     import random
@@ -269,7 +285,7 @@ class Worker(object):
             if self.loader is None or self.loader.key != key:
                 self.loader = None
                 with open(path, "rb") as f:
-                    spec = pickle.load(f)
+                    spec = unwrap(pickle.load(f))
                 self.loader = LoaderSpec(key, spec, self.worker_id, body.get("numWorkers", 1))
         except Exception:
             return error_reply(-1, "configure", "cannot load the DataLoader from %s:\n%s"
