@@ -30,14 +30,16 @@
 //   rank -> service:  Open{protocol, session, arg, numWorkers, prefetchFactor, timeoutMs,
 //                          probe: [indices of the first batch], slotBytes (optional)}
 //   service -> rank:  Opened{session, slots, slotBytes, datasetSize, pids} + the ring's fd
-//                 or  Error{session, kind, message, excType?}   (the session did not start)
+//                 or  Error{session, kind, message, excType?, index?, workerMessage?}
+//                          (the session did not start; workerMessage: the worker's own text)
 //   rank -> service:  Submit{session, epoch, firstBatch, batches: [[indices]...], release:
 //                            [slots], consumed: {batches, samples, waitedSeconds}}
 //                     Release{session, release: [slots]}
 //                     Drop{session, keep: epoch or null}   (as PoolClient::DropAllBut)
 //   service -> rank:  Ready{session, epoch, batch, slot, worker, fields, tree}  in the order
 //                          submitted
-//                 or  BatchError{session, epoch, batch, message, kind?, excType?, index?}
+//                 or  BatchError{session, epoch, batch, message, kind?, excType?, index?,
+//                                 workerMessage?}
 //                          (the session is over: the rank opens a new one to go on)
 //
 // Thread-safety: a MessageReader belongs to one thread; SendMessage is as thread-safe as

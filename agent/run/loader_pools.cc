@@ -44,6 +44,20 @@ Status LoaderPools::Start(const NodePlan& plan, ProcessSpawner* spawner,
       return s.WithPrefix("rank " + std::to_string(r.rank) + " loader workers");
     }
     pools_.push_back(std::move(pool));
+    if (r.pool->python) {
+      auto service = loader::RankPoolService::Start({.dir = r.pool->dir,
+                                                     .pool_workers = r.pool->workers,
+                                                     .rank = r.rank,
+                                                     .world_size = plan.world_size,
+                                                     .log = [](const std::string& line) {
+                                                       Say(line);
+                                                     }});
+      if (!service.ok()) {
+        Stop(milliseconds(1000));
+        return service.status().WithPrefix("rank " + std::to_string(r.rank) + " loader service");
+      }
+      services_.push_back(std::move(service).value());
+    }
   }
   if (!pools_.empty()) {
     Say(plan.job_name + ": " + std::to_string(pools_.size()) + " loader pools of " +
@@ -55,6 +69,7 @@ Status LoaderPools::Start(const NodePlan& plan, ProcessSpawner* spawner,
 }
 
 void LoaderPools::Stop(milliseconds grace) {
+  services_.clear();  // their sessions let go of the workers first
   for (auto& p : pools_) p->StopAndReap(grace);
   pools_.clear();
 }

@@ -1,5 +1,6 @@
 // Every rank's loader pool on this node: started before any rank, so workers are warm when
-// the ranks connect; kept across attempts; stopped with the job. Not thread-safe: call it
+// the ranks connect; kept across attempts; stopped with the job. A Python rank's pool comes
+// with the rank's loader service (rank_service.h), which schedules its DataLoaders. Not thread-safe: call it
 // from NodeAgent's thread (the endpoint reads the pools themselves, which are).
 #pragma once
 
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/loader/pool_supervisor.h"
+#include "agent/loader/rank_service.h"
 #include "agent/plan/node_plan.h"
 #include "agent/process/spawner.h"
 #include "common/status.h"
@@ -45,6 +47,7 @@ class LoaderPools {
 
  private:
   std::vector<std::unique_ptr<loader::PoolSupervisor>> pools_;
+  std::vector<std::unique_ptr<loader::RankPoolService>> services_;
 };
 
 }  // namespace spawnpoint::agent

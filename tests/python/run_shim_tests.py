@@ -1,5 +1,5 @@
 """Runs the test classes of test_shim.py, test_rank_side.py, test_libuv.py,
-test_batch_codec.py and test_loader_worker.py for ctest, without pytest.
+test_batch_codec.py, test_loader_worker.py and test_pool_agent.py for ctest, without pytest.
 
     run_shim_tests.py [--require-torch] [--source-dir DIR] [--agent BIN] TestClass...
 
@@ -42,12 +42,14 @@ def main():
     import test_batch_codec
     import test_libuv
     import test_loader_worker
+    import test_pool_agent
     import test_rank_side
     import test_shim
 
     suite = unittest.TestSuite()
     for name in args.tests:  # a class of any of these modules, by its name
-        modules = (test_rank_side, test_libuv, test_batch_codec, test_loader_worker)
+        modules = (test_rank_side, test_libuv, test_batch_codec, test_loader_worker,
+                   test_pool_agent)
         module = next((m for m in modules if hasattr(m, name.split(".")[0])), test_shim)
         suite.addTest(unittest.defaultTestLoader.loadTestsFromName(name, module))
     started = time.monotonic()

@@ -1,0 +1,190 @@
+"""A Python rank for tests/python/test_pool_agent.py, run by `spawnpoint-agent run`: its
+DataLoaders are served by the agent's loader pool (the start-up shim does it; nothing here
+asks for it) and checked against stock DataLoader in the same process.
+
+    pool_trainer.py CASE OUT_DIR
+
+Each rank writes OUT_DIR/<case>-rank<R>-attempt<A>.json: what it saw (which iterator served
+each loader, the worker pids and their start times, whether the batches equalled stock
+DataLoader's). Cases:
+  ddp          2-rank DDP (gloo) with a train loader (DistributedSampler, shuffle, seeded,
+               set_epoch) and a validation loader, 2 epochs, batches compared with stock
+  library      a DataLoader built inside an imported library module
+  start_method multiprocessing.set_start_method('spawn', force=True) first
+  mp_pool      an mp.Pool started after tensors were created, then a DataLoader
+  restart      attempt 0: rank 1 records its workers and is SIGKILLed after one epoch;
+               attempt 1: every rank records its workers again
+"""
+
+import json
+import os
+import random
+import signal
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+import spawnpoint_rank._pool as pool
+
+
+class Augmented(Dataset):
+    """Sample i: i plus torch, numpy and random draws, and the worker process that drew it."""
+
+    def __init__(self, size):
+        self.size = size
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, i):
+        return {"x": torch.full((4,), float(i)) + torch.rand(4), "noise": np.random.rand(2),
+                "coin": random.random(), "index": i, "pid": os.getpid()}
+
+
+def square(x):
+    return x * x
+
+
+def same(a, b):
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(map(same, a, b))
+    return a == b
+
+
+def without_pids(batch):
+    return {k: v for k, v in batch.items() if k != "pid"}
+
+
+def loaders(rank, world):
+    g = torch.Generator()
+    g.manual_seed(99)
+    train_set = Augmented(48)
+    sampler = DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=5)
+    train = DataLoader(train_set, batch_size=4, sampler=sampler, num_workers=2, generator=g,
+                       persistent_workers=True, multiprocessing_context="spawn")
+    gv = torch.Generator()
+    gv.manual_seed(7)
+    val = DataLoader(Augmented(12), batch_size=3, shuffle=True, num_workers=2, generator=gv,
+                     persistent_workers=True, multiprocessing_context="spawn")
+    return sampler, train, val
+
+
+def run_epochs(rank, world, model=None, epochs=2):
+    """Batches of `epochs` epochs of the train loader and one validation pass after each."""
+    sampler, train, val = loaders(rank, world)
+    seen = {"train": [], "val": [], "served": set()}
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for batch in train:
+            seen["train"].append(batch)
+            if model is not None:
+                model.zero_grad()
+                model(batch["x"]).sum().backward()  # an allreduce per step
+        for batch in val:
+            seen["val"].append(batch)
+        seen["served"].update({type(train._iterator).__name__, type(val._iterator).__name__})
+    return seen
+
+
+def started(pid):
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22)."""
+    with open("/proc/%d/stat" % pid) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
+def report(out_dir, case, **fields):
+    rank = int(os.environ.get("RANK", 0))
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+    fields.update(rank=rank, attempt=attempt, pid=os.getpid(), started=started(os.getpid()))
+    path = os.path.join(out_dir, "%s-rank%d-attempt%d.json" % (case, rank, attempt))
+    with open(path + ".tmp", "w") as f:
+        json.dump(fields, f)
+    os.rename(path + ".tmp", path)
+
+
+def worker_pids(batches):
+    return sorted({int(p) for b in batches for p in b["pid"]})
+
+
+def case_ddp(out_dir):
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+    got = run_epochs(rank, world, model)
+    saved = pool._service_path
+    pool.use_service_path(None)  # the same loaders on torch's own workers
+    want = run_epochs(rank, world)
+    pool.use_service_path(saved)
+    equal = {part: len(got[part]) == len(want[part]) and all(
+        same(without_pids(a), without_pids(b)) for a, b in zip(got[part], want[part]))
+        for part in ("train", "val")}
+    report(out_dir, "ddp", served=sorted(got["served"]), stock=sorted(want["served"]),
+           equal=equal, batches=len(got["train"]), workers=worker_pids(got["train"]))
+    del model  # before the process group goes (torch 1.7 aborts otherwise)
+    dist.destroy_process_group()
+
+
+def case_library(out_dir):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import pool_lib
+    dl = pool_lib.build_loader()
+    batches = [b for _ in range(2) for b in dl]
+    report(out_dir, "library", served=type(dl._iterator).__name__,
+           values=[int(v) for x, _ in batches for v in x[:, 1]],
+           workers=sorted({int(p) for _, pids in batches for p in pids}))
+
+
+def case_start_method(out_dir):
+    mp.set_start_method("spawn", force=True)
+    dl = DataLoader(Augmented(8), batch_size=2, num_workers=2, persistent_workers=True)
+    batches = list(dl)
+    report(out_dir, "start_method", served=type(dl._iterator).__name__,
+           indices=[int(i) for b in batches for i in b["index"]])
+
+
+def case_mp_pool(out_dir):
+    weights = torch.randn(8, 8)  # tensors first, as a trainer has them
+    with mp.Pool(2) as workers:
+        squares = workers.map(square, range(6))
+    dl = DataLoader(Augmented(8), batch_size=2, num_workers=2, persistent_workers=True)
+    batches = list(dl)
+    report(out_dir, "mp_pool", served=type(dl._iterator).__name__, squares=squares,
+           indices=[int(i) for b in batches for i in b["index"]], weights=float(weights.sum()))
+
+
+def case_restart(out_dir):
+    rank = int(os.environ["RANK"])
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+    g = torch.Generator()
+    g.manual_seed(3)
+    dl = DataLoader(Augmented(16), batch_size=4, shuffle=True, generator=g, num_workers=2,
+                    persistent_workers=True)
+    it = iter(dl)
+    first = next(it)
+    rest = list(it)
+    pids = worker_pids([first] + rest)
+    report(out_dir, "restart", served=type(dl._iterator).__name__, workers=pids,
+           workers_started=[started(p) for p in pids])
+    if attempt == 0 and rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    # Rank 0 of attempt 0 waits for the gang restart that rank 1's death brings.
+    if attempt == 0:
+        time.sleep(600)
+
+
+def main():
+    case, out_dir = sys.argv[1], sys.argv[2]
+    globals()["case_" + case](out_dir)
+
+
+if __name__ == "__main__":
+    main()

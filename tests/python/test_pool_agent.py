@@ -1,0 +1,119 @@
+"""Python ranks on the agent's loader pools, end to end: `spawnpoint-agent run` starts the
+ranks and their pools (Python workers spawned by the agent, the per-rank loader service), and
+pool_trainers/pool_trainer.py is the trainer, unchanged from what a user writes: the start-up
+shim serves its DataLoaders from the pool. Each case's ranks write what they saw to JSON
+files that these tests check. Run through run_shim_tests.py --agent (ctest:
+python_pool_under_agent).
+"""
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from test_shim import PYTHON, clean_environment
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TRAINER = os.path.join(HERE, "pool_trainers", "pool_trainer.py")
+TIMEOUT = 600  # every rank and worker imports torch, on a loaded 2-core machine
+
+JOB = """\
+apiVersion: spawnpoint.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: python-pool}
+spec:
+  nodes: 1
+  gpusPerNode: 0
+  procsPerNode: 2
+  backend: gloo
+  template:
+    spec:
+      containers:
+        - name: trainer
+          image: unused
+          command: %s
+  loader:
+    workersPerRank: 2
+    timeoutSeconds: 120
+  restartPolicy: {maxRestarts: %d, backoffSeconds: 0}
+"""
+
+POOL_ITER = "_PoolDataLoaderIter"
+
+
+@unittest.skipUnless(os.environ.get("SPAWNPOINT_AGENT_BIN"), "needs --agent (the built spawnpoint-agent)")
+class PoolAgentTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="spawnpoint-pool-test-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+
+    def run_job(self, case, max_restarts=0):
+        """Runs the case under the agent; {(rank, attempt): report}."""
+        job = os.path.join(self.tmp, "job.yaml")
+        with open(job, "w") as f:
+            f.write(JOB % (json.dumps([PYTHON, TRAINER, case, self.tmp]), max_restarts))
+        proc = subprocess.run([os.environ["SPAWNPOINT_AGENT_BIN"], "run", "-f", job,
+                               "--gpu-backend", "none", "--master-port", "0"],
+                              cwd=self.tmp, env=clean_environment(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, universal_newlines=True, timeout=TIMEOUT)
+        self.output = proc.stdout + proc.stderr
+        self.assertEqual(proc.returncode, 0, self.output)
+        reports = {}
+        for path in glob.glob(os.path.join(self.tmp, case + "-rank*-attempt*.json")):
+            with open(path) as f:
+                r = json.load(f)
+            reports[(r["rank"], r["attempt"])] = r
+        return reports
+
+    def test_ddp_train_and_validation_batches_equal_stock_dataloader(self):
+        reports = self.run_job("ddp")
+        self.assertEqual(sorted(reports), [(0, 0), (1, 0)], self.output)
+        for r in reports.values():
+            self.assertEqual(r["served"], [POOL_ITER], self.output)
+            self.assertEqual(r["stock"], ["_MultiProcessingDataLoaderIter"], self.output)
+            self.assertEqual(r["equal"], {"train": True, "val": True}, self.output)
+            self.assertEqual(r["batches"], 2 * 6)  # 24 samples per rank, batches of 4
+            self.assertEqual(len(r["workers"]), 2)
+        # Each rank has its own pool.
+        self.assertFalse(set(reports[(0, 0)]["workers"]) & set(reports[(1, 0)]["workers"]))
+        # The agent's status line carries the loader statistics the service wrote.
+        self.assertIn("samples/s", self.output)
+
+    def test_loader_built_inside_a_library_is_served(self):
+        for r in self.run_job("library").values():
+            self.assertEqual(r["served"], POOL_ITER, self.output)
+            self.assertEqual(r["values"], [i * i for i in range(16)] * 2)
+
+    def test_trainer_that_sets_spawn_first_is_served(self):
+        for r in self.run_job("start_method").values():
+            self.assertEqual(r["served"], POOL_ITER, self.output)
+            self.assertEqual(r["indices"], list(range(8)))
+
+    def test_trainer_with_an_mp_pool_after_tensors_is_served(self):
+        for r in self.run_job("mp_pool").values():
+            self.assertEqual(r["served"], POOL_ITER, self.output)
+            self.assertEqual(r["squares"], [0, 1, 4, 9, 16, 25])
+            self.assertEqual(r["indices"], list(range(8)))
+
+    def test_restarted_rank_reconnects_to_the_same_warm_workers(self):
+        reports = self.run_job("restart", max_restarts=1)
+        self.assertIn((1, 0), reports, self.output)
+        self.assertIn((1, 1), reports, self.output)
+        for rank in (0, 1):
+            before, after = reports.get((rank, 0)), reports[(rank, 1)]
+            self.assertEqual(after["served"], POOL_ITER, self.output)
+            if before is not None:
+                self.assertEqual(after["workers"], before["workers"],
+                                 "rank %d's workers were not kept" % rank)
+            # The workers were running before the restarted rank was: its first batch needed
+            # no worker start-up.
+            for t in after["workers_started"]:
+                self.assertLess(t, after["started"], self.output)
+
+
+if __name__ == "__main__":
+    unittest.main()
