@@ -289,13 +289,22 @@ int PoolClient::OutstandingLocked() const {
 }
 
 PoolClient::Conn* PoolClient::PickWorker(int64_t batch) {
-  Conn* best = nullptr;
   const int active = std::min<int>(active_workers_, static_cast<int>(conns_.size()));
-  const int preferred = active > 0 ? static_cast<int>(batch % active) : 0;
+  if (active <= 0) return nullptr;
+  const int preferred = static_cast<int>(batch % active);
+  auto can_take = [&](const Conn& c) {
+    return c.state == ConnState::kReady && !c.hung_killed &&
+           static_cast<int>(c.queue.size()) < opts_.prefetch_factor;
+  };
+  if (opts_.strict_round_robin) {
+    // Only the worker DataLoader's round robin names; a successor keeps its id.
+    Conn& c = conns_[static_cast<size_t>(preferred)];
+    return can_take(c) ? &c : nullptr;
+  }
+  Conn* best = nullptr;
   for (int i = 0; i < active; ++i) {
     Conn& c = conns_[static_cast<size_t>(i)];
-    if (c.state != ConnState::kReady || c.hung_killed) continue;
-    if (static_cast<int>(c.queue.size()) >= opts_.prefetch_factor) continue;
+    if (!can_take(c)) continue;
     // Least loaded; on a tie the worker DataLoader's round robin would pick, which keeps
     // assignments (and so per-worker random streams) reproducible when nothing is late.
     if (best == nullptr || c.queue.size() < best->queue.size() ||
@@ -306,8 +315,44 @@ PoolClient::Conn* PoolClient::PickWorker(int64_t batch) {
   return best;
 }
 
+std::optional<int64_t> PoolClient::NewTaskFromSubmitted() {
+  auto slot = slots_->Acquire();
+  if (!slot) return std::nullopt;
+  const int64_t id = next_task_id_++;
+  Task t;
+  t.id = id;
+  t.epoch = submitted_.front().epoch;
+  t.batch = submitted_.front().batch;
+  t.indices = std::move(submitted_.front().indices);
+  t.slot = *slot;
+  tasks_[id] = std::move(t);
+  submitted_.pop_front();
+  return id;
+}
+
+bool PoolClient::SendTask(Conn& c, int64_t id, Clock::TimePoint now) {
+  Task& t = tasks_.at(id);
+  Status st = SendMessage(c.fd, {MsgType::kTask,
+                                 {{"id", t.id},
+                                  {"epoch", t.epoch},
+                                  {"batch", t.batch},
+                                  {"slot", t.slot},
+                                  {"indices", t.indices}}});
+  if (!st.ok()) {
+    // The worker is going away; the EOF path charges and reissues. Keep this task first.
+    reissue_.push_front(id);
+    ConnDown(c, now);
+    return false;
+  }
+  if (c.queue.empty()) c.head_since = now;
+  c.queue.push_back(id);
+  t.worker = c.id;
+  return true;
+}
+
 void PoolClient::IssueTasks(Clock::TimePoint now) {
   if (phase_ != Phase::kRunning || !error_.ok()) return;
+  if (opts_.strict_round_robin) return IssueStrict(now);
   const int budget = active_workers_ * opts_.prefetch_factor;
   while (true) {
     int64_t id = -1;
@@ -323,36 +368,40 @@ void PoolClient::IssueTasks(Clock::TimePoint now) {
     Conn* c = PickWorker(key.second);
     if (c == nullptr) return;
     if (fresh) {
-      auto slot = slots_->Acquire();
-      if (!slot) return;
-      id = next_task_id_++;
-      Task t;
-      t.id = id;
-      t.epoch = key.first;
-      t.batch = key.second;
-      t.indices = std::move(submitted_.front().indices);
-      t.slot = *slot;
-      tasks_[id] = std::move(t);
-      submitted_.pop_front();
+      auto created = NewTaskFromSubmitted();
+      if (!created) return;
+      id = *created;
     } else {
       reissue_.pop_front();
     }
-    Task& t = tasks_.at(id);
-    Status st = SendMessage(c->fd, {MsgType::kTask,
-                                    {{"id", t.id},
-                                     {"epoch", t.epoch},
-                                     {"batch", t.batch},
-                                     {"slot", t.slot},
-                                     {"indices", t.indices}}});
-    if (!st.ok()) {
-      // The worker is going away; the EOF path charges and reissues. Keep this task first.
-      reissue_.push_front(id);
-      ConnDown(*c, now);
+    SendTask(*c, id, now);
+  }
+}
+
+void PoolClient::IssueStrict(Clock::TimePoint now) {
+  // Reissued tasks (in batch order) each wait for their own worker, here or respawning; the
+  // other workers go on meanwhile. A worker that is back gets its reissued tasks before any
+  // fresh one: PickWorker only lets a fresh task through once its worker has room, and a
+  // worker with room has none left to reissue.
+  for (size_t k = 0; k < reissue_.size();) {
+    const int64_t id = reissue_[k];
+    Conn* c = PickWorker(tasks_.at(id).batch);
+    if (c == nullptr) {
+      ++k;
       continue;
     }
-    if (c->queue.empty()) c->head_since = now;
-    c->queue.push_back(id);
-    t.worker = c->id;
+    reissue_.erase(reissue_.begin() + static_cast<std::ptrdiff_t>(k));
+    if (!SendTask(*c, id, now)) k = 0;  // put back first; its worker is now down
+  }
+  // Fresh batches strictly in order, as _try_put_index issues them: the next one waits for
+  // its worker even when another is idle.
+  const int budget = active_workers_ * opts_.prefetch_factor;
+  while (!submitted_.empty() && OutstandingLocked() < budget) {
+    Conn* c = PickWorker(submitted_.front().batch);
+    if (c == nullptr) return;
+    auto id = NewTaskFromSubmitted();
+    if (!id) return;
+    SendTask(*c, *id, now);
   }
 }
 

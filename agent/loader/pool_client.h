@@ -43,9 +43,21 @@ struct PoolClientOptions {
   int prefetch_factor = 2;  // tasks outstanding per active worker; slots: workers x this + 4
   std::chrono::milliseconds timeout{120'000};  // an overdue task kills its worker; 0: never
   int max_attempts = 3;                        // failures of one batch (or worker start) allowed
-  std::optional<size_t> slot_bytes;            // unset: sized from the probe batch
+  // Batch b is built by worker b % active workers, as DataLoader's _try_put_index assigns
+  // it, so per-worker random streams match PyTorch's exactly; a task waits for its worker's
+  // queue to have room rather than going to an idle worker. Batches are issued in order and
+  // issuing stops at the first whose worker is full, as DataLoader's does with
+  // prefetch_factor; a dead or hung-killed worker's tasks wait for its successor (same id).
+  // PyTorch restarts its worker cycle at worker 0 every epoch (_MultiProcessingDataLoaderIter.
+  // _reset), so numbering each epoch's batches from 0 gives its mapping. Change active
+  // workers only between epochs. For identical streams worker 0's first task must be the
+  // probed batch (epoch 0, batch 0, probe_batch's indices) or slot_bytes must be set: a
+  // worker builds the probe with its streams (the Python worker rewinds them if the probed
+  // batch is not what it is asked for next; C++ workers do not).
+  // false: the least-loaded worker, round robin on a tie.
+  bool strict_round_robin = false;
+  std::optional<size_t> slot_bytes;  // unset: sized from the probe batch
   std::string shm_dir = "/dev/shm";
-  bool strict_round_robin = false;  // TEMP until worker-rr merges
   // What every worker is configured with.
   std::string dataset;
   std::string dataset_arg;
@@ -221,8 +233,18 @@ class PoolClient {
   void Remove(Task& t);  // forgets a task at no worker: unqueued, its slot freed
   int InFlightLocked() const;
   int OutstandingLocked() const;
+  // The worker to give batch `batch` to now, or null if none may take it.
   Conn* PickWorker(int64_t batch);
   void IssueTasks(Clock::TimePoint now);
+  // strict_round_robin's issuing: reissued tasks to their own workers, then submitted
+  // batches in order up to the first whose worker has no room.
+  void IssueStrict(Clock::TimePoint now);
+  // A fresh task for the first submitted batch, in a free slot (its id), or nullopt if no
+  // slot is free.
+  std::optional<int64_t> NewTaskFromSubmitted();
+  // Sends task `id` to `c`; false when the connection broke (the task is put back first in
+  // reissue_ and the connection goes down).
+  bool SendTask(Conn& c, int64_t id, Clock::TimePoint now);
   void FailLocked(Status st);
 
   // The I/O thread (takes mu_ itself).

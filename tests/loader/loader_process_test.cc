@@ -888,6 +888,118 @@ TEST_F(PoolClientTest, DroppedEpochsAreNeverHandedOutAndFreeTheirSlots) {
       [&] { return client.slot_pool()->FreeCount() == client.slot_count(); }, seconds(10)));
 }
 
+// --- strict round robin ------------------------------------------------------------------
+
+// PoolClient with strict_round_robin over three workers, worker 1 slower than the others.
+class StrictRoundRobinTest : public ::testing::Test {
+ protected:
+  PoolClientOptions ClientOptions(const std::string& dataset, const std::string& arg) const {
+    return {.dir = agent_.dir(),
+            .workers = 3,
+            .initial_active = 3,
+            .timeout = seconds(20),
+            .strict_round_robin = true,
+            .dataset = dataset,
+            .dataset_arg = arg,
+            .probe_batch = [](int64_t) {
+              return std::vector<int64_t>{0, 1, 2, 3};
+            }};
+  }
+
+  // Submits `batches` of 4 samples (sample k * 11 mod size at position k, size = 4 x
+  // batches) as `epoch`,
+  // takes them in order and expects batch b from worker b % 3, its "worker" field too, and
+  // its samples. Returns each batch's "pid" field (of its first sample).
+  static std::vector<int64_t> ExpectRoundRobin(PoolClient& client, int64_t epoch, int64_t batches) {
+    std::vector<std::vector<int64_t>> submitted(static_cast<size_t>(batches));
+    const int64_t size = 4 * batches;
+    for (int64_t k = 0; k < size; ++k) submitted[k / 4].push_back(k * 11 % size);
+    client.Submit(epoch, 0, submitted);
+    std::vector<int64_t> pids;
+    for (int64_t b = 0; b < batches; ++b) {
+      auto r = client.Take(epoch, b, seconds(30));
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      if (!r.ok() || !r->has_value()) {
+        ADD_FAILURE() << "no batch " << b << " of epoch " << epoch;
+        return pids;
+      }
+      const ReadyBatch& ready = **r;
+      EXPECT_EQ(ready.worker, b % 3) << "epoch " << epoch << " batch " << b;
+      EXPECT_EQ(Int64Field(client, ready, "index"), submitted[static_cast<size_t>(b)]);
+      for (int32_t w : Int32Field(client, ready, "worker")) EXPECT_EQ(w, b % 3);
+      pids.push_back(Int64Field(client, ready, "pid").at(0));
+      client.Release(ready.slot);
+    }
+    return pids;
+  }
+
+  static const nlohmann::json* FieldNamed(const ReadyBatch& r, const std::string& name) {
+    for (const auto& f : r.fields) {
+      if (f.value("name", "") == name) return &f;
+    }
+    return nullptr;
+  }
+  template <typename T>
+  static std::vector<T> Read(const PoolClient& client, const ReadyBatch& r,
+                             const std::string& name) {
+    const nlohmann::json* f = FieldNamed(r, name);
+    if (f == nullptr) return {};
+    const auto* p =
+        reinterpret_cast<const T*>(client.ring()->Slot(r.slot) + f->value("offset", size_t{0}));
+    return std::vector<T>(p, p + f->value("nbytes", size_t{0}) / sizeof(T));
+  }
+  static std::vector<int64_t> Int64Field(const PoolClient& c, const ReadyBatch& r,
+                                         const std::string& name) {
+    return Read<int64_t>(c, r, name);
+  }
+  static std::vector<int32_t> Int32Field(const PoolClient& c, const ReadyBatch& r,
+                                         const std::string& name) {
+    return Read<int32_t>(c, r, name);
+  }
+
+  testing::TempDir dir_;
+  AgentLikePool agent_{0, 3, {SelfExe()}};
+};
+
+// Epochs of 13 batches (more than the 6 issued at once, and no multiple of 3): each restarts
+// at worker 0, as DataLoader's does.
+TEST_F(StrictRoundRobinTest, BatchBIsWorkerBModWorkersEveryEpochThoughOneWorkerIsSlow) {
+  PoolClient client(ClientOptions("index", "size=52,dim=2,sleep_ms=30,slow_worker=1"));
+  ASSERT_TRUE(client.Start().ok());
+  const std::vector<pid_t> pids = client.WorkerPids();
+  for (int64_t epoch = 0; epoch < 2; ++epoch) ExpectRoundRobin(client, epoch, 13);
+  EXPECT_EQ(client.WorkerPids(), pids);
+}
+
+// Worker 1 dies once on sample 10, in batch 7 (positions 28-31 hold 28, 39, 10, 21): its
+// tasks wait for its successor, which builds them; no other worker does.
+TEST_F(StrictRoundRobinTest, ADeadWorkersBatchesGoToItsSuccessor) {
+  PoolClient client(
+      ClientOptions("crash", "size=40,dim=2,at=10,signal=9,marker=" + dir_.File("crashed-once")));
+  ASSERT_TRUE(client.Start().ok());
+  const pid_t first = client.WorkerPids()[1];
+  const std::vector<int64_t> pids = ExpectRoundRobin(client, 0, 10);
+  ASSERT_EQ(pids.size(), 10u);
+  EXPECT_NE(pids[7], first);
+  EXPECT_NE(client.WorkerPids()[1], first);
+  EXPECT_EQ(client.Stats().restarts_died, 1);
+}
+
+// Worker 1 hangs once on sample 10 (batch 7) and is killed after the timeout: the batch goes
+// back to worker 1's successor.
+TEST_F(StrictRoundRobinTest, AHungWorkersBatchesGoToItsSuccessor) {
+  PoolClientOptions o =
+      ClientOptions("hang", "size=40,dim=2,at=10,marker=" + dir_.File("hung-once"));
+  o.timeout = seconds(2);
+  PoolClient client(o);
+  ASSERT_TRUE(client.Start().ok());
+  const pid_t first = client.WorkerPids()[1];
+  const std::vector<int64_t> pids = ExpectRoundRobin(client, 0, 10);
+  ASSERT_EQ(pids.size(), 10u);
+  EXPECT_NE(pids[7], first);
+  EXPECT_EQ(client.Stats().restarts_hung, 1);
+}
+
 // --- the program as a user runs it -------------------------------------------------------
 
 TEST(LoaderProgram, StandaloneRunForwardsWorkerOutputAndLeavesNothingBehind) {

@@ -75,12 +75,15 @@ class PythonWorkerTest : public ::testing::Test {
     }
   }
 
-  // Writes the pickle of dataset `kind` and starts two Python workers.
-  void StartPool(const std::string& kind, std::vector<std::string> helper_args = {}) {
+  // Writes the pickle of dataset `kind` and starts `workers` Python workers.
+  void StartPool(const std::string& kind, std::vector<std::string> helper_args = {},
+                 int workers = 2) {
+    workers_ = workers;
     helper_args.insert(helper_args.begin(), {"write", kind, pickle_});
+    helper_args.insert(helper_args.end(), {"--workers", std::to_string(workers)});
     ASSERT_TRUE(RunHelper(helper_args));
     PoolSpec spec;
-    spec.workers = 2;
+    spec.workers = workers;
     spec.dir = dir_.File("pool");
     spec.argv = {kPython, "-m", "spawnpoint_rank.worker"};
     for (char** e = environ; *e; ++e) {
@@ -94,8 +97,8 @@ class PythonWorkerTest : public ::testing::Test {
 
   PoolClientOptions ClientOptions() const {
     return {.dir = pool_->dir(),
-            .workers = 2,
-            .initial_active = 2,
+            .workers = workers_,
+            .initial_active = workers_,
             .timeout = kDeadline,
             .dataset = "python",
             .dataset_arg = pickle_,
@@ -108,6 +111,7 @@ class PythonWorkerTest : public ::testing::Test {
 
   testing::TempDir dir_;
   const std::string pickle_ = dir_.File("loader.pickle");
+  int workers_ = 2;
   std::unique_ptr<StandalonePool> pool_;
 };
 
@@ -232,6 +236,30 @@ TEST_F(PythonWorkerTest, NestedBatchRoundTripsThroughFieldsAndTree) {
   }
 }
 
+// Expects a batch of SeedDataset to be `want`, the stock DataLoader's batch (as
+// python_datasets.py stock writes it) built by one of `workers` workers: the same samples,
+// random draws, worker id and seed.
+void ExpectStockBatch(const PoolClient& client, const ReadyBatch& got, const json& want,
+                      int64_t workers) {
+  std::map<std::string, json> items;
+  for (size_t i = 0; i < got.tree.at("keys").size(); ++i) {
+    items[got.tree["keys"][i].at("v").get<std::string>()] = got.tree["items"][i];
+  }
+  std::vector<double> flat;
+  for (const auto& row : want.at("x")) {
+    for (const auto& v : row) flat.push_back(v.get<double>());
+  }
+  const auto n = want.at("wid").size();
+  EXPECT_EQ(Values<double>(client, got, Field(got, items["x"])), flat)
+      << "epoch " << got.epoch << " batch " << got.batch;
+  EXPECT_EQ(Values<int64_t>(client, got, Field(got, items["wid"])),
+            want.at("wid").get<std::vector<int64_t>>());
+  EXPECT_EQ(Values<int64_t>(client, got, Field(got, items["seed"])),
+            want.at("seed").get<std::vector<int64_t>>());
+  EXPECT_EQ(Values<int64_t>(client, got, Field(got, items["nw"])),
+            std::vector<int64_t>(n, workers));
+}
+
 // The pool's batches are compared with a stock DataLoader(num_workers=2, spawn) run with a
 // generator seeded the same: both draw base_seed from it first. Batches are submitted one at
 // a time, so PoolClient gives batch b to worker b % 2, DataLoader's round robin; then every
@@ -249,25 +277,52 @@ TEST_F(PythonWorkerTest, WorkerSeedsAndInfoMatchStockDataLoader) {
     client.Submit(0, b, {Range(4 * b, 4 * b + 4)});
     auto r = Take(client, 0, b);
     ASSERT_TRUE(r.ok() && r->has_value()) << r.status().ToString();
-    const ReadyBatch& got = **r;
-    EXPECT_EQ(got.worker, b % 2);
-    std::map<std::string, json> items;
-    for (size_t i = 0; i < got.tree.at("keys").size(); ++i) {
-      items[got.tree["keys"][i].at("v").get<std::string>()] = got.tree["items"][i];
-    }
-    const json& want = expected[static_cast<size_t>(b)];
-    std::vector<double> flat;
-    for (const auto& row : want.at("x")) {
-      for (const auto& v : row) flat.push_back(v.get<double>());
-    }
-    EXPECT_EQ(Values<double>(client, got, Field(got, items["x"])), flat) << "batch " << b;
-    EXPECT_EQ(Values<int64_t>(client, got, Field(got, items["wid"])),
-              want.at("wid").get<std::vector<int64_t>>());
-    EXPECT_EQ(Values<int64_t>(client, got, Field(got, items["seed"])),
-              want.at("seed").get<std::vector<int64_t>>());
-    EXPECT_EQ(Values<int64_t>(client, got, Field(got, items["nw"])), std::vector<int64_t>(4, 2));
-    client.Release(got.slot);
+    EXPECT_EQ((*r)->worker, b % 2);
+    ExpectStockBatch(client, **r, expected[static_cast<size_t>(b)], 2);
+    client.Release((*r)->slot);
   }
+}
+
+// Persistent workers over two shuffled epochs whose length (7 batches) is no multiple of
+// the workers (3), one worker slower than the others, and every batch of an epoch submitted
+// at once: strict round robin still gives batch b to worker b % 3, restarting at worker 0
+// each epoch as DataLoader's _reset does, so the batches are the stock DataLoader's
+// (persistent_workers=True, the same generator seed), random draws included.
+TEST_F(PythonWorkerTest, StrictRoundRobinMatchesStockPersistentWorkersOverShuffledEpochs) {
+  constexpr int64_t kBatches = 13;  // of 4 samples, per epoch
+  const std::vector<std::string> shape = {"--size",        "52", "--generator-seed", "77",
+                                          "--slow-worker", "1"};
+  std::vector<std::string> stock = {"stock", dir_.File("stock.json"), "--batch", "4"};
+  for (const char* a : {"--workers", "3", "--epochs", "2", "--shuffle"}) stock.push_back(a);
+  stock.insert(stock.end(), shape.begin(), shape.end());
+  ASSERT_TRUE(RunHelper(stock));
+  const json expected = json::parse(testing::ReadFile(dir_.File("stock.json")));
+  ASSERT_EQ(expected.size(), static_cast<size_t>(2 * kBatches));
+  StartPool("seed", shape, 3);
+  PoolClientOptions o = ClientOptions();
+  o.strict_round_robin = true;
+  // The probe (samples 0-3) is not the first batch: worker 0 rewinds the streams it drew.
+  PoolClient client(o);
+  ASSERT_TRUE(client.Start().ok());
+  const std::vector<pid_t> pids = client.WorkerPids();
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    const auto want = [&](int64_t b) -> const json& {
+      return expected[static_cast<size_t>(kBatches * epoch + b)];
+    };
+    std::vector<std::vector<int64_t>> batches;
+    for (int64_t b = 0; b < kBatches; ++b) {
+      batches.push_back(want(b).at("indices").get<std::vector<int64_t>>());
+    }
+    client.Submit(epoch, 0, batches);
+    for (int64_t b = 0; b < kBatches; ++b) {
+      auto r = Take(client, epoch, b);
+      ASSERT_TRUE(r.ok() && r->has_value()) << r.status().ToString();
+      EXPECT_EQ((*r)->worker, b % 3) << "epoch " << epoch << " batch " << b;
+      ExpectStockBatch(client, **r, want(b), 3);
+      client.Release((*r)->slot);
+    }
+  }
+  EXPECT_EQ(client.WorkerPids(), pids);
 }
 
 TEST_F(PythonWorkerTest, ADatasetExceptionCarriesThePythonTracebackAndTheWorkerGoesOn) {

@@ -55,6 +55,7 @@ class IndexDataset : public Dataset {
     dim_ = Int(args_, "dim", 4);
     work_ = Int(args_, "work", 0);
     sleep_ms_ = Int(args_, "sleep_ms", 0);
+    slow_worker_ = Int(args_, "slow_worker", -1);
     if (Int(args_, "print", 0)) std::printf("dataset ready in pid %d\n", getpid());
   }
   int64_t Size() const override { return size_; }
@@ -76,7 +77,9 @@ class IndexDataset : public Dataset {
     s.AddScalar<int32_t>("incarnation", ctx.incarnation);
     s.AddScalar<int64_t>("pid", getpid());
     Extra(s, index, ctx);
-    if (sleep_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms_));
+    if (sleep_ms_ > 0 && (slow_worker_ < 0 || slow_worker_ == ctx.worker_id)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms_));
+    }
     return s;
   }
 
@@ -86,7 +89,7 @@ class IndexDataset : public Dataset {
   virtual int64_t DimFor(int64_t index) const { return dim_; }
 
   std::map<std::string, std::string> args_;
-  int64_t size_, dim_, work_, sleep_ms_;
+  int64_t size_, dim_, work_, sleep_ms_, slow_worker_;
 };
 
 class HangDataset : public IndexDataset {

@@ -4,7 +4,7 @@
 // check which samples arrived, plus where it was built:
 //   index    {index: i64, value: f32[dim] = index, worker: i32, incarnation: i32, pid: i64}
 //            size=N dim=D work=K (K rounds of arithmetic per sample) print=1 (a stdout line
-//            on creation) sleep_ms=S (per sample)
+//            on creation) sleep_ms=S (per sample) slow_worker=W (only worker W sleeps)
 //   hang     as index; the first process to reach sample `at` creates `marker` and sleeps
 //            forever (later attempts find the marker and go on)
 //   throw    as index; sample `at` throws std::runtime_error (mode=status: returns an error)

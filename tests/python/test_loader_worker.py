@@ -1,19 +1,25 @@
 """Unit tests of the Python loader worker (spawnpoint_rank/worker.py) in this process, without
-the pool: the frames over a socket pair, and with torch the worker's set-up and fetching
-compared with torch's own _worker_loop and _MapDatasetFetcher. (tests/loader/
-python_worker_test.cc runs it as a process under the real PoolClient.) Run through
-run_shim_tests.py (ctest: python_loader_worker, python_loader_worker_torch).
+the pool: the frames over a socket pair and the preloaded modules (a worker process for the
+one that fails), and with torch the worker's set-up and fetching compared with torch's own
+_worker_loop and _MapDatasetFetcher, loaders served in turn each with its own random
+streams, and the probe's rewind. (tests/loader/python_worker_test.cc runs it as a process
+under the real PoolClient.) Run through run_shim_tests.py (ctest: python_loader_worker,
+python_loader_worker_torch).
 """
 
+import contextlib
+import io
 import os
 import pickle
 import random
 import socket
 import struct
+import subprocess
+import sys
 import tempfile
 import unittest
 
-from shim_import import shim_module
+from shim_import import SHIM_DIR, shim_module
 
 worker = shim_module("spawnpoint_rank.worker")
 
@@ -41,6 +47,18 @@ class Batched(Squares):
         return ["batched %d" % i for i in indices]
 
 
+class Draws(object):
+    """Sample i: (i, a draw of random, torch and numpy, and the worker info's id and seed)."""
+
+    def __len__(self):
+        return 100
+
+    def __getitem__(self, i):
+        info = get_worker_info()
+        return (i, random.random(), torch.rand(()).item(), float(np.random.rand()), info.id,
+                info.seed)
+
+
 calls = []
 
 
@@ -50,6 +68,22 @@ def remember_init(worker_id):
 
 def failing_init(worker_id):
     raise RuntimeError("init failed in %d" % worker_id)
+
+
+@contextlib.contextmanager
+def module_dir(files):
+    """A directory of modules {name: source} on sys.path, and them unimported afterwards."""
+    with tempfile.TemporaryDirectory() as d:
+        for name, source in files.items():
+            with open(os.path.join(d, name + ".py"), "w") as f:
+                f.write(source)
+        sys.path.insert(0, d)
+        try:
+            yield d
+        finally:
+            sys.path.remove(d)
+            for name in files:
+                sys.modules.pop(name, None)
 
 
 class FramesTest(unittest.TestCase):
@@ -73,6 +107,60 @@ class FramesTest(unittest.TestCase):
             self.assertIsNone(receiver.receive())  # the peer went away
         finally:
             receiver.close()
+
+
+    def test_preload_names_default_to_torch_and_empty_means_none(self):
+        self.assertEqual(worker.preload_names({}), ["torch"])
+        self.assertEqual(worker.preload_names({worker.PRELOAD_ENV: ""}), [])
+        self.assertEqual(worker.preload_names({worker.PRELOAD_ENV: " numpy, torchvision,,numpy "}),
+                         ["numpy", "torchvision"])
+
+    def test_preload_imports_each_module_and_reports_one_that_fails_once(self):
+        files = {"sp_preload_ok": "import sys\nsys.sp_preload_ok_imported = True\n",
+                 "sp_preload_broken": "raise RuntimeError('broken on purpose')\n"}
+        with module_dir(files):
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                failed = worker.preload_modules({worker.PRELOAD_ENV: (
+                    "sp_preload_ok,sp_preload_missing,sp_preload_broken,sp_preload_missing")})
+            self.assertTrue(getattr(sys, "sp_preload_ok_imported", False))
+            del sys.sp_preload_ok_imported
+        self.assertEqual(failed, ["sp_preload_missing", "sp_preload_broken"])
+        self.assertEqual(err.getvalue().splitlines(), [
+            "spawnpoint loader worker: preloadModules: cannot import sp_preload_missing: "
+            "ModuleNotFoundError: No module named 'sp_preload_missing'",
+            "spawnpoint loader worker: preloadModules: cannot import sp_preload_broken: "
+            "RuntimeError: broken on purpose"])
+
+    def test_a_worker_whose_preload_fails_still_serves(self):
+        with tempfile.TemporaryDirectory() as d:
+            listen = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listen.bind(os.path.join(d, "worker.sock"))
+            listen.listen(1)
+            env = dict(os.environ, PYTHONPATH=SHIM_DIR, SPAWNPOINT_LOADER_WORKER_ID="0",
+                       SPAWNPOINT_LOADER_LISTEN_FD=str(listen.fileno()),
+                       SPAWNPOINT_LOADER_PRELOAD="json,sp_preload_missing")
+            proc = subprocess.Popen([sys.executable, "-m", "spawnpoint_rank.worker"],
+                                    pass_fds=[listen.fileno()], env=env,
+                                    stderr=subprocess.PIPE, universal_newlines=True)
+            listen.close()
+            try:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(60)
+                sock.connect(os.path.join(d, "worker.sock"))
+                conn = worker.Connection(sock)
+                conn.send(worker.CONFIGURE, {"protocol": 1, "dataset": "index", "workerId": 0})
+                kind, body, _ = conn.receive()
+                conn.close()
+            finally:
+                proc.kill()
+                _, err = proc.communicate(timeout=60)
+        self.assertEqual((kind, body["kind"]), (worker.ERROR, "configure"))
+        self.assertIn("Python loader worker", body["message"])
+        lines = [l for l in err.splitlines() if "preloadModules" in l]
+        self.assertEqual(lines, [
+            "spawnpoint loader worker: preloadModules: cannot import sp_preload_missing: "
+            "ModuleNotFoundError: No module named 'sp_preload_missing'"], err)
 
 
 @unittest.skipIf(torch is None, "torch is not installed")
@@ -153,6 +241,93 @@ class WorkerSetupTest(unittest.TestCase):
             self.assertIn("cannot load the DataLoader from", error["message"])
             kind, error = server.configure(dict(body, dataset="index"))
             self.assertIn("Python loader worker", error["message"])
+
+    def write_loaders(self, d, seeds):
+        """A pickle of Draws per base seed, collated into a list; their paths."""
+        paths = []
+        for n, base_seed in enumerate(seeds):
+            paths.append(os.path.join(d, "loader-%d.pickle" % n))
+            with open(paths[-1], "wb") as f:
+                pickle.dump({"dataset": Draws(), "collate_fn": list, "base_seed": base_seed,
+                             "num_workers": 3}, f)
+        return paths
+
+    @staticmethod
+    def batches(server, path, batches):
+        """Configures `server` for the loader at `path` and fetches these batches."""
+        kind, hello = server.configure({"protocol": 1, "dataset": "python", "arg": path,
+                                        "workerId": 1})
+        assert kind == worker.HELLO, hello
+        return [server.loader.fetch(indices) for indices in batches]
+
+    def test_alternating_loaders_each_go_on_with_their_own_streams_and_worker_info(self):
+        with tempfile.TemporaryDirectory() as d:
+            a, b = self.write_loaders(d, [1000, 2000])
+            # What persistent workers of A alone, and of B alone, would draw.
+            alone_a = self.batches(worker.Worker(None, 1, 0, 0), a, [[0, 1], [2, 3], [4]])
+            alone_b = self.batches(worker.Worker(None, 1, 0, 0), b, [[0, 1], [5]])
+            server = worker.Worker(None, 1, 0, 0)
+            got_a = self.batches(server, a, [[0, 1]])
+            got_b = self.batches(server, b, [[0, 1]])
+            info = get_worker_info()
+            self.assertEqual((info.id, info.seed, info.num_workers), (1, 2001, 3))
+            self.assertIs(info.dataset, server.loader.dataset)
+            self.assertEqual(torch.initial_seed(), 2001)
+            got_a += self.batches(server, a, [[2, 3]])
+            info = get_worker_info()
+            self.assertEqual(info.seed, 1001)
+            self.assertIs(info.dataset, server.loader.dataset)
+            self.assertEqual(torch.initial_seed(), 1001)
+            got_b += self.batches(server, b, [[5]])
+            got_a += self.batches(server, a, [[4]])
+            self.assertEqual(len(server.loaders), 2)
+        self.assertEqual(got_a, alone_a)
+        self.assertEqual(got_b, alone_b)
+        self.assertEqual([s[5] for s in got_b[0]], [2001, 2001])
+        self.assertNotEqual(got_a[0], got_b[0])
+
+    def test_the_least_recently_used_loader_is_forgotten_and_set_up_afresh(self):
+        kept = worker.MAX_LOADERS
+        worker.MAX_LOADERS = 2
+        try:
+            with tempfile.TemporaryDirectory() as d:
+                a, b, c = self.write_loaders(d, [10, 20, 30])
+                first_a = self.batches(worker.Worker(None, 1, 0, 0), a, [[0]])
+                server = worker.Worker(None, 1, 0, 0)
+                self.batches(server, a, [[0], [1]])
+                self.batches(server, b, [[0]])
+                self.batches(server, a, [[2]])  # a is the most recent now, b the least
+                self.batches(server, c, [[0]])
+                self.assertEqual([k[0] for k in server.loaders], [a, c])
+                self.assertEqual(self.batches(server, b, [[0]])[0][0][5], 21)  # b afresh
+                self.assertEqual([k[0] for k in server.loaders], [c, b])
+                self.assertEqual(self.batches(server, a, [[0]]), first_a)  # a afresh too
+        finally:
+            worker.MAX_LOADERS = kept
+
+    def test_a_probed_batch_no_task_takes_costs_the_streams_nothing(self):
+        with tempfile.TemporaryDirectory() as d:
+            a, = self.write_loaders(d, [7])
+            alone = self.batches(worker.Worker(None, 1, 0, 0), a, [[3], [4]])
+            server = worker.Worker(None, 1, 0, 0)
+            self.batches(server, a, [])
+            # Probed, then another batch asked for: the probe's draws are undone.
+            kind, _ = server.probe({"epoch": 0, "batch": 0, "indices": [1, 2]})
+            self.assertEqual(kind, worker.PROBE_RESULT)
+            built, _, error = server.encode(5, {"epoch": 1, "batch": 0, "indices": [3]})
+            self.assertIsNone(error)
+            self.assertEqual(built[3], alone[0])
+            # Probed and then taken: drawn once, as if the task had built it.
+            server.probe({"epoch": 1, "batch": 1, "indices": [4]})
+            built, _, _ = server.encode(6, {"epoch": 1, "batch": 1, "indices": [4]})
+            self.assertEqual(built[3], alone[1])
+            # Probed and the connection (or the loader) changed first: undone as well.
+            server.probe({"epoch": 0, "batch": 0, "indices": [9]})
+            server.configure({"protocol": 1, "dataset": "python", "arg": a, "workerId": 1})
+            self.assertIsNone(server.cached)
+            after = server.loader.fetch([8])
+            self.assertEqual(after, self.batches(worker.Worker(None, 1, 0, 0), a,
+                                                 [[3], [4], [8]])[2])
 
     def test_a_probed_batch_is_kept_for_its_task_and_a_slot_too_small_says_so(self):
         import mmap

@@ -4,8 +4,13 @@ of Python ranks, as agent/loader/worker.cc is for C++ ones.
 A pool owner (PoolSupervisor, StandalonePool) starts it as `<python> -m
 spawnpoint_rank.worker` with agent/python on PYTHONPATH, the worker's listening socket as
 fd 3 and SPAWNPOINT_LOADER_{LISTEN_FD,WORKER_ID,RANK,INCARNATION} set (contract.h). It
-imports torch at once, then serves one rank connection at a time: when the rank goes away
-(or restarts), the worker waits for the next one, its dataset still loaded.
+imports the modules named by SPAWNPOINT_LOADER_PRELOAD at once (comma-separated, e.g.
+"torch,numpy,torchvision"; unset: torch; empty: none), so the rank does not wait for them; a
+module that cannot be imported is one stderr line ("spawnpoint loader worker:
+preloadModules: cannot import X: ...") and the worker serves anyway (the dataset may not
+need it). Then it serves one rank connection at a time: when the rank goes away (or
+restarts, or switches DataLoaders), the worker waits for the next one, its loaders still
+loaded.
 
 Configure{dataset: "python", arg: PATH}: PATH is a pickle file the rank side writes, one per
 DataLoader (iterator, when workers are not persistent), holding the dict
@@ -18,11 +23,21 @@ DataLoader (iterator, when workers are not persistent), holding the dict
   auto_collation   bool, default True: batches of indices (False: batch_size=None, one
                    index per task, no collation)
 (drop_last, the sampler and the batch sampler stay with the rank: it sends sample indices.)
-The file is loaded when its (path, mtime, size) differs from the last one; then the worker
-is set up exactly as torch's _worker_loop sets up worker `workerId` (one thread; seeds
-base_seed + id for random and torch, numpy from _generate_state where the torch has it;
-get_worker_info(); worker_init_fn). The same file again (a reconnect) keeps the worker as it
-is, random streams included, like a persistent PyTorch worker.
+A new file (by path, mtime and size) is loaded and the worker set up for it exactly as
+torch's _worker_loop sets up worker `workerId` (one thread; seeds base_seed + id for random
+and torch, numpy from _generate_state where the torch has it; get_worker_info();
+worker_init_fn). The same file again (a reconnect) keeps the worker as it is, random streams
+included, like a persistent PyTorch worker.
+
+One worker serves the DataLoaders of its rank in turn (a training and a validation loader
+alternate, the rank reconnecting with the other's pickle), each as if it had persistent
+workers of its own: up to 8 set-up loaders are kept (the least recently used is forgotten,
+and so is a file that a new one at its path replaced). Switching from loader A to B saves
+A's random streams (random.getstate(), torch.get_rng_state(), numpy's global state when numpy
+is imported) and get_worker_info(), and restores B's, or sets B up afresh if it is new; back
+at A, A's streams go on where they stopped, as a persistent worker of A's would. State a
+dataset or worker_init_fn keeps elsewhere (its own generators, other globals) is not
+switched. A forgotten loader asked for again is set up afresh (re-seeded).
 
 Batches are fetched as torch's _MapDatasetFetcher fetches, collated, and written into the
 ring slot by _batch_codec: Done{id, bytes, fields, tree}. Errors: kind "dataset" with the
@@ -32,14 +47,20 @@ and values the ring cannot carry; "slot"; "configure"; "protocol".
 
 The probe (Probe{epoch, batch, indices}) builds a batch with the worker's random streams and
 keeps it for the Task of the same batch, so a probe of the first batch worker 0 builds leaves
-its streams as PyTorch would. An exception in worker_init_fn is the first batch's error, as
-in PyTorch. Single-threaded: the process serves one connection at a time.
+its streams as PyTorch would. If the next Task is another batch (or the connection or the
+loader changes first), the probed batch is thrown away and the streams rewound to where the
+probe found them: a probe never costs a loader's streams a batch. An exception in
+worker_init_fn is the first batch's error, as in PyTorch. Single-threaded: the process
+serves one connection at a time.
 """
 
+import collections
+import importlib
 import json
 import mmap
 import os
 import pickle
+import random
 import socket
 import struct
 import sys
@@ -52,6 +73,8 @@ CONFIGURE, HELLO, RING, PROBE, PROBE_RESULT, TASK, DONE, ERROR = range(1, 9)
 _HEADER = struct.Struct("<IBBxx")  # payload length, message type, descriptor follows
 _MAX_PAYLOAD = 64 << 20
 _MAX_FDS = 8
+MAX_LOADERS = 8  # set-up DataLoaders a worker keeps
+PRELOAD_ENV = "SPAWNPOINT_LOADER_PRELOAD"
 
 
 class Connection(object):
@@ -138,6 +161,7 @@ class LoaderSpec(object):
         self.base_seed = int(spec.get("base_seed", 0))
         self.size = len(self.dataset)
         self.init_error = None
+        self.saved = None  # (streams, worker info) while another loader is served
         setup_like_torch(self.base_seed, worker_id, self.num_workers, self.dataset)
         init_fn = spec.get("worker_init_fn")
         if init_fn is not None:
@@ -146,6 +170,19 @@ class LoaderSpec(object):
             except Exception:
                 # PyTorch hands this to the first batch the worker is asked for.
                 self.init_error = caught(worker_id)
+
+    def suspend(self):
+        """Saves this loader's random streams and worker info: another loader is served."""
+        from torch.utils.data._utils import worker as torch_worker
+        self.saved = (capture_streams(), torch_worker._worker_info)
+
+    def resume(self):
+        """Makes this loader's saved streams and worker info the process's again."""
+        from torch.utils.data._utils import worker as torch_worker
+        streams, info = self.saved
+        self.saved = None
+        restore_streams(streams)
+        torch_worker._worker_info = info
 
     def fetch(self, indices):
         """The collated batch of these sample indices, as _MapDatasetFetcher builds it."""
@@ -193,10 +230,27 @@ def unwrap(spec):
     return pickle.loads(spec["payload"])
 
 
+def capture_streams():
+    """The global random streams a dataset draws from: random's, torch's CPU generator's and
+    numpy's (None when numpy is not imported)."""
+    import torch
+    numpy = sys.modules.get("numpy")
+    return (random.getstate(), torch.get_rng_state(),
+            numpy.random.get_state() if numpy is not None else None)
+
+
+def restore_streams(streams):
+    """Sets the streams capture_streams() saved (torch.initial_seed() included)."""
+    import torch
+    python, torch_state, numpy_state = streams
+    random.setstate(python)
+    torch.set_rng_state(torch_state)
+    if numpy_state is not None:
+        sys.modules["numpy"].random.set_state(numpy_state)
+
+
 def setup_like_torch(base_seed, worker_id, num_workers, dataset):
     """What torch's _worker_loop does before its first batch, for this torch version."""
-    import random
-
     import torch
     from torch.utils.data._utils import worker as torch_worker
 
@@ -218,9 +272,13 @@ class Worker(object):
         self.worker_id = worker_id
         self.rank = rank
         self.incarnation = incarnation
-        self.loader = None  # LoaderSpec, kept across connections
+        self.loader = None  # the LoaderSpec served now, kept across connections
+        # Every set-up LoaderSpec by key, the least recently served first (the current one
+        # last); all but the current one are suspended.
+        self.loaders = collections.OrderedDict()
         self.ring = None  # (mmap, slots, slot_bytes) of the connected rank
         self.cached = None  # (epoch, batch, indices, collated batch) built by a probe
+        self.before_probe = None  # the streams the probe found, to rewind to if unused
 
     def serve(self):
         while True:
@@ -233,7 +291,7 @@ class Worker(object):
                 self.serve_client(conn)
             finally:
                 conn.close()
-                self.cached = None
+                self.drop_probe()
                 if self.ring is not None:
                     self.ring[0].close()
                     self.ring = None
@@ -277,21 +335,48 @@ class Worker(object):
         if body.get("dataset") != "python":
             return error_reply(-1, "configure", "this is the Python loader worker; it serves "
                                "dataset \"python\" (a pickle file), not %r" % body.get("dataset"))
-        self.cached = None
+        self.drop_probe()
         path = body.get("arg", "")
         try:
             st = os.stat(path)
-            key = (path, st.st_mtime_ns, st.st_size)
-            if self.loader is None or self.loader.key != key:
-                self.loader = None
-                with open(path, "rb") as f:
-                    spec = unwrap(pickle.load(f))
-                self.loader = LoaderSpec(key, spec, self.worker_id, body.get("numWorkers", 1))
+            self.switch_to((path, st.st_mtime_ns, st.st_size), body.get("numWorkers", 1))
         except Exception:
             return error_reply(-1, "configure", "cannot load the DataLoader from %s:\n%s"
                                % (path, traceback.format_exc()))
         return HELLO, {"pid": os.getpid(), "incarnation": self.incarnation,
                        "workerId": self.worker_id, "size": self.loader.size}
+
+    def switch_to(self, key, fallback_workers):
+        """Makes the loader of file `key` (path, mtime, size) the current one: as it is if it
+        already is, resumed if it is kept, else loaded and set up (the least recently used
+        kept one forgotten when MAX_LOADERS are). Raises what loading the file raises."""
+        if self.loader is not None and self.loader.key == key:
+            return
+        if self.loader is not None:
+            self.loader.suspend()
+            self.loader = None
+        path = key[0]
+        for stale in [k for k in self.loaders if k[0] == path and k != key]:
+            del self.loaders[stale]  # its file was replaced: it cannot be asked for again
+        loader = self.loaders.get(key)
+        if loader is not None:
+            loader.resume()
+            self.loaders.move_to_end(key)
+        else:
+            with open(path, "rb") as f:
+                spec = unwrap(pickle.load(f))
+            loader = LoaderSpec(key, spec, self.worker_id, fallback_workers)
+            self.loaders[key] = loader
+            while len(self.loaders) > MAX_LOADERS:
+                self.loaders.popitem(last=False)
+        self.loader = loader
+
+    def drop_probe(self):
+        """Forgets a probed batch no Task took, rewinding the streams the probe drew from."""
+        if self.cached is not None and self.before_probe is not None:
+            restore_streams(self.before_probe)
+        self.cached = None
+        self.before_probe = None
 
     def attach_ring(self, body, fd):
         if self.ring is not None:
@@ -319,8 +404,9 @@ class Worker(object):
         epoch, batch, indices = body.get("epoch", 0), body.get("batch", 0), body.get("indices", [])
         try:
             if self.cached is not None and self.cached[:3] == (epoch, batch, indices):
-                built, self.cached = self.cached[3], None
+                built, self.cached, self.before_probe = self.cached[3], None, None
             else:
+                self.drop_probe()
                 built = self.loader.fetch(indices)
             layout = _batch_codec.plan(built)
         except BuildError as e:
@@ -334,10 +420,14 @@ class Worker(object):
     def probe(self, body):
         if self.loader is None:
             return error_reply(-1, "protocol", "Probe before Configure")
+        self.drop_probe()
+        before = capture_streams()
         built, layout, error = self.encode(-1, body)
         if error is not None:
+            restore_streams(before)
             return error
         self.cached = built  # for the first Task of this batch
+        self.before_probe = before
         return PROBE_RESULT, {"bytes": layout.nbytes}
 
     def task(self, body):
@@ -368,6 +458,34 @@ def log(line):
     sys.stderr.flush()
 
 
+def preload_names(environ):
+    """The modules SPAWNPOINT_LOADER_PRELOAD names, each once: torch when it is unset."""
+    value = environ.get(PRELOAD_ENV)
+    if value is None:
+        return ["torch"]
+    names = []
+    for name in value.split(","):
+        name = name.strip()
+        if name and name not in names:
+            names.append(name)
+    return names
+
+
+def preload_modules(environ):
+    """Imports the modules to have warm before the rank asks (the point of a pool). One that
+    fails is one stderr line; the worker serves on. Returns the names that failed."""
+    failed = []
+    for name in preload_names(environ):
+        try:
+            importlib.import_module(name)
+        except Exception as e:
+            failed.append(name)
+            sys.stderr.write("spawnpoint loader worker: preloadModules: cannot import %s: "
+                             "%s: %s\n" % (name, type(e).__name__, e))
+            sys.stderr.flush()
+    return failed
+
+
 def env_int(name, fallback):
     try:
         return int(os.environ.get(name, ""))
@@ -388,10 +506,7 @@ def main():
     os.set_inheritable(fd, False)
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)  # whole, prompt lines to the pool's pipe
-    try:
-        import torch  # noqa: F401  warm before the rank asks: the point of a pool
-    except ImportError:
-        pass
+    preload_modules(os.environ)
     Worker(listen, env_int("SPAWNPOINT_LOADER_WORKER_ID", 0),
            env_int("SPAWNPOINT_LOADER_RANK", 0),
            env_int("SPAWNPOINT_LOADER_INCARNATION", 0)).serve()
