@@ -56,8 +56,10 @@ class PoolAgentTest(unittest.TestCase):
         job = os.path.join(self.tmp, "job.yaml")
         with open(job, "w") as f:
             f.write(JOB % (json.dumps([PYTHON, TRAINER, case, self.tmp]), max_restarts))
+        self.status_file = os.path.join(self.tmp, "status.json")
         proc = subprocess.run([os.environ["SPAWNPOINT_AGENT_BIN"], "run", "-f", job,
-                               "--gpu-backend", "none", "--master-port", "0"],
+                               "--gpu-backend", "none", "--master-port", "0",
+                               "--status-file", self.status_file],
                               cwd=self.tmp, env=clean_environment(), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, universal_newlines=True, timeout=TIMEOUT)
         self.output = proc.stdout + proc.stderr
@@ -80,8 +82,14 @@ class PoolAgentTest(unittest.TestCase):
             self.assertEqual(len(r["workers"]), 2)
         # Each rank has its own pool.
         self.assertFalse(set(reports[(0, 0)]["workers"]) & set(reports[(1, 0)]["workers"]))
-        # The agent's status line carries the loader statistics the service wrote.
-        self.assertIn("samples/s", self.output)
+        # The agent's status carries each rank's loader statistics, which the service wrote.
+        with open(self.status_file) as f:
+            status = json.load(f)
+        for entry in status["loader"]:
+            stats = entry.get("stats", {})
+            self.assertGreaterEqual(stats.get("batches", 0), 2 * 6 + 2 * 4, status)
+            self.assertIn("dataStall", stats)
+            self.assertEqual([w["exits"] for w in entry["pool"]["workers"]], [0, 0], status)
 
     def test_loader_built_inside_a_library_is_served(self):
         for r in self.run_job("library").values():

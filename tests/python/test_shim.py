@@ -488,15 +488,16 @@ spec:
   loader:
     workersPerRank: 2
     timeoutSeconds: 60
+    pythonPool: false  # the shim's own defaults; test_pool_agent.py covers the pool
   restartPolicy: {maxRestarts: 0}
 """
 
 
 @unittest.skipUnless(os.environ.get("SPAWNPOINT_AGENT_BIN"), "needs --agent (the built spawnpoint-agent)")
 class AgentTest(WorkerAssertions, ShimTestCase):
-    """The acceptance test: a Python trainer whose DataLoader leaves num_workers at 0, run
-    by `spawnpoint-agent run` with workersPerRank: 2, the shim found where the agent ships
-    it (bin/../share/spawnpoint/python)."""
+    """A Python trainer whose DataLoader leaves num_workers at 0, run by `spawnpoint-agent
+    run` with workersPerRank: 2 and pythonPool: false (torch's own workers, with the shim's
+    defaults), the shim found where the agent ships it (bin/../share/spawnpoint/python)."""
 
     def test_python_rank_under_the_agent_gets_spawned_persistent_workers(self):
         spec = {"loaders": [{"kwargs": {"batch_size": None}, "samples": 4, "epochs": 2}]}
