@@ -23,14 +23,16 @@ using nlohmann::json;
 
 // Pod names are "<job>-node-<index>" and must stay within a 63-character DNS label.
 constexpr size_t kMaxNameLength = 52;
+// spec.loader.preloadModules: every Python loader worker imports each of them.
+constexpr size_t kMaxPreloadModules = 32;
 
 constexpr std::string_view kTopFields[] = {"apiVersion", "kind", "metadata", "spec", "status"};
 constexpr std::string_view kSpecFields[] = {
     "nodes",    "gpusPerNode", "procsPerNode",  "gpuResource", "gpuAssignment", "backend",
     "template", "loader",      "restartPolicy", "rendezvous",  "shmSize",       "runPolicy"};
 constexpr std::string_view kLoaderFields[] = {
-    "workersPerRank", "prefetchFactor", "persistentWorkers", "pinMemory",
-    "timeoutSeconds", "seed",           "startMethod",       "workerCommand"};
+    "workersPerRank", "prefetchFactor", "persistentWorkers", "pinMemory",  "timeoutSeconds",
+    "seed",           "startMethod",    "workerCommand",     "pythonPool", "preloadModules"};
 constexpr std::string_view kRestartFields[] = {"maxRestarts", "backoffSeconds",
                                                "retryableExitCodes"};
 constexpr std::string_view kRendezvousFields[] = {"port"};
@@ -91,6 +93,7 @@ class Decoder : public FieldReader {
   Status DecodeTemplate(const Field& field, TrainingJobSpec* spec);
   Status DecodeTrainer(const json& container, const FieldPath& path, TrainerContainer* trainer);
   Status DecodeLoader(const Field& field, LoaderSpec* loader);
+  Status DecodePreloadModules(const Field& field, std::vector<std::string>* modules);
   Status DecodeRestartPolicy(const Field& field, RestartPolicy* policy);
   Status DecodeRendezvous(const Field& field, int* port);
   Status DecodeShmSize(const Field& field, TrainingJobSpec* spec);
@@ -343,6 +346,61 @@ Status Decoder::DecodeLoader(const Field& field, LoaderSpec* loader) {
                 "must be \"spawn\" (the only start method), got " + Quote(loader->start_method));
   }
   SP_RETURN_IF_ERROR(ReadStringList(Get(l, path, "workerCommand"), &loader->worker_command));
+  SP_RETURN_IF_ERROR(ReadBool(Get(l, path, "pythonPool"), &loader->python_pool));
+  return DecodePreloadModules(Get(l, path, "preloadModules"), &loader->preload_modules);
+}
+
+// "numpy" and "torchvision.transforms": identifiers (ASCII letters, digits and '_', not
+// starting with a digit) separated by '.'.
+bool IsDottedModuleName(std::string_view name) {
+  bool start = true;  // at the start of an identifier
+  for (char c : name) {
+    if (c == '.') {
+      if (start) return false;
+      start = true;
+    } else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_') {
+      start = false;
+    } else if (c >= '0' && c <= '9') {
+      if (start) return false;
+    } else {
+      return false;
+    }
+  }
+  return !start;
+}
+
+Status Decoder::DecodePreloadModules(const Field& field, std::vector<std::string>* modules) {
+  if (!field.value) return Status::Ok();
+  const std::string what = "a list of at most " + std::to_string(kMaxPreloadModules) +
+                           " Python module names (e.g. [torch, numpy])";
+  if (!field.value->is_array()) return WrongType(field, what);
+  if (field.value->size() > kMaxPreloadModules) {
+    return Fail(field.path, "must hold at most " + std::to_string(kMaxPreloadModules) +
+                                " modules, got " + std::to_string(field.value->size()));
+  }
+  std::vector<std::string> out;
+  for (size_t i = 0; i < field.value->size(); ++i) {
+    Field item{&(*field.value)[i], field.path.Index(i)};
+    if (!item.value->is_string()) {
+      return WrongType(item, "a Python module name (a string such as \"numpy\")");
+    }
+    std::string name = item.value->get<std::string>();
+    if (!IsDottedModuleName(name)) {
+      return Fail(item.path,
+                  "must be a Python module name: identifiers (letters, digits and '_', not "
+                  "starting with a digit) separated by '.', such as \"torch\" or "
+                  "\"torchvision.transforms\"; got " +
+                      Quote(name));
+    }
+    auto earlier = std::find(out.begin(), out.end(), name);
+    if (earlier != out.end()) {
+      return Fail(item.path, Quote(name) + " is listed twice (also at index " +
+                                 std::to_string(earlier - out.begin()) +
+                                 "); each module may appear once");
+    }
+    out.push_back(std::move(name));
+  }
+  *modules = std::move(out);
   return Status::Ok();
 }
 
@@ -505,6 +563,8 @@ json TrainingJobToJson(const TrainingJob& job) {
       {"seed", s.loader.seed},
       {"startMethod", s.loader.start_method},
       {"workerCommand", s.loader.worker_command},
+      {"pythonPool", s.loader.python_pool},
+      {"preloadModules", s.loader.preload_modules},
   };
   json restart = {
       {"maxRestarts", s.restart_policy.max_restarts},

@@ -36,6 +36,11 @@ struct LoaderSpec {
   uint64_t seed = 0;
   std::string start_method = "spawn";
   std::vector<std::string> worker_command;
+  // Python ranks: an agent-owned pool of Python loader workers (false: the DataLoader
+  // spawns its own, through the shim).
+  bool python_pool = true;
+  // Dotted module names each Python loader worker imports before its first batch.
+  std::vector<std::string> preload_modules = {"torch"};
 };
 
 struct RestartPolicy {

@@ -9,6 +9,8 @@
 //   worker-<w>.exit.json  the last exit of worker w: {"workerId","pid","incarnation",
 //                         "exitCode","signal","reason","message","stderrTail":[...]}
 //   stats.json            the rank Loader's statistics, rewritten about every second
+//   service.sock          Python ranks: the agent's per-rank loader service, which the rank
+//                         connects to (SPAWNPOINT_LOADER_SERVICE)
 #pragma once
 
 #include <sys/types.h>

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "agent/loader/contract.h"
+
 extern char** environ;
 
 namespace spawnpoint::agent {
@@ -24,38 +26,82 @@ bool IsRankIdentity(const std::string& name) {
   return name.rfind("TORCHELASTIC_", 0) == 0;
 }
 
+std::string JoinComma(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ",") + item;
+  return out;
+}
+
 // The agent-owned pool of one rank, or nullopt with the reason in `skipped`.
 std::optional<PoolPlan> PlanPool(const PlanRequest& request,
                                  const std::vector<std::string>& command, const RankPlan& rank,
                                  std::string* skipped) {
   const api::LoaderSpec& loader = request.job->spec.loader;
   if (loader.workers_per_rank == 0 || request.pool_root.empty()) return std::nullopt;
-  if (loader.worker_command.empty()) {
-    if (IsPythonCommand(command)) {
-      *skipped = "a Python trainer: its DataLoader spawns its own workers (through the shim)";
-      return std::nullopt;
-    }
-    if (!request.trainer_embeds_loader) {
+  // A Python trainer without a workerCommand: Python loader workers, which its
+  // DataLoaders reach through the agent's per-rank service.
+  const bool python = loader.worker_command.empty() && IsPythonCommand(command);
+  if (python) {
+    if (!loader.python_pool) {
       *skipped =
-          "the trainer program has no spawnpoint loader worker entry point "
-          "(spawnpoint::loader::RunWorkerIfRequested); set loader.workerCommand, or "
-          "loader.workersPerRank: 0";
+          "loader.pythonPool is false: the DataLoader spawns its own workers (through the shim)";
       return std::nullopt;
     }
+    if (request.python_shim_dir.empty()) {
+      *skipped = "no Python shim shipped with this agent";
+      return std::nullopt;
+    }
+  } else if (loader.worker_command.empty() && !request.trainer_embeds_loader) {
+    *skipped =
+        "the trainer program has no spawnpoint loader worker entry point "
+        "(spawnpoint::loader::RunWorkerIfRequested); set loader.workerCommand, or "
+        "loader.workersPerRank: 0";
+    return std::nullopt;
   }
   PoolPlan pool;
+  pool.python = python;
   const int cpus = static_cast<int>(std::max<size_t>(1, rank.devices.cpus.size()));
-  pool.auto_workers = !loader.workers_per_rank.has_value();
-  pool.workers = pool.auto_workers ? std::min(8, cpus) : *loader.workers_per_rank;
-  pool.argv = loader.worker_command.empty() ? command : loader.worker_command;
+  // Under auto a Python pool has min(8, CPUs) workers, as the shim resolves "auto", and
+  // the DataLoader uses them all: no knee to pick.
+  pool.auto_workers = !loader.workers_per_rank.has_value() && !python;
+  pool.workers = loader.workers_per_rank ? *loader.workers_per_rank : std::min(8, cpus);
+  if (python) {
+    pool.argv = {command[0], "-m", "spawnpoint_rank.worker"};
+  } else {
+    pool.argv = loader.worker_command.empty() ? command : loader.worker_command;
+  }
   pool.dir = request.pool_root + "/rank-" + std::to_string(rank.rank);
   for (const auto& [k, v] : rank.env) {
     if (IsRankIdentity(k) || k == "OMP_NUM_THREADS") continue;
+    // A Python worker behaves as stock torch (a DataLoader built inside a dataset is
+    // stock); PYTHONPATH still holds the shim's directory, for spawnpoint_rank. Its
+    // SPAWNPOINT_LOADER_PRELOAD is the job's, set below.
+    if (python && (k == "SPAWNPOINT_SHIM" || k == "SPAWNPOINT_LOADER_PRELOAD")) continue;
     pool.env.push_back(k + "=" + v);
   }
   // A worker is one of many processes on the rank's CPUs: one thread each.
   pool.env.push_back("OMP_NUM_THREADS=1");
+  if (python) {
+    pool.env.push_back("SPAWNPOINT_LOADER_PRELOAD=" + JoinComma(loader.preload_modules));
+    pool.service_socket = loader::ServiceSocketPath(pool.dir);
+  }
   return pool;
+}
+
+// The modules a Python pool's workers import first, as their environment says.
+std::vector<std::string> PreloadOf(const PoolPlan& pool) {
+  static const std::string kPrefix = "SPAWNPOINT_LOADER_PRELOAD=";
+  std::vector<std::string> modules;
+  for (const auto& kv : pool.env) {
+    if (kv.rfind(kPrefix, 0) != 0) continue;
+    size_t start = kPrefix.size();
+    while (start < kv.size()) {
+      size_t comma = std::min(kv.find(',', start), kv.size());
+      modules.push_back(kv.substr(start, comma - start));
+      start = comma + 1;
+    }
+  }
+  return modules;
 }
 
 }  // namespace
@@ -185,8 +231,14 @@ StatusOr<NodePlan> MakeNodePlan(const PlanRequest& request) {
     r.pool = PlanPool(request, command, r, &r.pool_skipped);
     if (r.pool) {
       r.env["SPAWNPOINT_LOADER_POOL_DIR"] = own["SPAWNPOINT_LOADER_POOL_DIR"] = r.pool->dir;
-      r.env["SPAWNPOINT_LOADER_WORKERS"] = own["SPAWNPOINT_LOADER_WORKERS"] =
-          std::to_string(r.pool->workers);
+      if (r.pool->python) {
+        // SPAWNPOINT_LOADER_WORKERS stays as the job says: the shim resolves "auto" itself.
+        r.env["SPAWNPOINT_LOADER_SERVICE"] = own["SPAWNPOINT_LOADER_SERVICE"] =
+            r.pool->service_socket;
+      } else {
+        r.env["SPAWNPOINT_LOADER_WORKERS"] = own["SPAWNPOINT_LOADER_WORKERS"] =
+            std::to_string(r.pool->workers);
+      }
       if (r.pool->auto_workers) {
         r.env["SPAWNPOINT_LOADER_AUTO_WORKERS"] = own["SPAWNPOINT_LOADER_AUTO_WORKERS"] = "1";
       }
@@ -229,6 +281,11 @@ nlohmann::json NodePlanToJson(const NodePlan& plan, bool full_env) {
                             {"auto", r.pool->auto_workers},
                             {"argv", r.pool->argv},
                             {"dir", r.pool->dir}};
+      if (r.pool->python) {
+        rank["loaderPool"]["python"] = true;
+        rank["loaderPool"]["service"] = r.pool->service_socket;
+        rank["loaderPool"]["preload"] = PreloadOf(*r.pool);
+      }
     } else if (!r.pool_skipped.empty()) {
       rank["loaderPool"] = {{"skipped", r.pool_skipped}};
     }

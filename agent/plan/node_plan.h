@@ -32,7 +32,8 @@ struct PlanRequest {
   std::string gpu_backend = "none";
   devices::CpuTopology cpus;
   // The directory holding the Python start-up shim (sitecustomize.py); prepended to
-  // PYTHONPATH when the trainer is a Python interpreter. Empty: no shim.
+  // PYTHONPATH when the trainer is a Python interpreter. Empty: no shim, and so no agent
+  // pool of Python loader workers.
   std::string python_shim_dir;
   // Where per-rank loader pool directories go (<pool_root>/rank-<r>); empty: no pools.
   std::string pool_root;
@@ -44,10 +45,14 @@ struct PlanRequest {
 // The loader worker pool the agent runs for one rank (persistent across rank restarts).
 struct PoolPlan {
   int workers = 0;            // processes spawned
-  bool auto_workers = false;  // the rank's Loader picks how many to use (the knee)
+  bool auto_workers = false;  // the rank's Loader picks how many to use (the knee); C++ only
   std::vector<std::string> argv;
   std::vector<std::string> env;  // the rank's, without its identity (it must never rendezvous)
   std::string dir;
+  // Python loader workers (python -m spawnpoint_rank.worker with the rank's interpreter),
+  // which the rank reaches through the agent's per-rank service at service_socket.
+  bool python = false;
+  std::string service_socket;  // empty unless python
 };
 
 // Whether argv starts a Python interpreter (python, python3, python3.11, /usr/bin/python3).

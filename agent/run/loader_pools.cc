@@ -60,7 +60,8 @@ Status LoaderPools::Start(const NodePlan& plan, ProcessSpawner* spawner,
     }
   }
   if (!pools_.empty()) {
-    Say(plan.job_name + ": " + std::to_string(pools_.size()) + " loader pools of " +
+    Say(plan.job_name + ": " + std::to_string(pools_.size()) +
+        (plan.ranks.front().pool->python ? " Python" : "") + " loader pools of " +
         std::to_string(pools_.front()->spec().workers) + " workers started" +
         (plan.ranks.front().pool->auto_workers ? " (workersPerRank auto: ranks pick the knee)"
                                                : ""));

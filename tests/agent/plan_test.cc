@@ -2,11 +2,14 @@
 // libnvidia-ml, NUMA and CPUs from a fake sysfs tree.
 #include <stdlib.h>
 
+#include <algorithm>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "agent/devices/gpu_backend.h"
+#include "agent/loader/contract.h"
 #include "agent/plan/node_plan.h"
 #include "tests/fakes/fake_sysfs.h"
 #include "tests/support/test_process.h"
@@ -253,6 +256,261 @@ TEST(PythonShimPlanTest, RecognisesPythonInterpreters) {
   EXPECT_FALSE(IsPythonCommand({"python3-config"}));
   EXPECT_FALSE(IsPythonCommand({"/usr/bin/torchrun"}));
   EXPECT_FALSE(IsPythonCommand({"build/bin/spawnpoint-example-trainer"}));
+}
+
+}  // namespace
+}  // namespace spawnpoint::agent
+
+// Loader pools: Python ranks get agent-owned Python loader workers; C++ ranks their
+// program in worker mode.
+namespace spawnpoint::agent {
+namespace {
+
+using ::testing::Contains;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+constexpr const char* kShim = "/opt/spawnpoint/python";
+constexpr const char* kPoolRoot = "/tmp/spawnpoint-pools";
+
+struct PoolJob {
+  std::string command = "/usr/bin/python3, train.py";
+  std::string loader;  // the spec.loader section's fields, "{...}" flow style
+  std::string shim_dir = kShim;
+  bool embeds_loader = false;
+  std::string extra_env;  // the trainer's env entries, flow style
+};
+
+NodePlan PlanWithPools(const PoolJob& p, api::TrainingJob& job) {
+  auto jobs = api::ParseTrainingJobs(
+      "apiVersion: spawnpoint.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: py}\n"
+      "spec:\n  procsPerNode: 2\n" +
+          (p.loader.empty() ? "" : "  loader: " + p.loader + "\n") +
+          "  template:\n    spec:\n      containers:\n      - name: trainer\n"
+          "        image: x\n        command: [" +
+          p.command + "]\n        env: [" + p.extra_env + "]\n",
+      "job.yaml");
+  EXPECT_TRUE(jobs.ok()) << jobs.status().message();
+  job = jobs->front();
+  PlanRequest r;
+  r.job = &job;
+  r.cpus = *devices::ReadCpuTopology("/nonexistent", {0, 1, 2, 3});  // 2 CPUs a rank
+  r.python_shim_dir = p.shim_dir;
+  r.pool_root = kPoolRoot;
+  r.trainer_embeds_loader = p.embeds_loader;
+  r.base_env = {{"PATH", "/usr/bin"}, {"PYTHONPATH", "/user/lib"}};
+  auto plan = MakeNodePlan(r);
+  EXPECT_TRUE(plan.ok()) << plan.status().message();
+  return *plan;
+}
+
+// The names a pool's environment sets.
+std::vector<std::string> Names(const std::vector<std::string>& env) {
+  std::vector<std::string> names;
+  for (const auto& kv : env) names.push_back(kv.substr(0, kv.find('=')));
+  return names;
+}
+
+TEST(LoaderPoolPlanTest, ServiceSocketIsInThePoolDirectory) {
+  EXPECT_EQ(loader::ServiceSocketPath("/tmp/sp/rank-3"), "/tmp/sp/rank-3/service.sock");
+}
+
+TEST(LoaderPoolPlanTest, PythonRankGetsAPoolOfPythonWorkers) {
+  api::TrainingJob job;
+  NodePlan plan = PlanWithPools(
+      {.loader = "{workersPerRank: 3, preloadModules: [torch, numpy, torchvision.transforms]}"},
+      job);
+  ASSERT_EQ(plan.ranks.size(), 2u);
+  for (const RankPlan& r : plan.ranks) {
+    SCOPED_TRACE(r.rank);
+    ASSERT_TRUE(r.pool.has_value()) << r.pool_skipped;
+    EXPECT_EQ(r.pool_skipped, "");
+    const PoolPlan& pool = *r.pool;
+    const std::string dir = std::string(kPoolRoot) + "/rank-" + std::to_string(r.rank);
+    EXPECT_TRUE(pool.python);
+    EXPECT_EQ(pool.workers, 3);
+    EXPECT_FALSE(pool.auto_workers);
+    EXPECT_EQ(pool.argv,
+              (std::vector<std::string>{"/usr/bin/python3", "-m", "spawnpoint_rank.worker"}));
+    EXPECT_EQ(pool.dir, dir);
+    EXPECT_EQ(pool.service_socket, dir + "/service.sock");
+
+    // The workers: the rank's environment without its identity and without the shim's
+    // switch (stock torch), one OpenMP thread, the modules to preload.
+    EXPECT_THAT(pool.env, Contains("SPAWNPOINT_LOADER_PRELOAD=torch,numpy,torchvision.transforms"));
+    EXPECT_THAT(pool.env, Contains("OMP_NUM_THREADS=1"));
+    EXPECT_THAT(pool.env, Contains(std::string("PYTHONPATH=") + kShim + ":/user/lib"));
+    EXPECT_THAT(pool.env, Contains("PATH=/usr/bin"));
+    const std::vector<std::string> names = Names(pool.env);
+    for (const char* absent :
+         {"SPAWNPOINT_SHIM", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+          "TORCHELASTIC_RESTART_COUNT", "SPAWNPOINT_LOADER_POOL_DIR", "SPAWNPOINT_LOADER_SERVICE",
+          "SPAWNPOINT_LOADER_AUTO_WORKERS"}) {
+      EXPECT_THAT(names, Not(Contains(absent)));
+    }
+    EXPECT_EQ(std::count(names.begin(), names.end(), "OMP_NUM_THREADS"), 1);
+
+    // The rank: where its pool and the agent's service are; the shim keeps its settings.
+    EXPECT_EQ(r.env.at("SPAWNPOINT_LOADER_POOL_DIR"), dir);
+    EXPECT_EQ(r.env.at("SPAWNPOINT_LOADER_SERVICE"), dir + "/service.sock");
+    EXPECT_EQ(r.env.at("SPAWNPOINT_LOADER_WORKERS"), "3");
+    EXPECT_EQ(r.env.at("SPAWNPOINT_SHIM"), "1");
+    EXPECT_EQ(r.env.count("SPAWNPOINT_LOADER_AUTO_WORKERS"), 0u);
+    EXPECT_EQ(r.env.count("SPAWNPOINT_LOADER_PRELOAD"), 0u);
+    EXPECT_THAT(r.spawnpoint_env, Contains("SPAWNPOINT_LOADER_POOL_DIR"));
+    EXPECT_THAT(r.spawnpoint_env, Contains("SPAWNPOINT_LOADER_SERVICE"));
+  }
+}
+
+TEST(LoaderPoolPlanTest, PythonPoolUnderAutoHasMinOfEightAndCpusWorkersAndNoKnee) {
+  api::TrainingJob job;
+  NodePlan plan = PlanWithPools({}, job);  // workersPerRank auto, preloadModules [torch]
+  const RankPlan& r = plan.ranks[1];
+  ASSERT_TRUE(r.pool.has_value()) << r.pool_skipped;
+  EXPECT_TRUE(r.pool->python);
+  EXPECT_EQ(r.pool->workers, 2);  // min(8, 2 CPUs)
+  EXPECT_FALSE(r.pool->auto_workers) << "the rank's DataLoader uses every worker";
+  EXPECT_THAT(r.pool->env, Contains("SPAWNPOINT_LOADER_PRELOAD=torch"));
+  // The shim resolves "auto" itself, to the same min(CPUs, 8).
+  EXPECT_EQ(r.env.at("SPAWNPOINT_LOADER_WORKERS"), "auto");
+  EXPECT_EQ(r.env.count("SPAWNPOINT_LOADER_AUTO_WORKERS"), 0u);
+  EXPECT_THAT(Names(r.pool->env), Not(Contains("SPAWNPOINT_LOADER_AUTO_WORKERS")));
+
+  // Nothing to preload: the variable is there, empty.
+  plan = PlanWithPools({.loader = "{preloadModules: []}"}, job);
+  ASSERT_TRUE(plan.ranks[0].pool.has_value());
+  EXPECT_THAT(plan.ranks[0].pool->env, Contains("SPAWNPOINT_LOADER_PRELOAD="));
+  EXPECT_EQ(NodePlanToJson(plan, false)["ranks"][0]["loaderPool"]["preload"],
+            nlohmann::json::array());
+}
+
+TEST(LoaderPoolPlanTest, TheJobsPreloadListWinsOverAnInheritedOne) {
+  api::TrainingJob job;
+  NodePlan plan = PlanWithPools(
+      {.loader = "{preloadModules: [numpy]}",
+       .extra_env = "{name: SPAWNPOINT_LOADER_PRELOAD, value: pandas}, {name: A, value: b}"},
+      job);
+  ASSERT_TRUE(plan.ranks[0].pool.has_value());
+  std::vector<std::string> names = Names(plan.ranks[0].pool->env);
+  EXPECT_EQ(std::count(names.begin(), names.end(), "SPAWNPOINT_LOADER_PRELOAD"), 1);
+  EXPECT_THAT(plan.ranks[0].pool->env, Contains("SPAWNPOINT_LOADER_PRELOAD=numpy"));
+  EXPECT_THAT(plan.ranks[0].pool->env, Contains("A=b"));
+}
+
+TEST(LoaderPoolPlanTest, PythonPoolFalseLeavesTheWorkersToTheDataLoader) {
+  api::TrainingJob job;
+  NodePlan plan = PlanWithPools({.loader = "{pythonPool: false, workersPerRank: 2}"}, job);
+  for (const RankPlan& r : plan.ranks) {
+    EXPECT_FALSE(r.pool.has_value());
+    EXPECT_EQ(r.pool_skipped,
+              "loader.pythonPool is false: the DataLoader spawns its own workers (through the "
+              "shim)");
+    EXPECT_EQ(r.env.count("SPAWNPOINT_LOADER_POOL_DIR"), 0u);
+    EXPECT_EQ(r.env.count("SPAWNPOINT_LOADER_SERVICE"), 0u);
+    EXPECT_EQ(r.env.at("SPAWNPOINT_LOADER_WORKERS"), "2");
+    EXPECT_EQ(r.env.at("SPAWNPOINT_SHIM"), "1");
+  }
+  EXPECT_EQ(NodePlanToJson(plan, false)["ranks"][0]["loaderPool"],
+            nlohmann::json({{"skipped", plan.ranks[0].pool_skipped}}));
+}
+
+TEST(LoaderPoolPlanTest, NoShimNoPythonPool) {
+  api::TrainingJob job;
+  NodePlan plan = PlanWithPools({.shim_dir = ""}, job);
+  EXPECT_FALSE(plan.ranks[0].pool.has_value());
+  EXPECT_EQ(plan.ranks[0].pool_skipped, "no Python shim shipped with this agent");
+  EXPECT_EQ(plan.ranks[0].env.count("SPAWNPOINT_LOADER_SERVICE"), 0u);
+  EXPECT_EQ(plan.ranks[0].env.count("SPAWNPOINT_SHIM"), 0u);
+}
+
+TEST(LoaderPoolPlanTest, NoWorkersNoPool) {
+  api::TrainingJob job;
+  for (const std::string command : {"/usr/bin/python3, train.py", "/bin/true"}) {
+    SCOPED_TRACE(command);
+    NodePlan plan = PlanWithPools(
+        {.command = command, .loader = "{workersPerRank: 0}", .embeds_loader = true}, job);
+    for (const RankPlan& r : plan.ranks) {
+      EXPECT_FALSE(r.pool.has_value());
+      EXPECT_EQ(r.pool_skipped, "");
+      EXPECT_EQ(r.env.count("SPAWNPOINT_LOADER_POOL_DIR"), 0u);
+      EXPECT_EQ(r.env.count("SPAWNPOINT_LOADER_SERVICE"), 0u);
+      EXPECT_EQ(r.env.at("SPAWNPOINT_LOADER_WORKERS"), "0");
+    }
+    EXPECT_FALSE(NodePlanToJson(plan, false)["ranks"][0].contains("loaderPool"));
+  }
+}
+
+TEST(LoaderPoolPlanTest, CppPoolsAreUnchanged) {
+  api::TrainingJob job;
+  NodePlan plan = PlanWithPools({.command = "/bin/true", .embeds_loader = true}, job);
+  const RankPlan& r = plan.ranks[0];
+  ASSERT_TRUE(r.pool.has_value()) << r.pool_skipped;
+  EXPECT_FALSE(r.pool->python);
+  EXPECT_TRUE(r.pool->auto_workers);
+  EXPECT_EQ(r.pool->workers, 2);
+  EXPECT_EQ(r.pool->argv, std::vector<std::string>{"/bin/true"});
+  EXPECT_EQ(r.pool->service_socket, "");
+  EXPECT_THAT(Names(r.pool->env), Not(Contains("SPAWNPOINT_LOADER_PRELOAD")));
+  EXPECT_EQ(r.env.at("SPAWNPOINT_LOADER_WORKERS"), "2");
+  EXPECT_EQ(r.env.at("SPAWNPOINT_LOADER_AUTO_WORKERS"), "1");
+  EXPECT_EQ(r.env.count("SPAWNPOINT_LOADER_SERVICE"), 0u);
+  nlohmann::json pool = NodePlanToJson(plan, false)["ranks"][0]["loaderPool"];
+  EXPECT_EQ(pool, nlohmann::json({{"workers", 2},
+                                  {"auto", true},
+                                  {"argv", {"/bin/true"}},
+                                  {"dir", std::string(kPoolRoot) + "/rank-0"}}));
+
+  // A Python trainer with a workerCommand gets that program, as a C++ pool.
+  plan = PlanWithPools({.loader = "{workersPerRank: 1, workerCommand: [/opt/worker]}"}, job);
+  ASSERT_TRUE(plan.ranks[0].pool.has_value());
+  EXPECT_FALSE(plan.ranks[0].pool->python);
+  EXPECT_EQ(plan.ranks[0].pool->argv, std::vector<std::string>{"/opt/worker"});
+  EXPECT_EQ(plan.ranks[0].env.count("SPAWNPOINT_LOADER_SERVICE"), 0u);
+}
+
+TEST(LoaderPoolPlanTest, PlanJsonShowsThePythonPool) {
+  api::TrainingJob job;
+  NodePlan plan =
+      PlanWithPools({.loader = "{workersPerRank: 4, preloadModules: [torch, numpy]}"}, job);
+  nlohmann::json j = NodePlanToJson(plan, /*full_env=*/false);
+  const std::string dir = std::string(kPoolRoot) + "/rank-1";
+  EXPECT_EQ(j["ranks"][1]["loaderPool"],
+            nlohmann::json({{"workers", 4},
+                            {"auto", false},
+                            {"argv", {"/usr/bin/python3", "-m", "spawnpoint_rank.worker"}},
+                            {"dir", dir},
+                            {"python", true},
+                            {"service", dir + "/service.sock"},
+                            {"preload", {"torch", "numpy"}}}));
+  EXPECT_EQ(j["ranks"][1]["env"]["SPAWNPOINT_LOADER_SERVICE"], dir + "/service.sock");
+  EXPECT_EQ(j["ranks"][1]["env"]["SPAWNPOINT_LOADER_POOL_DIR"], dir);
+}
+
+TEST_F(PlanCliTest, PrintsAPythonRanksLoaderPool) {
+  testing::WriteFile(
+      dir_.File("job.yaml"),
+      "apiVersion: spawnpoint.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: py}\n"
+      "spec:\n  loader: {workersPerRank: 2, preloadModules: [torch, numpy]}\n"
+      "  template:\n    spec:\n      containers:\n      - name: trainer\n        image: x\n"
+      "        command: [python3, train.py]\n");
+  testing::TestProcess p({AGENT_BIN, "plan", "-f", dir_.File("job.yaml"), "--gpu-backend", "none",
+                          "--node-rank", "0"});
+  ASSERT_EQ(p.Wait(milliseconds(30'000)), 0) << p.Stderr();
+  auto pool = nlohmann::json::parse(p.Stdout())["ranks"][0]["loaderPool"];
+  EXPECT_EQ(pool["python"], true) << pool.dump();
+  EXPECT_EQ(pool["workers"], 2);
+  EXPECT_EQ(pool["argv"], nlohmann::json({"python3", "-m", "spawnpoint_rank.worker"}));
+  EXPECT_EQ(pool["preload"], nlohmann::json({"torch", "numpy"}));
+  EXPECT_THAT(pool["service"].get<std::string>(), StartsWith(pool["dir"].get<std::string>()));
+  EXPECT_THAT(pool["service"].get<std::string>(), ::testing::EndsWith("/rank-0/service.sock"));
+
+  // An agent without the shim says why the rank gets none.
+  testing::TestProcess bare(
+      {AGENT_BIN, "plan", "-f", dir_.File("job.yaml"), "--gpu-backend", "none", "--node-rank", "0"},
+      {{"SPAWNPOINT_PYTHON_SHIM_DIR", ""}});
+  ASSERT_EQ(bare.Wait(milliseconds(30'000)), 0) << bare.Stderr();
+  EXPECT_EQ(nlohmann::json::parse(bare.Stdout())["ranks"][0]["loaderPool"],
+            nlohmann::json({{"skipped", "no Python shim shipped with this agent"}}));
 }
 
 }  // namespace

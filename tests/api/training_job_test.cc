@@ -81,6 +81,8 @@ TEST(TrainingJob, MinimalManifestGetsEveryDefault) {
   EXPECT_EQ(s.loader.seed, 0u);
   EXPECT_EQ(s.loader.start_method, "spawn");
   EXPECT_TRUE(s.loader.worker_command.empty());
+  EXPECT_TRUE(s.loader.python_pool);
+  EXPECT_EQ(s.loader.preload_modules, std::vector<std::string>{"torch"});
   EXPECT_EQ(s.restart_policy.max_restarts, 3);
   EXPECT_EQ(s.restart_policy.backoff_seconds, 10);
   EXPECT_TRUE(s.restart_policy.retryable_exit_codes.empty());
@@ -130,6 +132,9 @@ TEST(TrainingJob, FullManifestSetsEveryField) {
   EXPECT_EQ(s.loader.timeout_seconds, 300);
   EXPECT_EQ(s.loader.seed, 1234u);
   EXPECT_EQ(s.loader.worker_command, (std::vector<std::string>{"python", "-m", "loader_worker"}));
+  EXPECT_FALSE(s.loader.python_pool);
+  EXPECT_EQ(s.loader.preload_modules,
+            (std::vector<std::string>{"numpy", "torchvision.transforms"}));
   EXPECT_EQ(s.restart_policy.max_restarts, 5);
   EXPECT_EQ(s.restart_policy.backoff_seconds, 30);
   EXPECT_EQ(s.restart_policy.retryable_exit_codes, (std::vector<int>{137, 143}));
@@ -181,7 +186,7 @@ TEST(TrainingJob, ToJsonFillsDefaults) {
                                           "command": ["python", "train.py"]}]}},
     "loader": {"workersPerRank": "auto", "prefetchFactor": 2, "persistentWorkers": true,
                "pinMemory": true, "timeoutSeconds": 120, "seed": 0, "startMethod": "spawn",
-               "workerCommand": []},
+               "workerCommand": [], "pythonPool": true, "preloadModules": ["torch"]},
     "restartPolicy": {"maxRestarts": 3, "backoffSeconds": 10, "retryableExitCodes": []},
     "rendezvous": {"port": 29500},
     "shmSize": "8Gi",
@@ -206,6 +211,8 @@ TEST(TrainingJob, RoundTripThroughJson) {
     EXPECT_EQ(again->spec.trainer.env.size(), job.spec.trainer.env.size());
     EXPECT_EQ(again->spec.shm_size_bytes, job.spec.shm_size_bytes);
     EXPECT_EQ(again->spec.loader.workers_per_rank, job.spec.loader.workers_per_rank);
+    EXPECT_EQ(again->spec.loader.python_pool, job.spec.loader.python_pool);
+    EXPECT_EQ(again->spec.loader.preload_modules, job.spec.loader.preload_modules);
   }
 }
 
@@ -345,6 +352,15 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{
             "  loader: 4\n",
             "job.yaml:11:11: spec.loader: must be an object (the loader settings), got number 4"},
+        BadCase{"  loader:\n    pythonPool: \"false\"\n",
+                "job.yaml:12:17: spec.loader.pythonPool: must be a boolean (true or false), got "
+                "string \"false\""},
+        BadCase{"  loader:\n    preloadModules: torch\n",
+                "job.yaml:12:21: spec.loader.preloadModules: must be a list of at most 32 Python "
+                "module names (e.g. [torch, numpy]); got string \"torch\""},
+        BadCase{"  loader:\n    preloadModules: [torch, 3]\n",
+                "job.yaml:12:29: spec.loader.preloadModules[1]: must be a Python module name (a "
+                "string such as \"numpy\"), got number 3"},
         // Ranges.
         BadCase{"  nodes: 0\n", "job.yaml:11:10: spec.nodes: must be >= 1, got 0"},
         BadCase{"  gpusPerNode: -1\n", "job.yaml:11:16: spec.gpusPerNode: must be >= 0, got -1"},
@@ -433,11 +449,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"  loader:\n    prefetch: 4\n",
                 "job.yaml:12:5: spec.loader.prefetch: unknown field (did you mean "
                 "\"prefetchFactor\"?); allowed: workersPerRank, prefetchFactor, persistentWorkers, "
-                "pinMemory, timeoutSeconds, seed, startMethod, workerCommand"},
+                "pinMemory, timeoutSeconds, seed, startMethod, workerCommand, pythonPool, "
+                "preloadModules"},
         BadCase{"  loader:\n    num_workers: 4\n",
                 "job.yaml:12:5: spec.loader.num_workers: unknown field; allowed: workersPerRank, "
                 "prefetchFactor, persistentWorkers, pinMemory, timeoutSeconds, seed, startMethod, "
-                "workerCommand"},
+                "workerCommand, pythonPool, preloadModules"},
         BadCase{
             "  node: 2\n",
             "job.yaml:11:3: spec.node: unknown field (did you mean \"nodes\"?); allowed: nodes, "
@@ -636,6 +653,61 @@ TEST(TrainingJob, WorkersPerRankAuto) {
   EXPECT_EQ(ParseOne(WithSpec("  loader:\n")).spec.loader.prefetch_factor, 2);
 }
 
+TEST(TrainingJob, PythonPoolAndPreloadModules) {
+  LoaderSpec loader = ParseOne(WithSpec("  loader:\n    pythonPool: false\n"
+                                        "    preloadModules: [numpy, torchvision.transforms, "
+                                        "_private.mod_2, PIL.Image]\n"))
+                          .spec.loader;
+  EXPECT_FALSE(loader.python_pool);
+  EXPECT_EQ(loader.preload_modules, (std::vector<std::string>{"numpy", "torchvision.transforms",
+                                                              "_private.mod_2", "PIL.Image"}));
+  // An empty list preloads nothing; null (or absent) is the default.
+  EXPECT_TRUE(
+      ParseOne(WithSpec("  loader: {preloadModules: []}\n")).spec.loader.preload_modules.empty());
+  EXPECT_EQ(ParseOne(WithSpec("  loader: {preloadModules: null}\n")).spec.loader.preload_modules,
+            std::vector<std::string>{"torch"});
+  EXPECT_TRUE(ParseOne(WithSpec("  loader: {pythonPool: yes}\n")).spec.loader.python_pool);
+
+  const std::string rule =
+      "must be a Python module name: identifiers (letters, digits and '_', not starting with a "
+      "digit) separated by '.', such as \"torch\" or \"torchvision.transforms\"; got ";
+  for (const std::string bad : {"torch.", ".torch", "torch..nn", "1st", "torch.2d", "my-module",
+                                "torch nn", "caf\xc3\xa9", "torch/nn"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_EQ(ParseError(WithSpec("  loader:\n    preloadModules: [numpy, \"" + bad + "\"]\n")),
+              "job.yaml:12:29: spec.loader.preloadModules[1]: " + rule + "\"" + bad + "\"");
+  }
+  EXPECT_EQ(ParseError(WithSpec("  loader:\n    preloadModules: ['']\n")),
+            "job.yaml:12:22: spec.loader.preloadModules[0]: " + rule + "\"\"");
+  EXPECT_EQ(ParseError(WithSpec("  loader:\n    preloadModules: [torch, numpy, torch]\n")),
+            "job.yaml:12:36: spec.loader.preloadModules[2]: \"torch\" is listed twice (also at "
+            "index 0); each module may appear once");
+
+  std::string modules;
+  for (int i = 0; i < 32; ++i) modules += (i ? ", m" : "m") + std::to_string(i);
+  EXPECT_EQ(ParseOne(WithSpec("  loader:\n    preloadModules: [" + modules + "]\n"))
+                .spec.loader.preload_modules.size(),
+            32u);
+  EXPECT_EQ(ParseError(WithSpec("  loader:\n    preloadModules: [" + modules + ", m32]\n")),
+            "job.yaml:12:21: spec.loader.preloadModules: must hold at most 32 modules, got 33");
+
+  // The same rules for an API object, by field path.
+  json object = TrainingJobToJson(LoadOne(kData + "full.yaml"));
+  object["spec"]["loader"]["preloadModules"] = {"numpy", "numpy"};
+  EXPECT_EQ(TrainingJobFromJson(object).status().message(),
+            "spec.loader.preloadModules[1]: \"numpy\" is listed twice (also at index 0); each "
+            "module may appear once");
+  object["spec"]["loader"]["preloadModules"] = {"numpy", "torch.utils..data"};
+  EXPECT_EQ(TrainingJobFromJson(object).status().message(),
+            "spec.loader.preloadModules[1]: " + rule + "\"torch.utils..data\"");
+  object["spec"]["loader"]["preloadModules"] = nullptr;
+  object["spec"]["loader"]["pythonPool"] = nullptr;
+  auto defaulted = TrainingJobFromJson(object);
+  ASSERT_TRUE(defaulted.ok()) << defaulted.status().message();
+  EXPECT_TRUE(defaulted->spec.loader.python_pool);
+  EXPECT_EQ(defaulted->spec.loader.preload_modules, std::vector<std::string>{"torch"});
+}
+
 TEST(TrainingJob, JsonTextIsYaml) {
   std::string text =
       R"({"apiVersion": "spawnpoint.dev/v1alpha1", "kind": "TrainingJob", "metadata": {"name": "j"},)"
@@ -664,7 +736,7 @@ TEST(TrainingJob, MisplacedFieldIsPointedToItsPlace) {
   EXPECT_EQ(ParseError(WithSpec("  loader:\n    nodes: 2\n")),
             "job.yaml:12:5: spec.loader.nodes: unknown field (did you mean spec.nodes?); allowed: "
             "workersPerRank, prefetchFactor, persistentWorkers, pinMemory, timeoutSeconds, seed, "
-            "startMethod, workerCommand");
+            "startMethod, workerCommand, pythonPool, preloadModules");
 }
 
 TEST(TrainingJob, AliasExpansionIsBounded) {
