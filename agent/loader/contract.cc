@@ -23,8 +23,6 @@ std::string WorkerExitRecordPath(const std::string& dir, int worker) {
 std::string StatsPath(const std::string& dir) { return dir + "/stats.json"; }
 std::string ServiceSocketPath(const std::string& pool_dir) { return pool_dir + "/service.sock"; }
 
-std::string ServiceSocketPath(const std::string& pool_dir) { return pool_dir + "/service.sock"; }
-
 nlohmann::json WorkerExitRecord::ToJson() const {
   return {{"workerId", worker_id},
           {"pid", pid},
