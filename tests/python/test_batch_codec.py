@@ -131,5 +131,77 @@ class BatchCodecTorchTest(unittest.TestCase):
         self.assertIn("torch.complex64", str(caught.exception))
 
 
+class _Releases(object):
+    """Stands for the rank's Service: records the slots a Ring gives back."""
+
+    def __init__(self):
+        self.slots = []
+
+    def released(self, session, slot):
+        self.slots.append((session, slot))
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class RankSideDecodeTest(unittest.TestCase):
+    """The rank side's half (spawnpoint_rank/_pool.py): a batch rebuilt from a ring slot as
+    views, and the slot given back only when the last view of it is freed."""
+
+    def ring_with(self, batch, slot=1, slots=3, slot_bytes=8192):
+        pool = shim_module("spawnpoint_rank._pool")
+        fd = os.memfd_create("ring")
+        os.ftruncate(fd, slots * slot_bytes)
+        releases = _Releases()
+        ring = pool.Ring(releases, 5, fd, slots, slot_bytes)
+        plan = codec.plan(batch)
+        plan.write(ring.mm, slot * slot_bytes, slot_bytes)
+        ready = {"slot": slot, "fields": plan.fields, "tree": plan.tree}
+        return ring, ready, releases
+
+    def test_nested_batch_comes_back_equal_as_views_of_the_slot(self):
+        Point = collections.namedtuple("Point", "x y")
+        batch = {"img": torch.arange(12, dtype=torch.float32).reshape(3, 4),
+                 "bf": torch.tensor([1.5, -2.0], dtype=torch.bfloat16),
+                 "label": [torch.tensor(3), "cat", None], "np": np.arange(4, dtype=np.int16),
+                 "p": (1, 2.5), 7: {b"raw"}}
+        ring, ready, releases = self.ring_with(batch)
+        got = ring.batch(ready, copy=False)
+        self.assertTrue(torch.equal(got["img"], batch["img"]))
+        self.assertEqual(got["bf"].dtype, torch.bfloat16)
+        self.assertTrue(torch.equal(got["bf"], batch["bf"]))
+        self.assertEqual(got["label"][1:], ["cat", None])
+        self.assertTrue(torch.equal(got["label"][0], torch.tensor(3)))
+        self.assertEqual(got["np"].tolist(), [0, 1, 2, 3])
+        self.assertEqual(got["p"], (1, 2.5))
+        self.assertEqual(got[7], {b"raw"})
+        # A view: writing the slot changes the tensor.
+        got["img"][0, 0] = 42.0
+        plan = codec.plan(batch)
+        self.assertEqual(struct.unpack_from("f", ring.mm, 1 * 8192 + plan.fields[0]["offset"]),
+                         (42.0,))
+        self.assertEqual(ring.held(), 1)
+        self.assertEqual(releases.slots, [])
+
+    def test_slot_returns_only_when_the_last_view_is_freed(self):
+        ring, ready, releases = self.ring_with({"a": torch.ones(4), "b": np.zeros(3)})
+        got = ring.batch(ready, copy=False)
+        kept = got["a"][1:]  # a view of a view, kept by the trainer
+        array = got["b"]
+        del got
+        self.assertEqual(releases.slots, [])
+        del array
+        self.assertEqual(releases.slots, [])
+        self.assertEqual(kept.tolist(), [1.0, 1.0, 1.0])
+        del kept
+        self.assertEqual(releases.slots, [(5, 1)])
+        self.assertEqual(ring.held(), 0)
+
+    def test_copy_gives_the_slot_back_at_once(self):
+        ring, ready, releases = self.ring_with([torch.full((2,), 3.0)])
+        got = ring.batch(ready, copy=True)
+        self.assertEqual(releases.slots, [(5, 1)])
+        self.assertEqual(got[0].tolist(), [3.0, 3.0])
+        self.assertEqual(ring.held(), 0)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -107,6 +107,14 @@ class PoolAgentTest(unittest.TestCase):
             self.assertEqual(r["squares"], [0, 1, 4, 9, 16, 25])
             self.assertEqual(r["indices"], list(range(8)))
 
+    def test_worker_killed_mid_epoch_loses_nothing(self):
+        reports = self.run_job("kill")
+        self.assertEqual(len(reports), 2, self.output)
+        for r in reports.values():
+            self.assertEqual(r["served"], POOL_ITER, self.output)
+            self.assertTrue(r["in_order"], r)
+            self.assertTrue(r["replaced"], r)
+
     def test_restarted_rank_reconnects_to_the_same_warm_workers(self):
         reports = self.run_job("restart", max_restarts=1)
         self.assertIn((1, 0), reports, self.output)

@@ -12,6 +12,7 @@ DataLoader's). Cases:
   library      a DataLoader built inside an imported library module
   start_method multiprocessing.set_start_method('spawn', force=True) first
   mp_pool      an mp.Pool started after tensors were created, then a DataLoader
+  kill         one of the rank's workers SIGKILLed mid-epoch
   restart      attempt 0: rank 1 records its workers and is SIGKILLed after one epoch;
                attempt 1: every rank records its workers again
 """
@@ -28,6 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data._utils import worker as torch_worker
 
 import spawnpoint_rank._pool as pool
 
@@ -60,8 +62,14 @@ def same(a, b):
     return a == b
 
 
+# torch < 1.9 leaves numpy unseeded in its workers (no _generate_state): numpy's draws are
+# then different in every run, stock or not, and are not compared.
+_NUMPY_SEEDED = hasattr(torch_worker, "_generate_state")
+
+
 def without_pids(batch):
-    return {k: v for k, v in batch.items() if k != "pid"}
+    return {k: v for k, v in batch.items()
+            if k != "pid" and (k != "noise" or _NUMPY_SEEDED)}
 
 
 def loaders(rank, world):
@@ -159,6 +167,21 @@ def case_mp_pool(out_dir):
     batches = list(dl)
     report(out_dir, "mp_pool", served=type(dl._iterator).__name__, squares=squares,
            indices=[int(i) for b in batches for i in b["index"]], weights=float(weights.sum()))
+
+
+def case_kill(out_dir):
+    """SIGKILLs one of this rank's workers mid-epoch: every sample still arrives once and in
+    order, and the rank goes on."""
+    dl = DataLoader(Augmented(40), batch_size=2, num_workers=2, persistent_workers=True)
+    order, killed = [], None
+    for n, batch in enumerate(dl):
+        order.extend(int(i) for i in batch["index"])
+        if n == 4:
+            killed = int(batch["pid"][0])
+            os.kill(killed, signal.SIGKILL)
+    later = worker_pids(list(dl))
+    report(out_dir, "kill", served=type(dl._iterator).__name__, in_order=order == list(range(40)),
+           killed=killed, replaced=killed not in later, workers=later)
 
 
 def case_restart(out_dir):
