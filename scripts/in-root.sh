@@ -38,7 +38,7 @@ if [ "${1-}" = --in-namespace ]; then  # the re-run of this script inside the na
   shift
 fi
 
-binds=()  # "rw|ro SRC DST" as three words joined by \n
+binds=()  # triples: rw or ro, SRC, DST
 envs=()
 workdir=/tmp
 shm_size=1g
