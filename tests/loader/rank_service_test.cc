@@ -112,6 +112,15 @@ TEST_F(RankServiceTest, WorkerHungPastTheTimeoutIsReplaced) {
   EXPECT_GE(service_->Stats().restarts_hung, 1) << Report();
 }
 
+TEST_F(RankServiceTest, CrashLoopFailsTheIterationWithTheWorkersExitAndStderr) {
+  ASSERT_EQ(RunRank("crash"), 0) << Report();
+}
+
+TEST_F(RankServiceTest, NonPersistentWorkersGetTheDatasetEachEpochAndEqualStock) {
+  ASSERT_EQ(RunRank("nonpersistent"), 0) << Report();
+  EXPECT_GE(service_->sessions(), 2);  // one iterator, so one session, per epoch
+}
+
 TEST_F(RankServiceTest, WhatThePoolCannotServeFallsBackSayingWhy) {
   ASSERT_EQ(RunRank("fallback"), 0) << Report();
   EXPECT_THAT(stderr_, HasSubstr("IterableDataset")) << Report();
