@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build test demo bench-launch bench-loader bench-kube demo-cluster bench-operator bench-metrics agent-bundle chart sync-chart-crds format clean
+.PHONY: deps configure build test demo bench-launch bench-loader bench-kube demo-cluster bench-operator bench-metrics agent-bundle frameworks-env chart sync-chart-crds format clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -47,6 +47,12 @@ bench-loader: build
 agent-bundle: configure
 	ninja -C $(BUILD) -j $(JOBS) agent-bundle
 	@echo "bundle: $(BUILD)/agent-bundle"
+
+# The pinned environment of the users' training stacks (Debian 13's torch and torchvision,
+# Lightning from PyPI in a venv of the trixie-frameworks root), made once and reused; the last
+# line is `python: PATH (in ROOT; ...)`. Needs root.
+frameworks-env: deps
+	@bash scripts/frameworks-env.sh
 
 # The chart as `helm template` renders it (no helm needed): make chart VALUES=my-values.yaml
 chart: configure

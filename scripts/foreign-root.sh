@@ -21,7 +21,10 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 variant=minbase
 packages=python3-torch,python3-numpy
-suites=(bullseye trixie)
+suites=(bullseye trixie trixie-frameworks)
+# trixie-frameworks: trixie's root plus pip, venv and Debian's torchvision, the base of the
+# users' frameworks environment (scripts/frameworks-env.sh adds Lightning into a venv there).
+frameworks_packages=python3-pip,python3-venv,python3-torchvision
 
 say() { echo "foreign-root: $*" >&2; }
 die() {
@@ -43,6 +46,10 @@ done
 case " ${suites[*]} " in
   *" $suite "*) ;;
   *) die "unknown suite '$suite' (one of: ${suites[*]}; add it to this script's list and to tests/foreign/foreign_common.py's expected versions)" ;;
+esac
+dist=$suite  # the Debian release mmdebstrap installs
+case "$suite" in
+  *-frameworks) dist=${suite%-frameworks}; packages=$packages,$frameworks_packages ;;
 esac
 
 [ "$(id -u)" -eq 0 ] || die "needs root: mmdebstrap builds the root in its root mode and the tests run it with chroot"
@@ -145,7 +152,7 @@ fi
 
 # apt checks the suite's Release file with the host's archive keys (debian-archive-keyring:
 # Debian 12's 2023.3+deb12u2 and later carry trixie's keys).
-if ! ls /etc/apt/trusted.gpg.d/debian-archive-"$suite"-*.asc /usr/share/keyrings/debian-archive-"$suite"-*.gpg \
+if ! ls /etc/apt/trusted.gpg.d/debian-archive-"$dist"-*.asc /usr/share/keyrings/debian-archive-"$dist"-*.gpg \
   >/dev/null 2>&1; then
   say "warning: no archive key of $suite in /etc/apt/trusted.gpg.d or /usr/share/keyrings; if apt" \
     "rejects its Release file, upgrade debian-archive-keyring (scripts/install-deps.sh does)"
@@ -176,7 +183,7 @@ started=$(date +%s)
 # own (setsid: its pid is its process group), so that a signal to this script is handled at
 # once, by cleanup, rather than after mmdebstrap finished.
 setsid unshare --mount --propagation private -- \
-  mmdebstrap --mode=root --variant="$variant" --include="$packages" "$suite" "$tmp" "$mirror" \
+  mmdebstrap --mode=root --variant="$variant" --include="$packages" "$dist" "$tmp" "$mirror" \
   </dev/null >&2 &
 build=$!
 rc=0

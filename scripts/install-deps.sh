@@ -19,7 +19,8 @@ packages=(
   golang-go golang-github-masterminds-sprig-dev golang-github-xeipuuv-gojsonschema-dev
   golang-k8s-sigs-yaml-dev golang-gopkg-yaml.v2-dev golang-github-gobwas-glob-dev
   golang-github-burntsushi-toml-dev
-  # scripts/foreign-root.sh: the foreign trainer roots (Debian 11 and 13) of tests/foreign.
+  # scripts/foreign-root.sh: the foreign trainer roots (Debian 11 and 13) of tests/foreign,
+  # and the trixie-frameworks root of scripts/frameworks-env.sh (tests/frameworks).
   # apt checks their Release files with debian-archive-keyring's keys (below).
   mmdebstrap
 )

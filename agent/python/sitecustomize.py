@@ -8,6 +8,9 @@ the hook from the package beside this file (spawnpoint_rank/) only then:
     multiprocessing.context      spawnpoint_rank._mp: spawn is the default start method
     torch.utils.data.dataloader  spawnpoint_rank._dataloader: the job's DataLoader defaults
     torch.distributed            spawnpoint_rank._distributed: USE_LIBUV=0 where torch lacks libuv
+    lightning.pytorch.trainer.connectors.accelerator_connector (and pytorch_lightning's)
+                                 spawnpoint_rank._lightning: Lightning's DDP strategies run
+                                 on the agent's ranks (nothing spawned or forked)
 and (2) chains to the sitecustomize Python would have imported without it. Nothing is imported
 ahead of time (neither multiprocessing nor torch, nor the package). A hook that fails is
 reported once on stderr and the trainer's import goes on without it. Without
@@ -38,6 +41,8 @@ _HOOKS = {  # module -> "hook module:function", called with the module just exec
     "multiprocessing.context": "spawnpoint_rank._mp:patch",
     "torch.utils.data.dataloader": "spawnpoint_rank._dataloader:patch",
     "torch.distributed": "spawnpoint_rank._distributed:patch",
+    "lightning.pytorch.trainer.connectors.accelerator_connector": "spawnpoint_rank._lightning:patch",
+    "pytorch_lightning.trainer.connectors.accelerator_connector": "spawnpoint_rank._lightning:patch",
 }
 
 shim_active = False          # the hooks of this copy are installed

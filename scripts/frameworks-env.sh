@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Makes (or reuses) the pinned environment of the users' training stacks: Debian 13's
+# python3-torch 2.6 (CPU-only) and python3-torchvision in a trixie root, plus Lightning (and
+# the other pins of scripts/frameworks-requirements.txt) from PyPI in a venv inside it.
+#
+#   scripts/frameworks-env.sh [--rebuild]
+#
+# The root is scripts/foreign-root.sh's trixie-frameworks (trixie + pip, venv, torchvision;
+# cached in .cache/roots/ or SPAWNPOINT_ROOTS_DIR); the venv is /srv/spawnpoint-frameworks in
+# it, made with --system-site-packages so Debian's torch and torchvision are the ones used,
+# its packages installed with `pip install --no-deps --require-hashes` from the requirements
+# file (exact versions and hashes: pip can never pull PyPI's torch and its GBs of nvidia
+# wheels), then checked: `pip check`, and torch must still be Debian's. Reused while its stamp
+# (<venv>/.spawnpoint-env) names the same requirements (sha256); --rebuild makes it anew.
+# Progress goes to stderr; the last line on stdout is
+#   python: /srv/spawnpoint-frameworks/bin/python (in ROOT; run it with scripts/in-root.sh ROOT -- ...)
+# i.e. the interpreter's path inside the root. Needs root (chroot), mmdebstrap
+# (scripts/install-deps.sh) and PyPI once; reuse needs neither network nor PyPI.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+requirements=$repo/scripts/frameworks-requirements.txt
+venv=/srv/spawnpoint-frameworks
+stamp_name=.spawnpoint-env
+
+say() { echo "frameworks-env: $*" >&2; }
+die() {
+  say "$*"
+  exit 1
+}
+
+rebuild=0
+for arg in "$@"; do
+  case "$arg" in
+    --rebuild) rebuild=1 ;;
+    -h | --help) sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument $arg (usage: frameworks-env.sh [--rebuild])" ;;
+  esac
+done
+[ "$(id -u)" -eq 0 ] || die "needs root (the environment lives in a chroot root made by mmdebstrap)"
+[ -f "$requirements" ] || die "no $requirements"
+
+started=$(date +%s)
+say "the trixie-frameworks root (scripts/foreign-root.sh trixie-frameworks)"
+root=$(bash "$repo/scripts/foreign-root.sh" trixie-frameworks | tail -n 1) ||
+  die "scripts/foreign-root.sh trixie-frameworks failed (its output above)"
+[ -d "$root" ] || die "scripts/foreign-root.sh gave no root ('$root')"
+
+req_sum=$(sha256sum "$requirements" | cut -d' ' -f1)
+want_stamp="venv=$venv
+system-site-packages=true
+requirements=$req_sum"
+
+lock=$(dirname "$root")/.frameworks-env.lock
+exec 8>"$lock"
+if ! flock -n 8; then
+  say "another frameworks-env.sh holds $lock; waiting for it"
+  flock 8
+fi
+
+env_is_current() {
+  [ -f "$root$venv/$stamp_name" ] &&
+    [ "$(head -n "$(wc -l <<<"$want_stamp")" "$root$venv/$stamp_name")" = "$want_stamp" ]
+}
+
+report() {
+  say "python: $venv/bin/python in $root"
+  echo "python: $venv/bin/python (in $root; run it with: scripts/in-root.sh $root -- $venv/bin/python ...)"
+}
+
+if [ "$rebuild" -eq 0 ] && env_is_current; then
+  say "cached: $root$venv ($(sed -n 's/^built=//p' "$root$venv/$stamp_name")); ready in $(($(date +%s) - started))s"
+  report
+  exit 0
+fi
+
+# Runs a command in the root, writable, with the network: a private mount namespace (its
+# /proc and /dev mounts end with it) and the host's resolv.conf for PyPI's name.
+in_root_rw() {
+  unshare --mount --propagation private --fork -- bash -c '
+    set -e
+    root=$1; shift
+    mount -t proc proc "$root/proc"
+    mount --rbind /dev "$root/dev"
+    mount --bind /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null ||
+      { touch "$root/etc/resolv.conf" && mount --bind /etc/resolv.conf "$root/etc/resolv.conf"; }
+    exec chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+      PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE= "$@"
+  ' in-root-rw "$root" "$@"
+}
+
+say "making $venv in $root (venv --system-site-packages; pip install --no-deps --require-hashes" \
+  "-r scripts/frameworks-requirements.txt from PyPI); a minute or two"
+rm -rf --one-file-system "$root$venv"
+in_root_rw python3 -m venv --system-site-packages "$venv" ||
+  die "python3 -m venv failed in the root"
+cp "$requirements" "$root$venv/requirements.txt"
+in_root_rw "$venv/bin/python" -m pip install --no-deps --require-hashes --only-binary=:all: \
+  -r "$venv/requirements.txt" >&2 ||
+  die "pip install failed (its output above); nothing was cached"
+say "checking: pip check, and that torch and torchvision are Debian's"
+in_root_rw "$venv/bin/python" -m pip check >&2 || die "pip check failed (above)"
+versions=$(in_root_rw "$venv/bin/python" -c '
+import torch, torchvision, lightning
+for m in (torch, torchvision):
+    assert m.__file__.startswith("/usr/lib/python3/dist-packages/"), (m.__name__, m.__file__)
+print("torch=%s torchvision=%s lightning=%s" % (torch.__version__, torchvision.__version__, lightning.__version__))
+try:
+    import ultralytics
+    print("ultralytics=%s" % ultralytics.__version__)
+except Exception as err:
+    print("ultralytics=no (%s)" % err)
+') || die "the environment does not import torch, torchvision and lightning as expected (above)"
+seconds=$(($(date +%s) - started))
+size=$(du -sh --one-file-system "$root$venv" | cut -f1)
+{
+  echo "$want_stamp"
+  echo "$versions" | tr ' ' '\n'
+  echo "built=$(date -u +%Y-%m-%dT%H:%M:%SZ) in ${seconds}s, venv $size, root $(du -sh --one-file-system "$root" | cut -f1)"
+} >"$root$venv/$stamp_name"
+say "made in ${seconds}s: $(echo "$versions" | tr '\n' ' ')(venv $size)"
+report
