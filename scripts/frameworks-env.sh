@@ -75,18 +75,30 @@ if [ "$rebuild" -eq 0 ] && env_is_current; then
 fi
 
 # Runs a command in the root, writable, with the network: a private mount namespace (its
-# /proc and /dev mounts end with it) and the host's resolv.conf for PyPI's name.
+# /proc, /dev and /tmp mounts end with it), the host's resolv.conf for PyPI's name, and the
+# host's CA bundle (PIP_CERT, SSL_CERT_FILE or Debian's; a TLS-intercepting proxy's CA is in
+# it) at /tmp/host-ca.crt for pip. Proxy variables set here are passed on.
+host_ca=${PIP_CERT:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}
+[ -f "$host_ca" ] || die "no CA bundle at $host_ca (set PIP_CERT to one) for pip's TLS to PyPI"
+passed_env=()
+for name in HTTPS_PROXY https_proxy HTTP_PROXY http_proxy NO_PROXY no_proxy PIP_INDEX_URL; do
+  [ -n "${!name:-}" ] && passed_env+=("$name=${!name}")
+done
 in_root_rw() {
   unshare --mount --propagation private --fork -- bash -c '
     set -e
-    root=$1; shift
+    root=$1 ca=$2 n=$3; shift 3
+    passed=("${@:1:$n}"); shift "$n"
     mount -t proc proc "$root/proc"
     mount --rbind /dev "$root/dev"
-    mount --bind /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null ||
-      { touch "$root/etc/resolv.conf" && mount --bind /etc/resolv.conf "$root/etc/resolv.conf"; }
-    exec chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
-      PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE= "$@"
-  ' in-root-rw "$root" "$@"
+    mount -t tmpfs tmpfs "$root/tmp"
+    cp "$ca" "$root/tmp/host-ca.crt"
+    [ -e "$root/etc/resolv.conf" ] || touch "$root/etc/resolv.conf"
+    mount --bind /etc/resolv.conf "$root/etc/resolv.conf"
+    exec chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp LANG=C.UTF-8 \
+      PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_CERT=/tmp/host-ca.crt \
+      "${passed[@]}" "$@"
+  ' in-root-rw "$root" "$host_ca" "${#passed_env[@]}" "${passed_env[@]}" "$@"
 }
 
 say "making $venv in $root (venv --system-site-packages; pip install --no-deps --require-hashes" \
@@ -104,18 +116,13 @@ versions=$(in_root_rw "$venv/bin/python" -c '
 import torch, torchvision, lightning
 for m in (torch, torchvision):
     assert m.__file__.startswith("/usr/lib/python3/dist-packages/"), (m.__name__, m.__file__)
-print("torch=%s torchvision=%s lightning=%s" % (torch.__version__, torchvision.__version__, lightning.__version__))
-try:
-    import ultralytics
-    print("ultralytics=%s" % ultralytics.__version__)
-except Exception as err:
-    print("ultralytics=no (%s)" % err)
+print("torch=%s\ntorchvision=%s\nlightning=%s" % (torch.__version__, torchvision.__version__, lightning.__version__))
 ') || die "the environment does not import torch, torchvision and lightning as expected (above)"
 seconds=$(($(date +%s) - started))
 size=$(du -sh --one-file-system "$root$venv" | cut -f1)
 {
   echo "$want_stamp"
-  echo "$versions" | tr ' ' '\n'
+  echo "$versions"
   echo "built=$(date -u +%Y-%m-%dT%H:%M:%SZ) in ${seconds}s, venv $size, root $(du -sh --one-file-system "$root" | cut -f1)"
 } >"$root$venv/$stamp_name"
 say "made in ${seconds}s: $(echo "$versions" | tr '\n' ' ')(venv $size)"
