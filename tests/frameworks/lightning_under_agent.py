@@ -2,6 +2,7 @@
 
     lightning_under_agent.py STRATEGY        a 2-rank job (gloo, CPU) of lightning_trainer.py
     lightning_under_agent.py --devices N     strategy ddp, Trainer(devices=N) against 2 ranks
+    lightning_under_agent.py --unhooked S    the control: S with the shim off (SPAWNPOINT_SHIM=0)
 
 For STRATEGY (ddp, ddp_spawn, ddp_fork, ddp_notebook, auto) the job exits 0 and: exactly the
 agent's 2 ranks ran training steps (no second set of ranks: no other process stepped), each
@@ -10,11 +11,14 @@ rank's parent is the agent (the same process for both, neither a rank), no proce
 left, Lightning used DDPStrategy with start method 'popen', the TorchElasticEnvironment and
 no launching, both ranks ended with the same parameters, and the shim's mapping line was
 printed exactly once. With --devices N (N != 2) the job fails at Trainer creation with the
-shim's error naming the values and the trainer's line.
+shim's error naming the values and the trainer's line. The control (--unhooked ddp_fork)
+shows that these checks see what Lightning does without the shim: each rank forks its own 2
+DDP processes (4 'SPAWNPOINT-FORKED' lines), whatever becomes of them afterwards.
 """
 
 import json
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, "/opt/spawnpoint-foreign")
@@ -97,11 +101,33 @@ def run_devices(devices):
     return checks.finish()
 
 
+def run_unhooked(strategy):
+    checks = fc.Checks("lightning_under_agent --unhooked %s" % strategy)
+    job = fc.job_yaml("lightning-unhooked",
+                      ["/usr/bin/env", "SPAWNPOINT_SHIM=0", "USE_LIBUV=0", sys.executable,
+                       TRAINER, strategy], procs=2, workers=0)
+    try:
+        proc = fc.run_agent(job, timeout=120)
+        stdout, out = proc.stdout, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as err:  # Lightning's own children may hang: fine here
+        stdout = err.stdout if isinstance(err.stdout, str) else (err.stdout or b"").decode()
+        out = stdout
+    sys.stdout.write(out)
+    forked = lines(stdout, "SPAWNPOINT-FORKED")
+    checks.equal(sorted(f["rank_env"] for f in forked), ["0", "0", "1", "1"],
+                 "without the shim: processes forked by each agent rank (Lightning's own 2)")
+    checks.check(not [l for l in out.splitlines() if "spawnpoint-shim: Lightning" in l],
+                 "without the shim: no mapping line")
+    return checks.finish()
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--unhooked":
+        return run_unhooked(sys.argv[2])
     if len(sys.argv) == 3 and sys.argv[1] == "--devices":
         return run_devices(int(sys.argv[2]))
     if len(sys.argv) != 2:
-        raise SystemExit("usage: lightning_under_agent.py STRATEGY | --devices N")
+        raise SystemExit("usage: lightning_under_agent.py STRATEGY | --devices N | --unhooked S")
     return run_strategy(sys.argv[1])
 
 
