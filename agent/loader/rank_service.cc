@@ -236,8 +236,9 @@ void RankPoolService::Open(const nlohmann::json& b) {
   };
   if (Int(b, "protocol", -1) != kProtocolVersion) {
     return refuse("protocol",
-                  "the rank speaks loader protocol " + b.value("protocol", nlohmann::json()).dump() +
-                      ", the agent " + std::to_string(kProtocolVersion),
+                  "the rank speaks loader protocol " +
+                      b.value("protocol", nlohmann::json()).dump() + ", the agent " +
+                      std::to_string(kProtocolVersion),
                   nullptr);
   }
   const int64_t workers = Int(b, "numWorkers", 0);
