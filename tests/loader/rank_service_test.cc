@@ -130,13 +130,12 @@ TEST_F(RankServiceTest, WhatThePoolCannotServeFallsBackSayingWhy) {
 TEST_F(RankServiceTest, StatisticsCountWhatTheRankConsumed) {
   ASSERT_EQ(RunRank("pids"), 0) << Report();
   // The rank reports what it consumed with each request; stats.json follows within a second.
-  ASSERT_TRUE(testing::WaitUntil(
-      [&] { return service_->Stats().batches >= 3; }, std::chrono::seconds(10)))
+  ASSERT_TRUE(
+      testing::WaitUntil([&] { return service_->Stats().batches >= 3; }, std::chrono::seconds(10)))
       << service_->Stats().ToJson().dump();
   EXPECT_TRUE(testing::WaitUntil(
       [&] {
-        auto j = nlohmann::json::parse(testing::ReadFile(StatsPath(pool_->dir())), nullptr,
-                                       false);
+        auto j = nlohmann::json::parse(testing::ReadFile(StatsPath(pool_->dir())), nullptr, false);
         return !j.is_discarded() && j.value("batches", 0) >= 3;
       },
       std::chrono::seconds(10)));
