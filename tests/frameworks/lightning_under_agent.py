@@ -3,6 +3,9 @@
     lightning_under_agent.py STRATEGY        a 2-rank job (gloo, CPU) of lightning_trainer.py
     lightning_under_agent.py --devices N     strategy ddp, Trainer(devices=N) against 2 ranks
     lightning_under_agent.py --unhooked S    the control: S with the shim off (SPAWNPOINT_SHIM=0)
+    lightning_under_agent.py --pool S        S with workersPerRank: 2: the agent's pool serves
+                                             Lightning's DataLoader (its re-made one, with a
+                                             DistributedSampler)
 
 For STRATEGY (ddp, ddp_spawn, ddp_fork, ddp_notebook, auto) the job exits 0 and: exactly the
 agent's 2 ranks ran training steps (no second set of ranks: no other process stepped), each
@@ -101,6 +104,34 @@ def run_devices(devices):
     return checks.finish()
 
 
+def run_pool(strategy):
+    checks = fc.Checks("lightning_under_agent --pool %s" % strategy)
+    job = fc.job_yaml("lightning-pool", [sys.executable, TRAINER, strategy], procs=2, workers=2)
+    status = "/tmp/lightning-pool-status.json"
+    proc = fc.run_agent(job, args=["--status-file", status])
+    out = proc.stdout + proc.stderr
+    sys.stdout.write(out)
+    if not checks.equal(proc.returncode, 0, "spawnpoint-agent run exit status"):
+        return checks.finish()
+    finals = lines(proc.stdout, "SPAWNPOINT-LIGHTNING")
+    checks.equal(sorted(f["rank_env"] for f in finals), ["0", "1"], "ranks that finished fit()")
+    checks.equal(lines(proc.stdout, "SPAWNPOINT-FORKED"), [], "processes created by fork()")
+    checks.equal([f["children"] for f in finals], [[]] * len(finals),
+                 "ranks' child processes (the workers are the agent's)")
+    if len(finals) == 2:
+        checks.equal(finals[0]["params"], finals[1]["params"], "both ranks' final parameters")
+    with open(status) as f:
+        loaders = json.load(f)["loader"]
+    checks.equal(sorted(l["rank"] for l in loaders), [0, 1], "ranks with a loader pool")
+    for l in sorted(loaders, key=lambda l: l["rank"]):
+        # 64 samples, DistributedSampler over 2 ranks, batch 8: 4 batches a rank per epoch.
+        checks.equal((l["stats"]["batches"], l["stats"]["samples"]), (8, 64),
+                     "rank %d: batches and samples the pool served in 2 epochs" % l["rank"])
+        checks.equal([(w["incarnation"], w["exits"]) for w in l["pool"]["workers"]],
+                     [(0, 0), (0, 0)], "rank %d: its 2 workers, never restarted" % l["rank"])
+    return checks.finish()
+
+
 def run_unhooked(strategy):
     checks = fc.Checks("lightning_under_agent --unhooked %s" % strategy)
     job = fc.job_yaml("lightning-unhooked",
@@ -122,12 +153,14 @@ def run_unhooked(strategy):
 
 
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--pool":
+        return run_pool(sys.argv[2])
     if len(sys.argv) == 3 and sys.argv[1] == "--unhooked":
         return run_unhooked(sys.argv[2])
     if len(sys.argv) == 3 and sys.argv[1] == "--devices":
         return run_devices(int(sys.argv[2]))
     if len(sys.argv) != 2:
-        raise SystemExit("usage: lightning_under_agent.py STRATEGY | --devices N | --unhooked S")
+        raise SystemExit("usage: lightning_under_agent.py STRATEGY | --devices N | --unhooked S | --pool S")
     return run_strategy(sys.argv[1])
 
 
