@@ -347,6 +347,8 @@ def main():
     a = ap.parse_args()
     if a.quick:
         a.repeats = 2
+    a.build_dir = os.path.abspath(a.build_dir)  # the Python jobs run in a directory of their own
+    a.source_dir = os.path.abspath(a.source_dir)
     workloads = [] if a.python_only else [w for w in a.workloads.split(",") if w]
     configs = [OURS_BIN] + ([] if a.no_self else [OURS_SELF]) + [THEIRS]
     py_workloads = [] if a.no_python else [w for w in a.py_workloads.split(",") if w]
