@@ -20,6 +20,9 @@ packages=(
   golang-go golang-github-masterminds-sprig-dev golang-github-xeipuuv-gojsonschema-dev
   golang-k8s-sigs-yaml-dev golang-gopkg-yaml.v2-dev golang-github-gobwas-glob-dev
   golang-github-burntsushi-toml-dev
+  # scripts/foreign-root.sh: the foreign trainer roots (Debian 11 and 13) of tests/foreign.
+  # apt checks their Release files with debian-archive-keyring's keys (below).
+  mmdebstrap
 )
 
 missing=()
@@ -28,6 +31,11 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
+# Debian 13 (trixie)'s archive keys came with Debian 12's debian-archive-keyring
+# 2023.3+deb12u2; an older one is upgraded so that mmdebstrap can build the trixie root.
+if [ ! -e /usr/share/keyrings/debian-archive-trixie-stable.gpg ]; then
+  missing+=(debian-archive-keyring)
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"

@@ -257,17 +257,7 @@ LoaderStats PoolLoader::Stats() const {
     s.auto_workers = auto_.enabled();
     s.auto_settled = auto_.settled();
   }
-  const PoolClientStats c = client_->Stats();
-  s.queue_depth = c.queue_depth;
-  s.in_flight = c.in_flight;
-  s.active_workers = c.active_workers;
-  s.pool_workers = c.pool_workers;
-  s.restarts_died = c.restarts_died;
-  s.restarts_hung = c.restarts_hung;
-  s.restarts_oom = c.restarts_oom;
-  s.restarts_shm = c.restarts_shm;
-  s.slots = c.slots;
-  s.slot_bytes = c.slot_bytes;
+  SetPoolFields(client_->Stats(), s);
   return s;
 }
 
@@ -297,6 +287,19 @@ StatusOr<std::vector<std::string>> OwnCommand() {
 }
 
 }  // namespace
+
+void SetPoolFields(const PoolClientStats& c, LoaderStats& s) {
+  s.queue_depth = c.queue_depth;
+  s.in_flight = c.in_flight;
+  s.active_workers = c.active_workers;
+  s.pool_workers = c.pool_workers;
+  s.restarts_died = c.restarts_died;
+  s.restarts_hung = c.restarts_hung;
+  s.restarts_oom = c.restarts_oom;
+  s.restarts_shm = c.restarts_shm;
+  s.slots = c.slots;
+  s.slot_bytes = c.slot_bytes;
+}
 
 nlohmann::json LoaderStats::ToJson() const {
   return {{"epoch", epoch},

@@ -83,6 +83,10 @@ struct LoaderStats {
   nlohmann::json ToJson() const;
 };
 
+struct PoolClientStats;
+// Copies what a PoolClient knows (queue, in flight, workers, restarts, slots) into `s`.
+void SetPoolFields(const PoolClientStats& c, LoaderStats& s);
+
 class Loader {
  public:
   // Fills unset options from the environment, starts or connects to the pool, and (unless

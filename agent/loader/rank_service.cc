@@ -85,22 +85,12 @@ LoaderStats RankPoolService::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   LoaderStats s;
   s.epoch = epoch_;
-  s.pool_workers = opts_.pool_workers;
   if (meter_) meter_->Fill(s, opts_.clock->Now());
-  PoolClientStats restarts = finished_;
-  if (current_ != nullptr) {
-    const PoolClientStats c = current_->Stats();
-    s.queue_depth = c.queue_depth;
-    s.in_flight = c.in_flight;
-    s.active_workers = c.active_workers;
-    s.slots = c.slots;
-    s.slot_bytes = c.slot_bytes;
-    AddRestarts(restarts, c);
-  }
-  s.restarts_died = restarts.restarts_died;
-  s.restarts_hung = restarts.restarts_hung;
-  s.restarts_oom = restarts.restarts_oom;
-  s.restarts_shm = restarts.restarts_shm;
+  PoolClientStats c;  // the current session's, with the restarts of the sessions before it
+  if (current_ != nullptr) c = current_->Stats();
+  AddRestarts(c, finished_);
+  SetPoolFields(c, s);
+  s.pool_workers = opts_.pool_workers;  // the pool's, whatever a session uses
   return s;
 }
 
@@ -236,8 +226,9 @@ void RankPoolService::Open(const nlohmann::json& b) {
   };
   if (Int(b, "protocol", -1) != kProtocolVersion) {
     return refuse("protocol",
-                  "the rank speaks loader protocol " + b.value("protocol", nlohmann::json()).dump() +
-                      ", the agent " + std::to_string(kProtocolVersion),
+                  "the rank speaks loader protocol " +
+                      b.value("protocol", nlohmann::json()).dump() + ", the agent " +
+                      std::to_string(kProtocolVersion),
                   nullptr);
   }
   const int64_t workers = Int(b, "numWorkers", 0);

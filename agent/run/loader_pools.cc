@@ -45,13 +45,12 @@ Status LoaderPools::Start(const NodePlan& plan, ProcessSpawner* spawner,
     }
     pools_.push_back(std::move(pool));
     if (r.pool->python) {
-      auto service = loader::RankPoolService::Start({.dir = r.pool->dir,
-                                                     .pool_workers = r.pool->workers,
-                                                     .rank = r.rank,
-                                                     .world_size = plan.world_size,
-                                                     .log = [](const std::string& line) {
-                                                       Say(line);
-                                                     }});
+      auto service =
+          loader::RankPoolService::Start({.dir = r.pool->dir,
+                                          .pool_workers = r.pool->workers,
+                                          .rank = r.rank,
+                                          .world_size = plan.world_size,
+                                          .log = [](const std::string& line) { Say(line); }});
       if (!service.ok()) {
         Stop(milliseconds(1000));
         return service.status().WithPrefix("rank " + std::to_string(r.rank) + " loader service");

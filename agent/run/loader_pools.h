@@ -1,7 +1,8 @@
 // Every rank's loader pool on this node: started before any rank, so workers are warm when
 // the ranks connect; kept across attempts; stopped with the job. A Python rank's pool comes
-// with the rank's loader service (rank_service.h), which schedules its DataLoaders. Not thread-safe: call it
-// from NodeAgent's thread (the endpoint reads the pools themselves, which are).
+// with the rank's loader service (rank_service.h), which schedules its DataLoaders. Not
+// thread-safe: call it from NodeAgent's thread (the endpoint reads the pools themselves, which
+// are).
 #pragma once
 
 #include <sys/types.h>

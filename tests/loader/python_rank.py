@@ -14,6 +14,10 @@ Every case exits 0 when what it checks holds and 1 with the difference on stderr
                traceback; iterating on delivers every other batch
   kill         a worker SIGKILLed mid-epoch: every sample once and in order
   hang         a worker hung past the DataLoader's timeout: replaced, every sample once
+  crash        a sample that kills its worker every time fails the iteration at its batch,
+               with the worker's exit and last stderr lines, after the batches before it
+  nonpersistent  persistent_workers=False: the dataset is sent again each epoch, batches
+               equal stock DataLoader's
   fallback     an IterableDataset and more workers than the pool fall back to torch's own
                workers, each with one line on stderr
   pids         prints the pool's worker pids seen by the dataset (for persistence checks)
@@ -77,6 +81,17 @@ class Hanging(Augmented):
         return {"index": i}
 
 
+class Crashing(Augmented):
+    """Sample 5 kills its worker, every time: a crash loop."""
+
+    def __getitem__(self, i):
+        if i == 5:
+            sys.stderr.write("dying at sample 5\n")
+            sys.stderr.flush()
+            os._exit(3)
+        return {"index": i}
+
+
 class Stream(IterableDataset):
     def __iter__(self):
         return iter(range(8))
@@ -99,8 +114,9 @@ def loader(dataset, seed=1234, **kwargs):
     g.manual_seed(seed)
     kwargs.setdefault("num_workers", 2)
     kwargs.setdefault("batch_size", 4)
+    kwargs.setdefault("persistent_workers", True)
     return DataLoader(dataset, shuffle=True, generator=g, multiprocessing_context="spawn",
-                      persistent_workers=True, **kwargs)
+                      **kwargs)
 
 
 def epochs(make, n=2, stock=False, between=None):
@@ -112,10 +128,12 @@ def epochs(make, n=2, stock=False, between=None):
         dl = make()
         out = []
         for _ in range(n):
-            out.append([batch for batch in dl])
+            it = iter(dl)
+            served = type(it).__name__
+            out.append([batch for batch in it])
+            del it
             if between is not None:
                 between()
-        served = type(dl._iterator).__name__
         del dl
         return out, served
     finally:
@@ -221,6 +239,31 @@ def case_hang(args):
     check(os.path.exists(marker), "the dataset never hung")
     check(order == list(range(30)), "samples after a hang: %r" % order)
     print("hang: every sample once, in order")
+
+
+def case_crash(args):
+    dl = DataLoader(Crashing(12), batch_size=2, num_workers=2, persistent_workers=True)
+    seen = []
+    try:
+        for batch in dl:
+            seen.extend(int(i) for i in batch["index"])
+    except RuntimeError as err:
+        text = str(err)
+    else:
+        check(False, "a crash loop did not fail the iteration")
+    check(seen == [0, 1, 2, 3], "batches before the failing one: %r" % seen)
+    for needed in ("batch 2 of epoch 0", "exit code 3", "dying at sample 5"):
+        check(needed in text, "the error lacks %r:\n%s" % (needed, text))
+    print("crash: %s" % text.splitlines()[0])
+
+
+def case_nonpersistent(args):
+    make = lambda: loader(Augmented(24), persistent_workers=False)  # noqa: E731
+    want, _ = epochs(make, stock=True)
+    got, served = epochs(make)
+    check(served == "_PoolDataLoaderIter", "the pool did not serve the loader: %s" % served)
+    compare("persistent_workers=False", got, want)
+    print("nonpersistent: %d epochs identical" % len(got))
 
 
 def case_fallback(args):

@@ -112,6 +112,15 @@ TEST_F(RankServiceTest, WorkerHungPastTheTimeoutIsReplaced) {
   EXPECT_GE(service_->Stats().restarts_hung, 1) << Report();
 }
 
+TEST_F(RankServiceTest, CrashLoopFailsTheIterationWithTheWorkersExitAndStderr) {
+  ASSERT_EQ(RunRank("crash"), 0) << Report();
+}
+
+TEST_F(RankServiceTest, NonPersistentWorkersGetTheDatasetEachEpochAndEqualStock) {
+  ASSERT_EQ(RunRank("nonpersistent"), 0) << Report();
+  EXPECT_GE(service_->sessions(), 2);  // one iterator, so one session, per epoch
+}
+
 TEST_F(RankServiceTest, WhatThePoolCannotServeFallsBackSayingWhy) {
   ASSERT_EQ(RunRank("fallback"), 0) << Report();
   EXPECT_THAT(stderr_, HasSubstr("IterableDataset")) << Report();
@@ -121,13 +130,12 @@ TEST_F(RankServiceTest, WhatThePoolCannotServeFallsBackSayingWhy) {
 TEST_F(RankServiceTest, StatisticsCountWhatTheRankConsumed) {
   ASSERT_EQ(RunRank("pids"), 0) << Report();
   // The rank reports what it consumed with each request; stats.json follows within a second.
-  ASSERT_TRUE(testing::WaitUntil(
-      [&] { return service_->Stats().batches >= 3; }, std::chrono::seconds(10)))
+  ASSERT_TRUE(
+      testing::WaitUntil([&] { return service_->Stats().batches >= 3; }, std::chrono::seconds(10)))
       << service_->Stats().ToJson().dump();
   EXPECT_TRUE(testing::WaitUntil(
       [&] {
-        auto j = nlohmann::json::parse(testing::ReadFile(StatsPath(pool_->dir())), nullptr,
-                                       false);
+        auto j = nlohmann::json::parse(testing::ReadFile(StatsPath(pool_->dir())), nullptr, false);
         return !j.is_discarded() && j.value("batches", 0) >= 3;
       },
       std::chrono::seconds(10)));

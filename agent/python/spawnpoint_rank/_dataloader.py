@@ -56,9 +56,15 @@ def _in_daemon_process():
 def _is_pickling_error(err):
     import pickle
 
-    if isinstance(err, pickle.PicklingError):
+    if isinstance(err, pickle.PicklingError):  # Python 3.14: "Can't pickle local object ..."
         return True
-    return isinstance(err, (AttributeError, TypeError)) and "pickle" in str(err).lower()
+    if not isinstance(err, (AttributeError, TypeError)):
+        return False
+    message = str(err).lower()
+    # "Can't pickle local object ..." (AttributeError up to Python 3.12), "cannot pickle
+    # '_thread.lock' object" (TypeError); Python 3.13 says "Can't get local object ..."
+    # for the first, without the word.
+    return "pickle" in message or "can't get local object" in message
 
 
 def patch(dlmod):
