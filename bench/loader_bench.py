@@ -25,15 +25,30 @@ ratio of the two workloads), Y and Z = our steady batches/s / PyTorch's (every r
 median of the per-repetition ratios: a repetition runs all sides back to back, under the
 same load), W = our time lost at an epoch boundary in ms (the larger of the two workloads'
 medians, like-for-like: epoch_boundary_matched_ms, see bench/loader_reference.py).
+
+The Python rows (skip them with --no-python; --python-only runs only them): the same trainer
+script, bench/python_pool_bench.py, run as a 1-rank job under `spawnpoint-agent run` with
+the agent's loader pool (loader.pythonPool: true) and without it (pythonPool: false: stock
+DataLoader(multiprocessing_context="spawn", persistent_workers=True)), with the same worker
+count, prefetch factor and workloads (transfer and compute as above, and a torchvision
+pipeline), and a gang restart in every run (restartPolicy maxRestarts 1, backoffSeconds 0).
+They add to the ratios line
+  py_first_batch=X py_transfer=Y py_compute=Z py_epoch_boundary_ms=W
+X = stock's time from iter() to the first batch / the pool's (the smaller of the transfer
+and compute workloads' ratios), Y and Z = the pool's steady batches/s / stock's, W = the
+pool's time lost at an epoch boundary in ms (the larger of the transfer and compute
+workloads' medians; the torchvision workload's figures are in the table).
 """
 
 import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 PYTHON = "/usr/bin/python3"
@@ -46,6 +61,39 @@ LABELS = {
     OURS_SELF: "ours (trainer's own command)",
     THEIRS: "PyTorch DataLoader",
 }
+# The Python rows: bench/python_pool_bench.py under spawnpoint-agent run.
+PY_WORKLOADS = ("transfer", "compute", "torchvision")
+PY_POOL = "py-pool"
+PY_STOCK = "py-stock"
+PY_CONFIGS = (PY_POOL, PY_STOCK)
+PY_LABELS = {
+    PY_POOL: "agent's pool (pythonPool: true)",
+    PY_STOCK: "stock DataLoader (spawn, persistent)",
+}
+PY_SERVED = {PY_POOL: "_PoolDataLoaderIter", PY_STOCK: "_MultiProcessingDataLoaderIter"}
+PY_JOB = """\
+apiVersion: spawnpoint.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: bench-python-%(side)s}
+spec:
+  nodes: 1
+  gpusPerNode: 0
+  procsPerNode: 1
+  backend: gloo
+  template:
+    spec:
+      containers:
+        - name: trainer
+          image: unused
+          command: %(command)s
+  loader:
+    workersPerRank: %(workers)d
+    prefetchFactor: %(prefetch)d
+    timeoutSeconds: 120
+    pythonPool: %(pool)s
+    preloadModules: %(preload)s
+  restartPolicy: {maxRestarts: 1, backoffSeconds: 0}
+"""
 
 
 class BenchError(Exception):
@@ -73,39 +121,52 @@ def own_cpu_s():
     return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 
 
-def run(cmd, timeout, tag):
+def json_line(cmd, tag, p):
+    """The result of a C++ or reference run: the last JSON line on its stdout."""
+    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    if not lines:
+        raise BenchError(f"{tag}: no JSON result on stdout: {' '.join(cmd)}\n{p.stdout[-2000:]}"
+                         f"\n{p.stderr[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def run(cmd, timeout, tag, result_of=json_line, env=None, cwd=None):
+    """Runs `cmd` and returns result_of(cmd, tag, the CompletedProcess) plus wall_s and
+    other_cpus. For a Python job, `env` carries BENCH_T0 (CLOCK_MONOTONIC, taken here just
+    before the spawn)."""
     t0 = time.monotonic()
     busy0, own0 = machine_busy_s(), own_cpu_s()
+    if env is not None:
+        env = dict(env, BENCH_T0=repr(time.monotonic()))
     try:
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           timeout=timeout)
+                           timeout=timeout, env=env, cwd=cwd)
     except subprocess.TimeoutExpired as e:
+        err = e.stderr or ""
+        if isinstance(err, bytes):
+            err = err.decode("utf-8", "replace")
         raise BenchError(f"{tag}: no result within {timeout:.0f} s: {' '.join(cmd)}\n"
-                         f"{(e.stderr or '')[-3000:]}")
+                         f"{err[-3000:]}")
     wall = time.monotonic() - t0
     # CPU the rest of the machine used meanwhile, in CPUs: other work on a shared machine
     # slows whichever side it happens to overlap.
     foreign = max(0.0, (machine_busy_s() - busy0) - (own_cpu_s() - own0)) / max(wall, 1e-3)
     if p.returncode != 0:
         raise BenchError(f"{tag}: exit code {p.returncode}: {' '.join(cmd)}\n"
-                         f"{p.stderr[-3000:]}")
-    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
-    if not lines:
-        raise BenchError(f"{tag}: no JSON result on stdout: {' '.join(cmd)}\n{p.stdout[-2000:]}"
-                         f"\n{p.stderr[-2000:]}")
-    result = json.loads(lines[-1])
+                         f"{p.stdout[-1500:]}\n{p.stderr[-3000:]}")
+    result = result_of(cmd, tag, p)
     result["wall_s"] = wall
     result["other_cpus"] = foreign
     return result
 
 
-def measure(a, cmd, tag, t_start):
-    """Runs `cmd`; while other processes kept more than --max-other-cpu CPUs busy during the
-    run, runs it again (at most --retries times, within --budget seconds) and keeps the least
-    disturbed attempt. The same rule for every side."""
+def measure(a, once, t_start):
+    """Runs once() (a run: its result); while other processes kept more than --max-other-cpu
+    CPUs busy during the run, runs it again (at most --retries times, within --budget
+    seconds) and keeps the least disturbed attempt. The same rule for every side."""
     best = None
     for attempt in range(1 + a.retries):
-        r = run(cmd, a.timeout, tag)
+        r = once()
         r["attempts"] = attempt + 1
         if best is None or r["other_cpus"] < best["other_cpus"]:
             best = r
@@ -141,14 +202,105 @@ def med(values):
 
 
 def fmt(values, unit, digits):
+    values = [v for v in values if v == v]
+    if not values:
+        return "–"
     m = med(values)
     if len(values) == 1:
         return f"{m:.{digits}f}{unit}"
     return f"{m:.{digits}f}{unit} ({min(values):.{digits}f}–{max(values):.{digits}f})"
 
 
-def ratio(x):
-    return f"{x:.2f}x"
+OPPOSITE = {"sooner": "later", "faster": "slower", "less": "more"}
+
+
+def worded(x, word):
+    """"2.00x sooner"; a ratio below 1 as its inverse with the opposite word ("1.25x later")."""
+    if x == x and 0 < x < 1 and word in OPPOSITE:
+        return f"{1 / x:.2f}x {OPPOSITE[word]}"
+    return f"{x:.2f}x {word}"
+
+
+def ms_less(x):
+    return f"{x:.1f} ms less" if x >= 0 else f"{-x:.1f} ms more"
+
+
+def py_args(a, workload):
+    return ["--workload", workload, "--workers", str(a.workers), "--batch-size",
+            str(a.batch_size), "--batches", str(a.batches), "--epochs", str(a.epochs),
+            "--prefetch", str(a.prefetch), "--sample-floats", str(a.sample_floats),
+            "--work-us", str(a.work_us), "--tv-batch-size", str(a.tv_batch_size),
+            "--tv-batches", str(a.tv_batches), "--tv-image-size", str(a.tv_image_size)]
+
+
+def py_environment():
+    """The harness's environment without what would change what the rank's shim sees."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith("SPAWNPOINT_") and k not in (
+                "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONWARNINGS", "PYTHONINSPECT",
+                "PYTHONSAFEPATH", "PYTHONVERBOSE", "TORCHELASTIC_RESTART_COUNT", "BENCH_T0")}
+
+
+def py_result(side, tag, out, p):
+    """A Python job's result: attempt 0's measurements plus attempt 1's (after the gang
+    restart) as restart_*; checks that the intended iterator served both attempts."""
+    def load(n):
+        path = os.path.join(out, f"attempt{n}.json")
+        if not os.path.exists(path):
+            raise BenchError(f"{tag}: attempt {n} wrote no result ({path})\n"
+                             f"{p.stdout[-1500:]}\n{p.stderr[-3000:]}")
+        with open(path) as f:
+            return json.load(f)
+
+    r0, r1 = load(0), load(1)
+    for r in (r0, r1):
+        if r["served"] != PY_SERVED[side]:
+            raise BenchError(f"{tag}: attempt {r['attempt']}'s DataLoader was served by "
+                             f"{r['served']}, not {PY_SERVED[side]}\n{p.stderr[-3000:]}")
+    result = dict(r0)
+    result["restart_first_batch_from_iter_s"] = r1["first_batch_from_iter_s"]
+    result["restart_first_batch_from_process_start_s"] = r1["first_batch_from_process_start_s"]
+    result["restart_first_batch_from_kill_s"] = (r1["first_batch_monotonic"] -
+                                                 r0["kill_monotonic"])
+    result["restart_checksum"] = r1["checksum"]
+    result["restart_worker_pids"] = r1["worker_pids"]
+    return result
+
+
+def py_run(a, side, workload, tag, short=False):
+    """One Python job under `spawnpoint-agent run`: attempt 0, the gang restart, attempt 1."""
+    agent = os.path.join(a.build_dir, "bin", "spawnpoint-agent")
+    script = os.path.join(a.source_dir, "bench", "python_pool_bench.py")
+    args = py_args(a, workload)
+    if short:  # warm-up and smoke runs: 2 epochs of 4 (torchvision: 2) small batches
+        args += ["--batches", "4", "--epochs", "2", "--tv-batches", "2", "--tv-batch-size", "8"]
+    tmp = tempfile.mkdtemp(prefix="bench-loader-py-")
+    try:
+        out = os.path.join(tmp, "out")
+        os.makedirs(out)
+        preload = ["torch"] + (["torchvision"] if workload == "torchvision" else [])
+        job = os.path.join(tmp, "job.yaml")
+        with open(job, "w") as f:
+            f.write(PY_JOB % {
+                "side": side, "workers": a.workers, "prefetch": a.prefetch,
+                "command": json.dumps([PYTHON, os.path.abspath(script), "--out", out,
+                                       "--restart"] + args),
+                "pool": "true" if side == PY_POOL else "false", "preload": json.dumps(preload)})
+        cmd = [agent, "run", "-f", job, "--gpu-backend", "none", "--master-port", "0"]
+        return run(cmd, a.py_timeout, tag, lambda c, t, p: py_result(side, t, out, p),
+                   env=py_environment(), cwd=tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def py_check(a, tag, workload, r):
+    if workload == "torchvision":
+        return  # random augmentations: compared between the two sides of a repetition
+    want = expected_checksum(a.batch_size, a.batches, a.epochs)
+    if abs(r["checksum"] - want) > 1e-6 or r["restart_checksum"] != 0.0:
+        raise BenchError(f"{tag}: checksum {r['checksum']} (after the restart "
+                         f"{r['restart_checksum']}) but every batch delivered gives {want} "
+                         f"(and 0.0)")
 
 
 def main():
@@ -163,6 +315,14 @@ def main():
     ap.add_argument("--no-self", action="store_true",
                     help="skip the own-command configuration (faster)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--no-python", action="store_true",
+                    help="skip the Python rows (the agent's pool against stock DataLoader)")
+    ap.add_argument("--python-only", action="store_true",
+                    help="only the Python rows (no C++ loader runs)")
+    ap.add_argument("--py-workloads", default=",".join(PY_WORKLOADS),
+                    help="the Python rows' workloads (default: %(default)s)")
+    ap.add_argument("--py-timeout", type=float, default=300,
+                    help="seconds per Python job, both attempts (default 300)")
     # The reference's defaults: keep both sides equal by passing every one of them.
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=32)
@@ -171,6 +331,10 @@ def main():
     ap.add_argument("--prefetch", type=int, default=2)
     ap.add_argument("--sample-floats", type=int, default=3 * 224 * 224)
     ap.add_argument("--work-us", type=int, default=2000)
+    ap.add_argument("--tv-batch-size", type=int, default=64, help="torchvision: batch size")
+    ap.add_argument("--tv-batches", type=int, default=8, help="torchvision: batches per epoch")
+    ap.add_argument("--tv-image-size", type=int, default=256,
+                    help="torchvision: FakeData's image side, cropped to 224 (default 256)")
     ap.add_argument("--max-other-cpu", type=float, default=0.25,
                     help="a run during which other processes used more CPUs than this on "
                     "average is repeated (default 0.25)")
@@ -183,42 +347,74 @@ def main():
     a = ap.parse_args()
     if a.quick:
         a.repeats = 2
-    workloads = [w for w in a.workloads.split(",") if w]
+    a.build_dir = os.path.abspath(a.build_dir)  # the Python jobs run in a directory of their own
+    a.source_dir = os.path.abspath(a.source_dir)
+    workloads = [] if a.python_only else [w for w in a.workloads.split(",") if w]
     configs = [OURS_BIN] + ([] if a.no_self else [OURS_SELF]) + [THEIRS]
+    py_workloads = [] if a.no_python else [w for w in a.py_workloads.split(",") if w]
+    for w in py_workloads:
+        if w not in PY_WORKLOADS:
+            ap.error(f"--py-workloads: {w} is not one of {', '.join(PY_WORKLOADS)}")
     want = expected_checksum(a.batch_size, a.batches, a.epochs)
     t_start = time.monotonic()
+    if py_workloads and not a.report:
+        agent = os.path.join(a.build_dir, "bin", "spawnpoint-agent")
+        if not os.access(agent, os.X_OK):
+            raise BenchError(f"{agent} is missing (the Python rows run under it); build it "
+                             f"first (make build), or pass --no-python")
+        if "torchvision" in py_workloads and subprocess.run(
+                [PYTHON, "-c", "import torchvision"], stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL).returncode != 0:
+            raise BenchError(f"{PYTHON} cannot import torchvision, which the Python rows' "
+                             f"torchvision workload needs: apt-get install python3-torchvision "
+                             f"(scripts/install-deps.sh), or pass --py-workloads "
+                             f"transfer,compute")
     if a.report:
         with open(a.report) as f:
             saved = json.load(f)
         results = {tuple(k.split("/")): v for k, v in saved.items()}
         workloads = [w for w in workloads if (w, THEIRS) in results]
-        configs = [c for c in configs if (workloads[0], c) in results]
-        a.repeats = len(results[(workloads[0], THEIRS)])
-        return report(a, results, workloads, configs, t_start)
+        configs = [c for c in configs if workloads and (workloads[0], c) in results]
+        py_workloads = [w for w in py_workloads if (w, PY_STOCK) in results]
+        any_key = next(iter(results))
+        a.repeats = len(results[any_key])
+        return report(a, results, workloads, configs, py_workloads, t_start)
 
-    print(f"bench-loader: {a.repeats} repetitions x {len(workloads)} workloads x "
-          f"{len(configs)} configurations; {a.workers} workers, batch {a.batch_size}, "
-          f"{a.batches} batches/epoch, {a.epochs} epochs, prefetch {a.prefetch}, "
-          f"transfer sample {a.sample_floats} floats "
-          f"({a.sample_floats * 4 * a.batch_size / 2**20:.1f} MiB/batch), compute "
-          f"{a.work_us} us/sample", flush=True)
+    if workloads:
+        print(f"bench-loader: {a.repeats} repetitions x {len(workloads)} workloads x "
+              f"{len(configs)} configurations; {a.workers} workers, batch {a.batch_size}, "
+              f"{a.batches} batches/epoch, {a.epochs} epochs, prefetch {a.prefetch}, "
+              f"transfer sample {a.sample_floats} floats "
+              f"({a.sample_floats * 4 * a.batch_size / 2**20:.1f} MiB/batch), compute "
+              f"{a.work_us} us/sample", flush=True)
+    if py_workloads:
+        print(f"bench-loader: Python rows: {a.repeats} repetitions x {len(py_workloads)} "
+              f"workloads ({', '.join(py_workloads)}) x 2 (agent's pool, stock DataLoader), "
+              f"1-rank jobs under spawnpoint-agent run with one gang restart each; "
+              f"torchvision: batch {a.tv_batch_size}, {a.tv_batches} batches/epoch, FakeData "
+              f"{a.tv_image_size}x{a.tv_image_size}", flush=True)
     if not a.quick:
         # Page cache and first-run effects (libtorch, Python's torch import) off the clock:
         # one short run (2 epochs of 4 batches) of every configuration.
         short = argparse.Namespace(**vars(a))
         short.batches, short.epochs = 4, 2
         cmds = commands(short, "transfer")
-        for c in configs:
+        for c in configs if workloads else []:
             run(cmds[c], a.timeout, f"warm-up {LABELS[c]}")
+        for c in PY_CONFIGS if py_workloads else []:
+            py_run(a, c, "torchvision" if "torchvision" in py_workloads else py_workloads[0],
+                   f"warm-up Python {PY_LABELS[c]}", short=True)
         print(f"  warm-up done ({time.monotonic() - t_start:.0f} s)", flush=True)
 
     results = {(w, c): [] for w in workloads for c in configs}
+    results.update({(w, c): [] for w in py_workloads for c in PY_CONFIGS})
     for rep in range(1, a.repeats + 1):
         for w in workloads:
             cmds = commands(a, w)
             line = []
             for c in configs:
-                r = measure(a, cmds[c], f"repetition {rep} {w} {LABELS[c]}", t_start)
+                tag = f"repetition {rep} {w} {LABELS[c]}"
+                r = measure(a, lambda: run(cmds[c], a.timeout, tag), t_start)
                 if abs(r["checksum"] - want) > 1e-6:
                     raise BenchError(f"repetition {rep} {w} {LABELS[c]}: checksum "
                                      f"{r['checksum']} but every batch delivered gives {want}")
@@ -231,13 +427,40 @@ def main():
                             + (f" (best of {r['attempts']})" if r["attempts"] > 1 else ""))
             print(f"  [{rep}/{a.repeats}] {w:8s} " + " | ".join(line) +
                   f"  ({time.monotonic() - t_start:.0f} s)", flush=True)
+        for w in py_workloads:
+            # Alternate which side goes first, so neither always follows the other.
+            order = PY_CONFIGS if rep % 2 else PY_CONFIGS[::-1]
+            line = {}
+            for c in order:
+                tag = f"repetition {rep} Python {w} {PY_LABELS[c]}"
+                r = measure(a, lambda: py_run(a, c, w, tag), t_start)
+                py_check(a, tag, w, r)
+                results[(w, c)].append(r)
+                line[c] = (f"{c} iter→first={r['first_batch_from_iter_s']:.3f}s "
+                           f"start→first={r['first_batch_from_process_start_s']:.2f}s "
+                           f"{r['batches_per_s']:.1f} b/s "
+                           f"boundary={r['epoch_boundary_matched_ms']:.1f}ms "
+                           f"rss={r['peak_rss_mb']:.0f}MiB "
+                           f"restart iter→first={r['restart_first_batch_from_iter_s']:.3f}s "
+                           f"other={r['other_cpus']:.2f}cpu"
+                           + (f" (best of {r['attempts']})" if r["attempts"] > 1 else ""))
+            pool, stock = results[(w, PY_POOL)][-1], results[(w, PY_STOCK)][-1]
+            if w == "torchvision" and (pool["checksum"] != stock["checksum"] or
+                                       pool["restart_checksum"] != stock["restart_checksum"]):
+                raise BenchError(f"repetition {rep} Python torchvision: the pool's batches "
+                                 f"differ from stock DataLoader's with the same seed (checksum "
+                                 f"{pool['checksum']} against {stock['checksum']}, after the "
+                                 f"restart {pool['restart_checksum']} against "
+                                 f"{stock['restart_checksum']})")
+            print(f"  [{rep}/{a.repeats}] py {w:11s} " + " | ".join(line[c] for c in PY_CONFIGS)
+                  + f"  ({time.monotonic() - t_start:.0f} s)", flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({f"{w}/{c}": v for (w, c), v in results.items()}, f, indent=1)
-    return report(a, results, workloads, configs, t_start)
+    return report(a, results, workloads, configs, py_workloads, t_start)
 
 
-def report(a, results, workloads, configs, t_start):
+def report(a, results, workloads, configs, py_workloads, t_start):
 
     def vals(w, c, key):
         return [r.get(key, float("nan")) for r in results[(w, c)]]
@@ -245,12 +468,44 @@ def report(a, results, workloads, configs, t_start):
     # Speed-ups are medians of per-repetition ratios: a repetition runs every side back to
     # back, so its ratio compares runs that shared the machine's load of that moment (this
     # machine may be busy with other work, which moves both sides' absolute numbers).
-    def speedup(w, c, key, direction):
-        pairs = zip(vals(w, c, key), vals(w, THEIRS, key))
+    def speedup(w, c, key, direction, base=THEIRS):
+        pairs = zip(vals(w, c, key), vals(w, base, key))
         if direction == "theirs/ours":
             return med([t / o for o, t in pairs if o > 0] or [float("nan")])
         return med([o / t for o, t in pairs if t > 0] or [float("nan")])
 
+    ratios = []
+    if workloads:
+        cpp_table(a, workloads, configs, vals, speedup)
+    if all(w in workloads for w in WORKLOADS):
+        first = min(speedup(w, OURS_BIN, "first_batch_s", "theirs/ours") for w in WORKLOADS)
+        tr = speedup("transfer", OURS_BIN, "batches_per_s", "ours/theirs")
+        co = speedup("compute", OURS_BIN, "batches_per_s", "ours/theirs")
+        eb = max(med(vals(w, OURS_BIN, "epoch_boundary_matched_ms")) for w in WORKLOADS)
+        ratios.append(f"first_batch={first:.2f} transfer={tr:.2f} compute={co:.2f} "
+                      f"epoch_boundary_ms={eb:.2f}")
+    elif workloads:
+        print("(the C++ ratios need both workloads)")
+    if py_workloads:
+        py_table(a, py_workloads, vals, speedup)
+    if all(w in py_workloads for w in WORKLOADS):
+        first = min(speedup(w, PY_POOL, "first_batch_from_iter_s", "theirs/ours", PY_STOCK)
+                    for w in WORKLOADS)
+        tr = speedup("transfer", PY_POOL, "batches_per_s", "ours/theirs", PY_STOCK)
+        co = speedup("compute", PY_POOL, "batches_per_s", "ours/theirs", PY_STOCK)
+        eb = max(med(vals(w, PY_POOL, "epoch_boundary_matched_ms")) for w in WORKLOADS)
+        ratios.append(f"py_first_batch={first:.2f} py_transfer={tr:.2f} py_compute={co:.2f} "
+                      f"py_epoch_boundary_ms={eb:.2f}")
+    elif py_workloads:
+        print("(the Python ratios need the transfer and compute workloads)")
+    print()
+    print(f"{time.monotonic() - t_start:.0f} s in all.")
+    if ratios:
+        print("ratios " + " ".join(ratios))
+    return 0
+
+
+def cpp_table(a, workloads, configs, vals, speedup):
     ours_cols = [c for c in configs if c != THEIRS]
     print()
     head = "| workload | metric | " + " | ".join(LABELS[c] for c in ours_cols) + \
@@ -282,26 +537,74 @@ def report(a, results, workloads, configs, t_start):
                 if direction == "info":
                     rs.append("")
                 elif direction:
-                    rs.append(f"{speedup(w, c, key, direction):.2f}x {word}")
+                    rs.append(worded(speedup(w, c, key, direction), word))
                 else:
-                    rs.append(f"{med(theirs) - med(vals(w, c, key)):.1f} ms less")
+                    rs.append(ms_less(med(theirs) - med(vals(w, c, key))))
             print(f"| {w} | {label} | " + " | ".join(cells) + f" | {fmt(theirs, unit, digits)} | " +
                   " | ".join(rs) + " |")
     print()
     print(f"Median (min–max) of {a.repeats} repetitions; ratios: median of the per-repetition "
-          f"ratios; {time.monotonic() - t_start:.0f} s in all. The ratios line is for "
-          f"{LABELS[OURS_BIN]}.")
-    ok = all(w in workloads for w in WORKLOADS)
-    if not ok:
-        print("(ratios need both workloads)")
-        return 0
-    first = min(speedup(w, OURS_BIN, "first_batch_s", "theirs/ours") for w in WORKLOADS)
-    tr = speedup("transfer", OURS_BIN, "batches_per_s", "ours/theirs")
-    co = speedup("compute", OURS_BIN, "batches_per_s", "ours/theirs")
-    eb = max(med(vals(w, OURS_BIN, "epoch_boundary_matched_ms")) for w in WORKLOADS)
-    print(f"ratios first_batch={first:.2f} transfer={tr:.2f} compute={co:.2f} "
-          f"epoch_boundary_ms={eb:.2f}")
-    return 0
+          f"ratios. The ratios line's first four are for {LABELS[OURS_BIN]}.")
+
+
+PY_ROWS = [  # key, label, unit, digits, ratio direction (pool "ours", stock "theirs"), word
+    ("first_batch_from_iter_s", "iter() → first batch", " s", 3, "theirs/ours", "sooner"),
+    ("first_batch_from_process_start_s", "rank process start → first batch", " s", 2,
+     "theirs/ours", "sooner"),
+    ("first_batch_from_launch_s", "`spawnpoint-agent run` → first batch", " s", 2,
+     "theirs/ours", "sooner"),
+    ("import_torch_s", "  the rank's own `import torch` (both sides)", " s", 2, "info", None),
+    ("batches_per_s", "steady batches/s (epochs 2+, boundaries included)", "", 1,
+     "ours/theirs", "faster"),
+    ("epoch_boundary_matched_ms", "time lost at an epoch boundary (like-for-like)", " ms", 1,
+     None, None),
+    ("epoch_boundary_ms", "  same, reference's definition (vs the mean gap)", " ms", 1, None,
+     None),
+    ("cpu_ms_per_batch_workers", "CPU per steady batch: the loader workers", " ms", 1,
+     "theirs/ours", "less"),
+    ("cpu_ms_per_batch_rank", "CPU per steady batch: the rank", " ms", 1, "theirs/ours",
+     "less"),
+    ("cpu_ms_per_batch_agent", "CPU per steady batch: the agent (the pool's service)", " ms",
+     2, "info", None),
+    ("peak_rss_mb", "peak memory, rank + loader workers (sum of VmHWM)", " MiB", 0,
+     "theirs/ours", "less"),
+    ("peak_rss_main_mb", "  of which the rank", " MiB", 0, "theirs/ours", "less"),
+    ("agent_rss_mb", "the agent's own peak memory (VmHWM; runs the pool's service)", " MiB", 1,
+     "info", None),
+    ("restart_first_batch_from_iter_s", "after a gang restart: iter() → first batch", " s", 3,
+     "theirs/ours", "sooner"),
+    ("restart_first_batch_from_process_start_s",
+     "after a gang restart: new rank's process start → first batch", " s", 2, "theirs/ours",
+     "sooner"),
+    ("restart_first_batch_from_kill_s", "after a gang restart: rank SIGKILLed → first batch",
+     " s", 2, "theirs/ours", "sooner"),
+    ("other_cpus", "other processes' CPU use during the run (not ours)", " CPUs", 2, "info",
+     None),
+]
+
+
+def py_table(a, py_workloads, vals, speedup):
+    print()
+    print(f"| Python workload | metric | {PY_LABELS[PY_POOL]} | {PY_LABELS[PY_STOCK]} | ratio |")
+    print("| --- | --- | --- | --- | --- |")
+    for w in py_workloads:
+        for key, label, unit, digits, direction, word in PY_ROWS:
+            pool, stock = vals(w, PY_POOL, key), vals(w, PY_STOCK, key)
+            if all(v != v for v in pool + stock):
+                continue
+            if direction == "info":
+                r = ""
+            elif direction:
+                r = worded(speedup(w, PY_POOL, key, direction, PY_STOCK), word)
+            else:
+                r = ms_less(med(stock) - med(pool))
+            print(f"| {w} | {label} | {fmt(pool, unit, digits)} | {fmt(stock, unit, digits)} | "
+                  f"{r} |")
+    print()
+    print(f"Median (min–max) of {a.repeats} repetitions, each a 1-rank job under "
+          f"spawnpoint-agent run (pool: the agent's warm workers, started with the rank; stock: "
+          f"workers spawned cold at iter()); ratios: median of the per-repetition ratios, "
+          f"stock/pool for times and memory, pool/stock for throughput.")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ packages=(
   libyaml-cpp-dev nlohmann-json3-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-torch python3-yaml
+  python3-torchvision  # bench-loader: the Python rows' real-world pipeline (FakeData, transforms)
   procps
   openssl  # /usr/bin/openssl: kube_transport_test makes its TLS certificates with it
   prometheus  # /usr/bin/prometheus and promtool: the metrics tests scrape the agent with them

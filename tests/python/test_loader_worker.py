@@ -202,6 +202,26 @@ class WorkerSetupTest(unittest.TestCase):
         self.assertEqual(self.spec(collate_fn=sum).fetch([1, 2, 3]), 14)
         self.assertEqual(self.spec(num_workers=None).num_workers, 9)
 
+    def test_default_collate_stacks_on_the_heap_and_a_custom_collate_sees_the_worker_info(self):
+        # The ring's slot gets a copy anyway: no shared-memory segment per batch.
+        class Rows(object):
+            def __len__(self):
+                return 4
+
+            def __getitem__(self, i):
+                return torch.full((3,), float(i))
+
+        from torch.utils.data._utils.collate import default_collate
+
+        loader = self.spec(dataset=Rows(), collate_fn=default_collate)
+        batch = loader.fetch([1, 2])
+        self.assertEqual(batch.tolist(), [[1.0] * 3, [2.0] * 3])
+        self.assertFalse(batch.is_shared())
+        self.assertEqual(get_worker_info().id, 1)  # set again after the collate
+        seen = []
+        self.spec(dataset=Rows(), collate_fn=lambda b: seen.append(get_worker_info().id)).fetch([0])
+        self.assertEqual(seen, [1])
+
     def test_a_sample_error_reads_as_pytorch_reraises_it(self):
         with self.assertRaises(worker.BuildError) as caught:
             self.spec().fetch([6, 7])
