@@ -306,8 +306,9 @@ def py_check(a, tag, workload, r):
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--repeats", type=int, default=5, help="repetitions (default 5)")
-    ap.add_argument("--quick", action="store_true", help="2 repetitions, no warm-up")
+    ap.add_argument("--repeats", type=int, help="repetitions (default 5; 2 with --quick)")
+    ap.add_argument("--quick", action="store_true",
+                    help="no warm-up, and 2 repetitions unless --repeats says otherwise")
     ap.add_argument("--build-dir", default=os.environ.get("BUILD") or
                     os.path.join(os.path.dirname(here), "build"))
     ap.add_argument("--source-dir", default=os.path.dirname(here))
@@ -345,8 +346,8 @@ def main():
     ap.add_argument("--report", metavar="FILE",
                     help="only print the table of the runs a previous --json saved")
     a = ap.parse_args()
-    if a.quick:
-        a.repeats = 2
+    if a.repeats is None:
+        a.repeats = 2 if a.quick else 5
     a.build_dir = os.path.abspath(a.build_dir)  # the Python jobs run in a directory of their own
     a.source_dir = os.path.abspath(a.source_dir)
     workloads = [] if a.python_only else [w for w in a.workloads.split(",") if w]
@@ -554,6 +555,8 @@ PY_ROWS = [  # key, label, unit, digits, ratio direction (pool "ours", stock "th
     ("first_batch_from_launch_s", "`spawnpoint-agent run` → first batch", " s", 2,
      "theirs/ours", "sooner"),
     ("import_torch_s", "  the rank's own `import torch` (both sides)", " s", 2, "info", None),
+    ("workers_cpu_to_first_batch_s", "  loader workers' CPU between iter() and the first batch",
+     " s", 3, "info", None),
     ("batches_per_s", "steady batches/s (epochs 2+, boundaries included)", "", 1,
      "ours/theirs", "faster"),
     ("epoch_boundary_matched_ms", "time lost at an epoch boundary (like-for-like)", " ms", 1,

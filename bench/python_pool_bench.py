@@ -30,6 +30,9 @@ writes OUT/attempt0.json with
   first_batch_from_launch_s  the harness's spawn of the agent (BENCH_T0, CLOCK_MONOTONIC)
                           -> first batch, when BENCH_T0 is set
   import_torch_s          the rank's own `import torch`
+  workers_cpu_to_first_batch_s   CPU the loader workers used between iter() and the first
+                          batch (stock: their whole start; the pool: building batch 0, plus
+                          the rest of their preload if it was not done yet)
   batches_per_s, epoch_boundary_ms, epoch_boundary_matched_ms   as loader_reference.py
   peak_rss_mb             VmHWM of the rank plus its loader workers; peak_rss_main_mb,
                           peak_rss_workers_mb, agent_rss_mb (the agent's VmHWM, its parent)
@@ -140,6 +143,26 @@ def cpu_snapshot(workers_dir):
             cpu_s(os.getppid()))
 
 
+def pool_worker_pids():
+    """The agent's Python loader workers beside this rank (the pool's, before they served
+    anything): processes with this rank's parent that run spawnpoint_rank.worker."""
+    pids, agent = [], os.getppid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as f:
+                stat = f.read()
+            if int(stat[stat.rindex(")") + 2:].split()[1]) != agent:
+                continue
+            with open("/proc/%s/cmdline" % name, "rb") as f:
+                if b"spawnpoint_rank.worker" in f.read():
+                    pids.append(int(name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return pids
+
+
 def attempt0(a, workers_dir):
     loader = make_loader(a, workers_dir)
     workers = a.workers
@@ -148,6 +171,7 @@ def attempt0(a, workers_dir):
     last = steady_start = None
     steady_batches = 0
     checksum = 0.0
+    before = {pid: cpu_s(pid) for pid in pool_worker_pids()}  # stock: none yet
     for epoch in range(a.epochs):
         t_iter = time.perf_counter()
         for i, batch in enumerate(loader):
@@ -156,6 +180,8 @@ def attempt0(a, workers_dir):
                 first_iter_s = now - t_iter
                 first_process_s = since_process_start()
                 first_mono = time.monotonic()
+                first_cpu = sum(cpu_s(pid) - before.get(pid, 0.0)
+                                for pid in set(worker_pids(workers_dir)) | set(before))
             else:
                 gaps_ms.append((now - last) * 1000.0)
                 if i == 0:
@@ -184,6 +210,7 @@ def attempt0(a, workers_dir):
         "first_batch_from_process_start_s": first_process_s,
         "first_batch_monotonic": first_mono,
         "import_torch_s": T_IMPORTED - T_MODULE,
+        "workers_cpu_to_first_batch_s": first_cpu,
         "batches_per_s": 1.0 / steady_s,
         "epoch_boundary_ms": max(0.0, (statistics.median(boundaries) - steady_s) * 1000.0),
         "epoch_boundary_matched_ms": max(0.0, (statistics.median(boundaries) - (
