@@ -32,7 +32,6 @@ from collections import deque
 
 from . import _batch_codec
 
-SERVICE_ENV = "SPAWNPOINT_LOADER_SERVICE"
 PROTOCOL_VERSION = 1
 ERROR, OPEN, OPENED, SUBMIT, READY, RELEASE, DROP, BATCH_ERROR = 8, 9, 10, 11, 12, 13, 14, 15
 RELEASE_FLUSH_S = 0.05
