@@ -126,6 +126,16 @@ void PoolClient::DropAllBut(std::optional<int64_t> keep) {
   slots_->Wake();
 }
 
+void PoolClient::Rewind(int64_t epoch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Conn& c : conns_) {
+    // A worker not serving this client now is dead or a new process: it keeps nothing of
+    // `epoch`. A failed send is the worker going away, which the I/O thread handles.
+    if (c.fd < 0 || c.state != ConnState::kReady) continue;
+    (void)SendMessage(c.fd, {MsgType::kRewind, {{"epoch", epoch}}});
+  }
+}
+
 StatusOr<std::optional<ReadyBatch>> PoolClient::Take(int64_t epoch, std::optional<int64_t> batch,
                                                      Clock::Duration wait) {
   std::unique_lock<std::mutex> lock(mu_);

@@ -124,6 +124,10 @@ class PoolClient {
   // Forgets every batch of an epoch other than `keep` (of every epoch if nullopt), whether
   // queued, built (its slot is freed) or at a worker (freed when the worker answers).
   void DropAllBut(std::optional<int64_t> keep);
+  // Tells every connected worker that what it built for `epoch` is void (Rewind in
+  // protocol.h): its random streams go back to where that epoch began. Call it after
+  // DropAllBut has dropped the epoch, and never submit that epoch again.
+  void Rewind(int64_t epoch);
   // Waits up to `wait` for batch `batch` of `epoch` (with nullopt: the lowest of that epoch
   // built so far) and hands it over. nullopt if none came; the batch's own failure if it
   // could not be built (which, like any error, then sticks to the client).

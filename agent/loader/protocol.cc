@@ -59,6 +59,8 @@ const char* MsgTypeName(MsgType type) {
       return "Drop";
     case MsgType::kBatchError:
       return "BatchError";
+    case MsgType::kRewind:
+      return "Rewind";
   }
   return "?";
 }

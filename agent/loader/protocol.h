@@ -12,6 +12,11 @@
 //   client -> worker: Task{id, epoch, batch, slot, indices}
 //   worker -> client: Done{id, bytes, fields:[{name, dtype, shape, offset, nbytes}]}
 //                 or  Error{id, kind, index, message, need, have}
+//   client -> worker: Rewind{epoch}   (no reply) the batches of `epoch` this worker built
+//                     are void: its random streams go back to where that epoch's first
+//                     batch found them (Python workers; C++ workers keep no streams and
+//                     ignore it). Sent after the tasks already at the worker, so it takes
+//                     effect once they are built.
 //
 // The Python variant (agent/python/spawnpoint_rank/worker.py, for Python ranks): Configure's
 // dataset is "python" and arg the path of a pickle file holding {"dataset", "collate_fn",
@@ -33,7 +38,14 @@
 //                 or  Error{session, kind, message, excType?, index?, workerMessage?}
 //                          (the session did not start; workerMessage: the worker's own text)
 //   rank -> service:  Submit{session, epoch, firstBatch, batches: [[indices]...], release:
-//                            [slots], consumed: {batches, samples, waitedSeconds}}
+//                            [slots], consumed: {batches, samples, waitedSeconds, epoch},
+//                            speculative (optional)}
+//                          speculative: true marks the first batches of the next epoch
+//                          as the rank predicts them, built while the current epoch drains;
+//                          a later Drop that keeps that epoch confirms them, any other Drop
+//                          (or the session's end) voids them and rewinds the workers'
+//                          streams (Rewind above), so an unconfirmed prediction never
+//                          shifts what the workers build next.
 //                     Release{session, release: [slots]}
 //                     Drop{session, keep: epoch or null}   (as PoolClient::DropAllBut)
 //   service -> rank:  Ready{session, epoch, batch, slot, worker, fields, tree}  in the order
@@ -76,6 +88,7 @@ enum class MsgType : uint8_t {
   kRelease = 13,
   kDrop = 14,
   kBatchError = 15,
+  kRewind = 16,  // client -> worker
 };
 
 const char* MsgTypeName(MsgType type);

@@ -180,8 +180,9 @@ void RankPoolService::HandleMessage(const Message& m) {
         for (int64_t i = 0; i < Int(*c, "batches", 0); ++i) {
           meter_->Consumed(now, i == 0 ? Int(*c, "samples", 0) : 0);
         }
-        epoch_ = epoch;
+        epoch_ = Int(*c, "epoch", epoch);  // the rank's count; wire numbers skip
       }
+      if (b.value("speculative", false)) s->speculative = epoch;
       if (batches.empty()) return;
       {
         std::lock_guard<std::mutex> lock(s->mu);
@@ -197,12 +198,7 @@ void RankPoolService::HandleMessage(const Message& m) {
       auto keep = b.find("keep");
       std::optional<int64_t> kept;
       if (keep != b.end() && keep->is_number_integer()) kept = keep->get<int64_t>();
-      {
-        std::lock_guard<std::mutex> lock(s->mu);
-        std::erase_if(s->expected, [&](const auto& e) { return !kept || e.first != *kept; });
-      }
-      s->client->DropAllBut(kept);
-      return;
+      return Drop(s, kept);
     }
     case MsgType::kRelease:
       return;
@@ -295,8 +291,23 @@ void RankPoolService::Open(const nlohmann::json& b) {
   session_ = std::move(session);
 }
 
+void RankPoolService::Drop(Session* s, std::optional<int64_t> keep) {
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    std::erase_if(s->expected, [&](const auto& e) { return !keep || e.first != *keep; });
+  }
+  s->client->DropAllBut(keep);
+  if (s->speculative && s->speculative != keep) {
+    // The prediction was wrong (or the iterator went away): what the workers built of it
+    // must not move their streams, or the batches after it would differ from PyTorch's.
+    s->client->Rewind(*s->speculative);
+  }
+  s->speculative.reset();
+}
+
 void RankPoolService::EndSession() {
   if (!session_) return;
+  if (session_->speculative) Drop(session_.get(), std::nullopt);
   {
     std::lock_guard<std::mutex> lock(session_->mu);
     session_->quit = true;

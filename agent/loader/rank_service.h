@@ -73,6 +73,9 @@ class RankPoolService {
     // Guarded by mu: the batches submitted and not yet sent, in order.
     std::deque<std::pair<int64_t, int64_t>> expected;
     bool quit = false;
+    // Owned by the service thread: the epoch the rank submitted speculatively and has not
+    // confirmed yet; its batches are voided (and the workers rewound) unless a Drop keeps it.
+    std::optional<int64_t> speculative;
   };
 
   explicit RankPoolService(RankServiceOptions options);
@@ -83,6 +86,9 @@ class RankPoolService {
   bool ReadRank();
   void HandleMessage(const Message& m);
   void Open(const nlohmann::json& body);
+  // Drops every batch of the session but those of `keep` (all with nullopt); voids an
+  // unconfirmed speculative epoch that is not kept.
+  void Drop(Session* s, std::optional<int64_t> keep);
   void EndSession();
   void SendBatches(Session* s);
   void Reply(const Message& m);  // to the rank; a failed send closes nothing (reads find EOF)

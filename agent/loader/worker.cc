@@ -102,6 +102,8 @@ class WorkerServer {
         return Probe(m.body);
       case MsgType::kTask:
         return Task(m.body);
+      case MsgType::kRewind:
+        return std::nullopt;  // a C++ worker's batches draw from no persistent streams
       default:
         return ErrorReply(-1, "protocol", std::string("unexpected message ") + MsgTypeName(m.type));
     }

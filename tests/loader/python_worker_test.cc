@@ -325,6 +325,56 @@ TEST_F(PythonWorkerTest, StrictRoundRobinMatchesStockPersistentWorkersOverShuffl
   EXPECT_EQ(client.WorkerPids(), pids);
 }
 
+// A wrong prediction of the next epoch (the rank service's speculative batches): the workers
+// build some of it (one batch taken, the others perhaps built, perhaps still queued), the
+// epoch is dropped and rewound, and the real next epoch, under a new number, is then the
+// stock DataLoader's second epoch draw for draw, as if the voided batches had never been
+// built.
+TEST_F(PythonWorkerTest, ARewoundEpochLeavesTheWorkersStreamsAsIfNothingOfItWasBuilt) {
+  constexpr int64_t kBatches = 6;  // of 4 samples, per epoch
+  const std::vector<std::string> shape = {"--size", "24", "--generator-seed", "31"};
+  std::vector<std::string> stock = {"stock", dir_.File("stock.json"), "--batch", "4"};
+  for (const char* a : {"--workers", "2", "--epochs", "2", "--shuffle"}) stock.push_back(a);
+  stock.insert(stock.end(), shape.begin(), shape.end());
+  ASSERT_TRUE(RunHelper(stock));
+  const json expected = json::parse(testing::ReadFile(dir_.File("stock.json")));
+  ASSERT_EQ(expected.size(), static_cast<size_t>(2 * kBatches));
+  StartPool("seed", shape, 2);
+  PoolClientOptions o = ClientOptions();
+  o.strict_round_robin = true;
+  o.slot_bytes = 1 << 16;  // no probe: the first task of worker 0 is batch 0
+  PoolClient client(o);
+  ASSERT_TRUE(client.Start().ok());
+  const auto indices = [&](int64_t epoch, int64_t b) {
+    return expected[static_cast<size_t>(kBatches * epoch + b)]
+        .at("indices")
+        .get<std::vector<int64_t>>();
+  };
+  const auto run_epoch = [&](int64_t wire_epoch, int64_t stock_epoch) {
+    std::vector<std::vector<int64_t>> batches;
+    for (int64_t b = 0; b < kBatches; ++b) batches.push_back(indices(stock_epoch, b));
+    client.Submit(wire_epoch, 0, batches);
+    for (int64_t b = 0; b < kBatches; ++b) {
+      auto r = Take(client, wire_epoch, b);
+      ASSERT_TRUE(r.ok() && r->has_value()) << r.status().ToString();
+      ExpectStockBatch(client, **r, expected[static_cast<size_t>(kBatches * stock_epoch + b)], 2);
+      client.Release((*r)->slot);
+    }
+  };
+  run_epoch(0, 0);
+  // The prediction: epoch 0's order again (wrong: the real epoch 1 is shuffled anew).
+  std::vector<std::vector<int64_t>> predicted;
+  for (int64_t b = 0; b < 4; ++b) predicted.push_back(indices(0, b));
+  ASSERT_NE(predicted[0], indices(1, 0));
+  client.Submit(1, 0, predicted);
+  auto built = Take(client, 1, 0);
+  ASSERT_TRUE(built.ok() && built->has_value()) << built.status().ToString();
+  client.Release((*built)->slot);
+  client.DropAllBut(2);
+  client.Rewind(1);
+  run_epoch(2, 1);
+}
+
 TEST_F(PythonWorkerTest, ADatasetExceptionCarriesThePythonTracebackAndTheWorkerGoesOn) {
   StartPool("failing", {"--size", "20", "--bad", "6"});
   std::vector<pid_t> pids;

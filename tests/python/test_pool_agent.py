@@ -115,6 +115,25 @@ class PoolAgentTest(unittest.TestCase):
             self.assertTrue(r["in_order"], r)
             self.assertTrue(r["replaced"], r)
 
+    def test_next_epoch_is_built_ahead_and_wrong_predictions_change_nothing(self):
+        reports = self.run_job("speculation")
+        self.assertEqual(sorted(reports), [(0, 0), (1, 0)], self.output)
+        for r in reports.values():
+            self.assertEqual(r["served"], [POOL_ITER] * 3, self.output)
+            # Every batch, random draws included, as stock DataLoader builds it, and the
+            # trainer's own generator untouched by the predictions.
+            self.assertEqual(r["equal"], {"global": True, "distributed": True,
+                                          "sequential": True}, r)
+            self.assertEqual(r["batches"], {"global": 24, "distributed": 12, "sequential": 24})
+            self.assertTrue(r["draws_equal"], r)
+            # Wrong twice: the global generator moved between epochs; then no more guesses.
+            self.assertEqual(r["predictions"]["global"], {"hits": 0, "misses": 2}, r)
+            # set_epoch never called: the first guess (epoch 1) misses, the rest hold.
+            self.assertEqual(r["predictions"]["distributed"], {"hits": 2, "misses": 1}, r)
+            self.assertEqual(r["predictions"]["sequential"], {"hits": 3, "misses": 0}, r)
+            # The next epoch's first batch was built before the trainer asked for it.
+            self.assertEqual(r["prebuilt"], [True, True, True], r)
+
     def test_restarted_rank_reconnects_to_the_same_warm_workers(self):
         reports = self.run_job("restart", max_restarts=1)
         self.assertIn((1, 0), reports, self.output)

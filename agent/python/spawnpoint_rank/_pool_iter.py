@@ -19,6 +19,19 @@ session is over, so the next batch opens a new one and submits what was still ou
 The same happens when another iterator of the rank took the workers (train and validation
 loaders alternate): each iterator opens its session again when it runs.
 
+The next epoch's first batches are built while the current one drains, as the C++ Loader
+does: once the sampler is exhausted, and only for persistent workers and samplers whose next
+order can be told without side effects (SequentialSampler; RandomSampler, its generator's
+state saved and restored; DistributedSampler at the epoch the trainer's set_epoch calls
+suggest; each under torch's own BatchSampler), the iterator predicts the next epoch's first
+prefetch_factor x num_workers batches and submits them as speculative. At iter() it draws
+the real ones from the sampler as PyTorch does and compares: equal, the built batches are
+that epoch's (no wait at the boundary); different, they are dropped, and the service
+rewinds the workers' random streams to where that epoch began, so every batch is still
+built exactly as stock DataLoader builds it. Two wrong predictions in a row (a trainer
+that draws from the global generator between epochs, say) end the prediction for that
+iterator.
+
 When the trainer keeps so many batches alive that the workers would run out of slots, batches
 are copied out of the ring instead (said once on stderr) until it lets go of some.
 """
@@ -38,6 +51,17 @@ _COPY_NOTE = (
     "the ring while it does, which costs a copy per batch but never overwrites a kept one")
 _counter = itertools.count()
 _classes = {}
+_MAX_SPECULATION_MISSES = 2  # wrong predictions in a row before an iterator stops predicting
+
+
+class _Speculation(object):
+    """The next epoch's first batches as predicted and submitted, not yet confirmed."""
+
+    def __init__(self, epoch, session, batches):
+        self.epoch = epoch
+        self.session = session
+        self.batches = batches
+        self.ready = {}  # batch -> (Ready message, ring) received before the epoch began
 
 
 def pool_iterator(loader):
@@ -85,29 +109,87 @@ def _make_class(dlmod):
             self._pickle = _write_pickle(svc.pool_dir, dict(parts, base_seed=self._base_seed))
             self._session = None
             self._ring = None
-            self._epoch = -1
+            self._epoch = -1       # the epoch's number on the wire (skips voided predictions)
+            self._epochs = 0       # epochs begun (for the statistics)
             self._copying = False
+            self._speculation = None
+            self._misses = 0       # wrong predictions in a row
+            self._predictions = {"hits": 0, "misses": 0}  # in all (tests, debugging)
+            self._sampler_epoch = None  # a DistributedSampler's epoch at the last iter()
+            self._sampler_step = 1      # and by how much set_epoch moved it
             self._reset(loader, first_iter=True)
 
         def _reset(self, loader, first_iter=False):
             base._reset(self, loader, first_iter)
-            self._epoch += 1
             self._send_idx = 0
             self._rcvd_idx = 0
             self._outstanding = {}  # batch -> indices, submitted and not yet yielded
             self._ready = {}        # batch -> Ready message received ahead of its turn
             self._consumed = [0, 0, 0.0]  # batches, samples, seconds waited: for the stats
             self._exhausted = False
+            self._predicted = False  # this epoch's prediction of the next was made
+            self._epochs += 1
+            self._observe_sampler_epoch()
+            spec, self._speculation = self._speculation, None
             with self._svc.lock:
-                if not first_iter and self._own_session():
-                    self._svc.send(_pool.DROP, {"session": self._session, "keep": self._epoch})
                 window = []
                 for _ in range(self._prefetch * self._num_workers):
                     indices = self._draw()
                     if indices is None:
                         break
                     window.append(indices)
-                self._submit(window)
+                own = not first_iter and self._own_session()
+                compared = spec is not None and own and spec.session == self._session
+                if compared and spec.batches == window:
+                    # The prediction held: its batches, built or at the workers, are this
+                    # epoch's first ones. The Drop confirms them and ends the last epoch.
+                    self._misses = 0
+                    self._predictions["hits"] += 1
+                    self._epoch = spec.epoch
+                    self._ready = spec.ready
+                    self._svc.send(_pool.DROP, {
+                        "session": self._session, "keep": self._epoch,
+                        "release": self._svc.take_releases(self._session)})
+                else:
+                    if compared:
+                        self._misses += 1
+                        self._predictions["misses"] += 1
+                    # A voided prediction's epoch number is never used again: the workers
+                    # rewound what they built under it.
+                    self._epoch = (spec.epoch if spec is not None else self._epoch) + 1
+                    if own:
+                        unused = [int(r["slot"]) for r, _ in spec.ready.values()] if compared else []
+                        self._svc.send(_pool.DROP, {
+                            "session": self._session, "keep": self._epoch,
+                            "release": unused + self._svc.take_releases(self._session)})
+                    self._submit(window)
+                self._predict_next()
+
+        def _observe_sampler_epoch(self):
+            """Notes how set_epoch moved a DistributedSampler since the last iter()."""
+            epoch = getattr(_inner_sampler(self), "epoch", None)
+            if isinstance(epoch, int):
+                if self._sampler_epoch is not None:
+                    self._sampler_step = epoch - self._sampler_epoch
+                self._sampler_epoch = epoch
+
+        def _predict_next(self):
+            """Once the sampler is exhausted, submits the next epoch's first batches as
+            predicted (module docstring). REQUIRES: the service's lock."""
+            if (not self._exhausted or self._predicted or self._speculation is not None
+                    or not getattr(self, "_persistent_workers", False)
+                    or self._misses >= _MAX_SPECULATION_MISSES or not self._own_session()):
+                return
+            self._predicted = True
+            batches = _predict_window(self, self._prefetch * self._num_workers,
+                                      self._sampler_step)
+            if not batches:
+                return
+            spec = _Speculation(self._epoch + 1, self._session, batches)
+            self._svc.send(_pool.SUBMIT, {
+                "session": self._session, "epoch": spec.epoch, "firstBatch": 0,
+                "batches": batches, "speculative": True})
+            self._speculation = spec
 
         def _draw(self):
             """The next batch's sample indices from the sampler, or None at its end."""
@@ -136,7 +218,7 @@ def _make_class(dlmod):
                 "firstBatch": self._send_idx - len(batches), "batches": batches,
                 "release": self._svc.take_releases(self._session),
                 "consumed": {"batches": consumed[0], "samples": consumed[1],
-                             "waitedSeconds": consumed[2]}})
+                             "waitedSeconds": consumed[2], "epoch": self._epochs - 1}})
 
         def _open(self):
             pending = sorted(b for b in self._outstanding if b not in self._ready)
@@ -205,6 +287,7 @@ def _make_class(dlmod):
                 self._consumed[2] += time.monotonic() - waited_from
                 indices = self._draw()
                 self._submit([indices] if indices is not None else [])
+                self._predict_next()
             if self._pin_memory:
                 data = _pin(data, getattr(self, "_pin_memory_device", None))
             return data
@@ -223,8 +306,11 @@ def _make_class(dlmod):
                 if body.get("session") != self._session:
                     continue
                 if kind == _pool.READY:
+                    spec = self._speculation
                     if body.get("epoch") == self._epoch:
                         self._ready[body["batch"]] = (body, self._ring)
+                    elif spec is not None and body.get("epoch") == spec.epoch:
+                        spec.ready[body["batch"]] = (body, self._ring)
                     else:  # a batch of an epoch left early: its slot goes straight back
                         svc.released(self._session, body["slot"])
                 elif kind == _pool.BATCH_ERROR:
@@ -254,6 +340,68 @@ def _make_class(dlmod):
 
     _PoolDataLoaderIter.__name__ = "_PoolDataLoaderIter"
     return _PoolDataLoaderIter
+
+
+def _inner_sampler(it):
+    """The sampler under the iterator's torch BatchSampler (or the sampler itself without
+    auto-collation); None when the batch sampler is not torch's own."""
+    index_sampler = it._index_sampler
+    if not it._auto_collation:
+        return index_sampler
+    samplers = sys.modules.get("torch.utils.data.sampler")
+    if samplers is None or type(index_sampler) is not samplers.BatchSampler:
+        return None
+    return index_sampler.sampler
+
+
+def _predict_window(it, count, sampler_step):
+    """The first `count` batches (sample index lists) the next epoch will draw, if the
+    sampler can tell them without side effects; else None. Its state is restored."""
+    inner = _inner_sampler(it)
+    samplers = sys.modules.get("torch.utils.data.sampler")
+    distributed = getattr(sys.modules.get("torch.utils.data.distributed"),
+                          "DistributedSampler", None)
+    torch = sys.modules.get("torch")
+    kind = type(inner)
+    if inner is None or samplers is None or torch is None:
+        return None
+    if kind is samplers.SequentialSampler:
+        def restore():
+            pass
+    elif kind is samplers.RandomSampler:
+        generator = inner.generator
+        if generator is None:  # a seed drawn from the global generator (a few torch versions
+            state = torch.get_rng_state()  # draw the permutation from it directly)
+
+            def restore():
+                torch.set_rng_state(state)
+        else:
+            state = generator.get_state()
+
+            def restore():
+                generator.set_state(state)
+    elif distributed is not None and kind is distributed:
+        epoch = inner.epoch
+        inner.epoch = epoch + sampler_step  # as the trainer's set_epoch calls have moved it
+
+        def restore():
+            inner.epoch = epoch
+    else:
+        return None
+    try:
+        source = iter(it._index_sampler)
+        batches = []
+        for _ in range(count):
+            try:
+                index = next(source)
+            except StopIteration:
+                break
+            batches.append([int(i) for i in index] if it._auto_collation else [int(index)])
+        return batches
+    except Exception:  # a sampler that cannot be iterated twice: no prediction
+        return None
+    finally:
+        restore()
 
 
 def _write_pickle(pool_dir, parts):

@@ -45,6 +45,13 @@ sample index and PyTorch's "Caught E in DataLoader worker process N. Original Tr
 text (plus "excType": module.qualname of the exception); "collate" for collate_fn failures
 and values the ring cannot carry; "slot"; "configure"; "protocol".
 
+Rewind{epoch}: the batches of `epoch` built here are void (the rank predicted the next
+epoch's first batches, built them while the current epoch drained, and the prediction was
+wrong): the loader's streams go back to where the first batch of `epoch` found them, so
+what is built next draws exactly what it would have drawn without the prediction. Each
+loader keeps the streams as its latest epoch's first batch found them (one capture per
+epoch).
+
 The probe (Probe{epoch, batch, indices}) builds a batch with the worker's random streams and
 keeps it for the Task of the same batch, so a probe of the first batch worker 0 builds leaves
 its streams as PyTorch would. If the next Task is another batch (or the connection or the
@@ -70,6 +77,7 @@ from . import _batch_codec
 
 PROTOCOL_VERSION = 1
 CONFIGURE, HELLO, RING, PROBE, PROBE_RESULT, TASK, DONE, ERROR = range(1, 9)
+REWIND = 16
 _HEADER = struct.Struct("<IBBxx")  # payload length, message type, descriptor follows
 _MAX_PAYLOAD = 64 << 20
 _MAX_FDS = 8
@@ -168,6 +176,7 @@ class LoaderSpec(object):
         self.size = len(self.dataset)
         self.init_error = None
         self.saved = None  # (streams, worker info) while another loader is served
+        self.epoch_start = None  # (epoch, streams as its first batch here found them)
         setup_like_torch(self.base_seed, worker_id, self.num_workers, self.dataset)
         init_fn = spec.get("worker_init_fn")
         if init_fn is not None:
@@ -189,6 +198,18 @@ class LoaderSpec(object):
         self.saved = None
         restore_streams(streams)
         torch_worker._worker_info = info
+
+    def enter_epoch(self, epoch):
+        """Called before each batch is built: keeps the streams the first batch of a new
+        epoch finds, for rewind()."""
+        if self.epoch_start is None or self.epoch_start[0] != epoch:
+            self.epoch_start = (epoch, capture_streams())
+
+    def rewind(self, epoch):
+        """Voids what was built of `epoch`: the streams as its first batch found them."""
+        if self.epoch_start is not None and self.epoch_start[0] == epoch:
+            restore_streams(self.epoch_start[1])
+            self.epoch_start = None
 
     def fetch(self, indices):
         """The collated batch of these sample indices, as _MapDatasetFetcher builds it."""
@@ -336,7 +357,8 @@ class Worker(object):
                     return  # the rank went away
 
     def handle(self, kind, body, fd):
-        handlers = {CONFIGURE: self.configure, PROBE: self.probe, TASK: self.task}
+        handlers = {CONFIGURE: self.configure, PROBE: self.probe, TASK: self.task,
+                    REWIND: self.rewind}
         if kind == RING:
             return self.attach_ring(body, fd)
         if kind in handlers:
@@ -425,6 +447,7 @@ class Worker(object):
                 built, self.cached, self.before_probe = self.cached[3], None, None
             else:
                 self.drop_probe()
+                self.loader.enter_epoch(epoch)
                 built = self.loader.fetch(indices)
             layout = _batch_codec.plan(built)
         except BuildError as e:
@@ -434,6 +457,12 @@ class Worker(object):
         except Exception:
             return None, None, error_reply(task_id, "collate", traceback.format_exc())
         return (epoch, batch, indices, built), layout, None
+
+    def rewind(self, body):
+        if self.loader is not None:
+            self.drop_probe()
+            self.loader.rewind(body.get("epoch"))
+        return None
 
     def probe(self, body):
         if self.loader is None:

@@ -15,8 +15,15 @@ DataLoader's). Cases:
   kill         one of the rank's workers SIGKILLed mid-epoch
   restart      attempt 0: rank 1 records its workers and is SIGKILLed after one epoch;
                attempt 1: every rank records its workers again
+  speculation  three persistent loaders, 4 epochs each, whose next epoch the pool predicts
+               wrongly (shuffle from the global generator, which the trainer draws from
+               between epochs), wrongly once (a DistributedSampler whose set_epoch is never
+               called) and rightly (sequential; the rank waits to see the next epoch's first
+               batch built before it calls iter()); batches and the trainer's own draws
+               compared with stock
 """
 
+import glob
 import json
 import os
 import random
@@ -202,6 +209,84 @@ def case_restart(out_dir):
     # Rank 0 of attempt 0 waits for the gang restart that rank 1's death brings.
     if attempt == 0:
         time.sleep(600)
+
+
+class Logged(Augmented):
+    """Augmented, and every sample built logged to LOG_DIR/<pid>.log, one index a line."""
+
+    def __init__(self, size, log_dir):
+        Augmented.__init__(self, size)
+        self.log_dir = log_dir
+
+    def __getitem__(self, i):
+        with open(os.path.join(self.log_dir, "%d.log" % os.getpid()), "a") as f:
+            f.write("%d\n" % i)
+        return Augmented.__getitem__(self, i)
+
+
+def builds_of(log_dir, index):
+    count = 0
+    for path in glob.glob(os.path.join(log_dir, "*.log")):
+        with open(path) as f:
+            count += sum(1 for line in f if line.strip() == str(index))
+    return count
+
+
+def poll(condition, deadline_s):
+    end = time.monotonic() + deadline_s
+    while not condition():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def speculation_epochs(out_dir, rank, pooled):
+    torch.manual_seed(1234)
+    log_dir = os.path.join(out_dir, "builds-rank%d-%s" % (rank, "pool" if pooled else "stock"))
+    os.makedirs(log_dir)
+    data = Augmented(24)
+    loaders = [
+        ("global", True, DataLoader(data, batch_size=4, shuffle=True, num_workers=2,
+                                    persistent_workers=True)),
+        ("distributed", False, DataLoader(
+            data, batch_size=4, num_workers=2, persistent_workers=True,
+            sampler=DistributedSampler(data, num_replicas=2, rank=rank, shuffle=True, seed=3))),
+        ("sequential", False, DataLoader(Logged(24, log_dir), batch_size=4, num_workers=2,
+                                         persistent_workers=True)),
+    ]
+    seen = {"served": [], "prebuilt": [], "predictions": {}}
+    for name, draw_between, loader in loaders:
+        batches, draws = [], []
+        for epoch in range(4):
+            batches.extend(loader)
+            if draw_between:
+                draws.append(float(torch.rand(1)))
+            if pooled and name == "sequential" and epoch < 3:
+                # Sample 0 opens every epoch: built once more before iter() asks for it.
+                seen["prebuilt"].append(poll(lambda: builds_of(log_dir, 0) >= epoch + 2, 60))
+        seen[name] = batches
+        seen[name + "_draws"] = draws
+        seen["served"].append(type(loader._iterator).__name__)
+        seen["predictions"][name] = getattr(loader._iterator, "_predictions", None)
+    return seen
+
+
+def case_speculation(out_dir):
+    rank = int(os.environ["RANK"])
+    got = speculation_epochs(out_dir, rank, True)
+    saved = pool._service_path
+    pool.use_service_path(None)
+    want = speculation_epochs(out_dir, rank, False)
+    pool.use_service_path(saved)
+    names = ("global", "distributed", "sequential")
+    report(out_dir, "speculation", served=got["served"], prebuilt=got["prebuilt"],
+           predictions=got["predictions"],
+           equal={n: len(got[n]) == len(want[n]) and all(
+               same(without_pids(a), without_pids(b)) for a, b in zip(got[n], want[n]))
+               for n in names},
+           batches={n: len(got[n]) for n in names},
+           draws_equal=got["global_draws"] == want["global_draws"])
 
 
 def main():
