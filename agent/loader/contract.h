@@ -31,6 +31,14 @@ inline constexpr char kEnvWorkerId[] = "SPAWNPOINT_LOADER_WORKER_ID";
 inline constexpr char kEnvWorkerRank[] = "SPAWNPOINT_LOADER_RANK";
 inline constexpr char kEnvIncarnation[] = "SPAWNPOINT_LOADER_INCARNATION";  // 0, 1, ...
 inline constexpr int kWorkerListenFd = 3;
+// Staggered start-up (PoolSpec::start_concurrency): a worker given TURN_FD reads it until
+// end of file before its start-up work (the Python worker's preload); a worker given
+// STARTED_FD closes it when that work is done (or dies, which closes it too), so that the
+// worker waiting on the other end may begin.
+inline constexpr char kEnvTurnFd[] = "SPAWNPOINT_LOADER_TURN_FD";        // always 4
+inline constexpr char kEnvStartedFd[] = "SPAWNPOINT_LOADER_STARTED_FD";  // always 5
+inline constexpr int kWorkerTurnFd = 4;
+inline constexpr int kWorkerStartedFd = 5;
 
 // Given to a rank by the agent: the pool exists; connect to it.
 inline constexpr char kEnvPoolDir[] = "SPAWNPOINT_LOADER_POOL_DIR";

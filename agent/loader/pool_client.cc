@@ -72,6 +72,7 @@ Status PoolClient::Start() {
   const bool settled = cv_.wait_for(lock, setup, [&] {
     if (!error_.ok()) return true;
     if (phase_ != Phase::kRunning) return false;
+    if (!opts_.start_waits_for_all_workers) return conns_.front().said_hello;
     return std::all_of(conns_.begin(), conns_.end(), [](const Conn& c) { return c.said_hello; });
   });
   if (!error_.ok()) return error_;

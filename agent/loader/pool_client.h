@@ -57,6 +57,11 @@ struct PoolClientOptions {
   // false: the least-loaded worker, round robin on a tie.
   bool strict_round_robin = false;
   std::optional<size_t> slot_bytes;  // unset: sized from the probe batch
+  // false: Start() returns once worker 0 said Hello and the ring exists; the others join as
+  // they say Hello (tasks wait for their worker), as long as ServiceTimeout allows. For
+  // pools whose workers warm up one after another (PoolSpec::start_concurrency): the first
+  // batch need not wait for the last worker's start-up.
+  bool start_waits_for_all_workers = true;
   std::string shm_dir = "/dev/shm";
   // What every worker is configured with.
   std::string dataset;
@@ -104,7 +109,8 @@ class PoolClient {
   PoolClient(const PoolClient&) = delete;
   PoolClient& operator=(const PoolClient&) = delete;
 
-  // Connects and waits until every worker said Hello and the ring exists. Errors: what a
+  // Connects and waits until every worker (or worker 0: start_waits_for_all_workers) said
+  // Hello and the ring exists. Errors: what a
   // worker reports, kDeadlineExceeded naming the silent workers (and their last exits).
   // REQUIRES: called once, before the methods below but Stop().
   Status Start();

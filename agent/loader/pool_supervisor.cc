@@ -41,7 +41,8 @@ void WriteAll(int fd, const std::string& s) {
 int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 
 bool IsWorkerVariable(const std::string& kv) {
-  for (const char* name : {kEnvListenFd, kEnvWorkerId, kEnvWorkerRank, kEnvIncarnation}) {
+  for (const char* name :
+       {kEnvListenFd, kEnvWorkerId, kEnvWorkerRank, kEnvIncarnation, kEnvTurnFd, kEnvStartedFd}) {
     const size_t n = strlen(name);
     if (kv.compare(0, n, name) == 0 && kv.size() > n && kv[n] == '=') return true;
   }
@@ -99,9 +100,26 @@ Status PoolSupervisor::Start() {
     if (!fd.ok()) return fd.status().WithPrefix("loader pool");
     w.listen_fd = *fd;
   }
+  // Staggered start-up: one pipe per worker w >= c, read by w and written by w - c.
+  const int c = spec_.start_concurrency;
+  std::vector<std::pair<int, int>> gates(workers_.size(), {-1, -1});
+  for (int w = c; c > 0 && w < spec_.workers; ++w) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) break;  // no stagger: every worker starts at once
+    gates[static_cast<size_t>(w)].first = p[0];
+    gates[static_cast<size_t>(w - c)].second = p[1];
+  }
+  const auto close_gates = [&] {
+    for (auto& [turn, started] : gates) {
+      if (turn >= 0) close(turn);
+      if (started >= 0) close(started);
+      turn = started = -1;
+    }
+  };
   for (Worker& w : workers_) {
-    Status st = SpawnLocked(w);
+    Status st = SpawnLocked(w, gates[static_cast<size_t>(w.id)]);
     if (!st.ok()) {
+      close_gates();
       for (Worker& other : workers_) {
         if (other.pid > 0) kill(-other.pid, SIGKILL), kill(other.pid, SIGKILL);
       }
@@ -110,11 +128,12 @@ Status PoolSupervisor::Start() {
                            std::to_string(w.id));
     }
   }
+  close_gates();  // the workers hold them now
   pump_ = std::thread([this] { PumpLoop(); });
   return Status::Ok();
 }
 
-Status PoolSupervisor::SpawnLocked(Worker& w) {
+Status PoolSupervisor::SpawnLocked(Worker& w, std::pair<int, int> gate) {
   CloseStreamsLocked(w);
   int out[2], err[2];
   if (pipe2(out, O_CLOEXEC) != 0) return Internal(std::string("pipe: ") + strerror(errno));
@@ -141,6 +160,14 @@ Status PoolSupervisor::SpawnLocked(Worker& w) {
   opts.stdout_fd = out[1];
   opts.stderr_fd = err[1];
   opts.inherit_fds = {{w.listen_fd, kWorkerListenFd}};
+  if (gate.first >= 0) {
+    opts.inherit_fds.emplace_back(gate.first, kWorkerTurnFd);
+    opts.env.push_back(std::string(kEnvTurnFd) + "=" + std::to_string(kWorkerTurnFd));
+  }
+  if (gate.second >= 0) {
+    opts.inherit_fds.emplace_back(gate.second, kWorkerStartedFd);
+    opts.env.push_back(std::string(kEnvStartedFd) + "=" + std::to_string(kWorkerStartedFd));
+  }
   StatusOr<pid_t> pid = spawner_->Spawn(opts);
   close(out[1]);
   close(err[1]);

@@ -58,6 +58,13 @@ struct PoolSpec {
   std::chrono::milliseconds crash_loop_window{10'000};
   std::chrono::milliseconds crash_loop_delay{1'000};
   bool remove_dir = false;  // on destruction remove `dir` and its contents (temporary pools)
+  // Workers that do their start-up work at once; 0: all. With c > 0, worker w >= c begins
+  // when worker w - c has finished its own (kEnvTurnFd/kEnvStartedFd in contract.h), so
+  // that workers do not crowd the rank's CPUs while it starts too, and are warm in the
+  // order their batches are asked for (batch b by worker b % n). Only for workers that
+  // close the STARTED descriptor when they are ready (the Python worker does, after its
+  // preload); a respawned worker starts at once.
+  int start_concurrency = 0;
   // The cgroup v2 memory.events file: a SIGKILL while its oom_kill count rose is recorded as
   // OOMKilled. Empty: not checked.
   std::string memory_events_path;
@@ -127,7 +134,8 @@ class PoolSupervisor {
 
   Worker* FindLocked(pid_t pid);
   void RecordExitLocked(Worker& w, const agent::ExitStatus& status, const agent::ExitCause& cause);
-  Status SpawnLocked(Worker& w);
+  // `gate`: the (turn, started) descriptors of a staggered first start; -1 where none.
+  Status SpawnLocked(Worker& w, std::pair<int, int> gate = {-1, -1});
   void RespawnOrDeferLocked(Worker& w, const std::string& why);
   // Reads what is available; `drain` keeps reading until EOF or EAGAIN.
   void ReadStreamLocked(Worker& w, bool is_err, bool drain);

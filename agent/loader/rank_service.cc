@@ -248,6 +248,7 @@ void RankPoolService::Open(const nlohmann::json& b) {
   o.rank = opts_.rank;
   o.world_size = opts_.world_size;
   o.strict_round_robin = true;
+  o.start_waits_for_all_workers = false;  // the pool may stagger its workers' start-up
   o.probe_batch = [probe = Indices(b.value("probe", nlohmann::json::array()))](int64_t) {
     return probe;
   };

@@ -1,5 +1,6 @@
 #include "agent/run/loader_pools.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
@@ -35,6 +36,12 @@ Status LoaderPools::Start(const NodePlan& plan, ProcessSpawner* spawner,
     spec.argv = r.pool->argv;
     spec.env = r.pool->env;
     spec.cpus = r.devices.cpus;
+    // Python workers import torch for a second or more, as the rank does: on a rank with
+    // few CPUs, all of them at once would slow the rank and worker 0, whose batch comes
+    // first. Run as many start-ups at once as the rank leaves CPUs free (at least one).
+    if (r.pool->python && !r.devices.cpus.empty()) {
+      spec.start_concurrency = std::max(1, static_cast<int>(r.devices.cpus.size()) - 1);
+    }
     spec.sink_fd = 2;
     spec.memory_events_path = memory_events;
     auto pool = std::make_unique<loader::PoolSupervisor>(spawner, spec);

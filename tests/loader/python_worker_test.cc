@@ -75,9 +75,10 @@ class PythonWorkerTest : public ::testing::Test {
     }
   }
 
-  // Writes the pickle of dataset `kind` and starts `workers` Python workers.
+  // Writes the pickle of dataset `kind` and starts `workers` Python workers (through
+  // `wrapper`, a shell script that ends by exec'ing "$@", when given).
   void StartPool(const std::string& kind, std::vector<std::string> helper_args = {},
-                 int workers = 2) {
+                 int workers = 2, const std::string& wrapper = "") {
     workers_ = workers;
     helper_args.insert(helper_args.begin(), {"write", kind, pickle_});
     helper_args.insert(helper_args.end(), {"--workers", std::to_string(workers)});
@@ -86,6 +87,7 @@ class PythonWorkerTest : public ::testing::Test {
     spec.workers = workers;
     spec.dir = dir_.File("pool");
     spec.argv = {kPython, "-m", "spawnpoint_rank.worker"};
+    if (!wrapper.empty()) spec.argv.insert(spec.argv.begin(), {"/bin/sh", "-c", wrapper, "sh"});
     for (char** e = environ; *e; ++e) {
       if (std::string(*e).rfind("PYTHONPATH=", 0) != 0) spec.env.push_back(*e);
     }
@@ -373,6 +375,39 @@ TEST_F(PythonWorkerTest, ARewoundEpochLeavesTheWorkersStreamsAsIfNothingOfItWasB
   client.DropAllBut(2);
   client.Rewind(1);
   run_epoch(2, 1);
+}
+
+// start_waits_for_all_workers = false (the rank service's setting, for pools that stagger
+// their workers' start-up): worker 1 is held back before it even starts Python, yet Start()
+// returns and batch 0 arrives from worker 0; batch 1 waits for worker 1 and comes from it.
+TEST_F(PythonWorkerTest, TheFirstBatchDoesNotWaitForALateWorker) {
+  const std::string go = dir_.File("go");
+  StartPool("index", {"--size", "16"}, 2,
+            "if [ \"$SPAWNPOINT_LOADER_WORKER_ID\" = 1 ]; then\n"
+            "  while [ ! -e '" +
+                go +
+                "' ]; do sleep 0.01; done\n"
+                "fi\n"
+                "exec \"$@\"\n");
+  PoolClientOptions o = ClientOptions();
+  o.strict_round_robin = true;
+  o.start_waits_for_all_workers = false;
+  PoolClient client(o);
+  ASSERT_TRUE(client.Start().ok());
+  EXPECT_EQ(client.WorkerPids().at(1), 0) << "worker 1 said Hello before it was let go";
+  client.Submit(0, 0, {Range(0, 4), Range(4, 8)});
+  auto first = Take(client, 0, 0);
+  ASSERT_TRUE(first.ok() && first->has_value()) << first.status().ToString();
+  EXPECT_EQ((*first)->worker, 0);
+  ExpectIndexBatch(client, **first);
+  client.Release((*first)->slot);
+  EXPECT_EQ(client.WorkerPids().at(1), 0);
+  testing::WriteFile(go, "");
+  auto second = Take(client, 0, 1);
+  ASSERT_TRUE(second.ok() && second->has_value()) << second.status().ToString();
+  EXPECT_EQ((*second)->worker, 1);
+  ExpectIndexBatch(client, **second);
+  client.Release((*second)->slot);
 }
 
 TEST_F(PythonWorkerTest, ADatasetExceptionCarriesThePythonTracebackAndTheWorkerGoesOn) {
