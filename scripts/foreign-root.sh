@@ -24,7 +24,7 @@ packages=python3-torch,python3-numpy
 suites=(bullseye trixie trixie-frameworks)
 # trixie-frameworks: trixie's root plus pip, venv and Debian's torchvision, the base of the
 # users' frameworks environment (scripts/frameworks-env.sh adds Lightning into a venv there).
-frameworks_packages=python3-pip,python3-venv,python3-torchvision
+frameworks_packages=python3-pip,python3-venv,python3-torchvision,libgl1,libglib2.0-0t64
 
 say() { echo "foreign-root: $*" >&2; }
 die() {

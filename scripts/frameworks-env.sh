@@ -4,6 +4,8 @@
 # the other pins of scripts/frameworks-requirements.txt) from PyPI in a venv inside it.
 #
 #   scripts/frameworks-env.sh [--rebuild]
+#   scripts/frameworks-env.sh --resolve    re-pin: resolve the requirements file's top-level
+#                                          line in the root and rewrite its pinned lines
 #
 # The root is scripts/foreign-root.sh's trixie-frameworks (trixie + pip, venv, torchvision;
 # cached in .cache/roots/ or SPAWNPOINT_ROOTS_DIR); the venv is /srv/spawnpoint-frameworks in
@@ -29,12 +31,13 @@ die() {
   exit 1
 }
 
-rebuild=0
+rebuild=0 resolve=0
 for arg in "$@"; do
   case "$arg" in
     --rebuild) rebuild=1 ;;
-    -h | --help) sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown argument $arg (usage: frameworks-env.sh [--rebuild])" ;;
+    --resolve) resolve=1 ;;
+    -h | --help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument $arg (usage: frameworks-env.sh [--rebuild | --resolve])" ;;
   esac
 done
 [ "$(id -u)" -eq 0 ] || die "needs root (the environment lives in a chroot root made by mmdebstrap)"
@@ -68,7 +71,7 @@ report() {
   echo "python: $venv/bin/python (in $root; run it with: scripts/in-root.sh $root -- $venv/bin/python ...)"
 }
 
-if [ "$rebuild" -eq 0 ] && env_is_current; then
+if [ "$rebuild" -eq 0 ] && [ "$resolve" -eq 0 ] && env_is_current; then
   say "cached: $root$venv ($(sed -n 's/^built=//p' "$root$venv/$stamp_name")); ready in $(($(date +%s) - started))s"
   report
   exit 0
@@ -101,6 +104,29 @@ in_root_rw() {
   ' in-root-rw "$root" "$host_ca" "${#passed_env[@]}" "${passed_env[@]}" "$@"
 }
 
+if [ "$resolve" -eq 1 ]; then
+  # What pip's resolver installs for the top-level requirements over the root's Debian
+  # packages (a scratch venv with --system-site-packages, so Debian's torch counts as there),
+  # written back as exact pins with the wheels' sha256.
+  top=$(sed -n 's/^# top-level: //p' "$requirements")
+  [ -n "$top" ] || die "no '# top-level: ...' line in $requirements"
+  say "resolving $top in $root (pip install --dry-run --report)"
+  report=$(in_root_rw bash -c 'python3 -m venv --system-site-packages /tmp/resolve >&2 &&
+    /tmp/resolve/bin/python -m pip install --dry-run --quiet --only-binary=:all: \
+      --report /tmp/report.json "$@" >&2 && cat /tmp/report.json' resolve $top) ||
+    die "pip could not resolve $top (above)"
+  pins=$(python3 -c '
+import json, sys
+for item in sorted(json.load(sys.stdin)["install"], key=lambda i: i["metadata"]["name"].lower()):
+    digest = item["download_info"]["archive_info"]["hashes"]["sha256"]
+    print("%s==%s --hash=sha256:%s" % (item["metadata"]["name"], item["metadata"]["version"], digest))
+' <<<"$report") || die "cannot read pip's report"
+  { grep '^#' "$requirements"; echo "$pins"; } >"$requirements.new"
+  mv "$requirements.new" "$requirements"
+  say "wrote $(wc -l <<<"$pins") pins to $requirements"
+  exit 0
+fi
+
 say "making $venv in $root (venv --system-site-packages; pip install --no-deps --require-hashes" \
   "-r scripts/frameworks-requirements.txt from PyPI); a minute or two"
 rm -rf --one-file-system "$root$venv"
@@ -110,14 +136,18 @@ cp "$requirements" "$root$venv/requirements.txt"
 in_root_rw "$venv/bin/python" -m pip install --no-deps --require-hashes --only-binary=:all: \
   -r "$venv/requirements.txt" >&2 ||
   die "pip install failed (its output above); nothing was cached"
-say "checking: pip check, and that torch and torchvision are Debian's"
+say "checking: pip check, that torch and torchvision are Debian's, and that the stacks import"
 in_root_rw "$venv/bin/python" -m pip check >&2 || die "pip check failed (above)"
 versions=$(in_root_rw "$venv/bin/python" -c '
-import torch, torchvision, lightning
+import contextlib, io
+import torch, torchvision, lightning, cv2
+with contextlib.redirect_stdout(io.StringIO()):  # its first import writes a settings file, loudly
+    import ultralytics
 for m in (torch, torchvision):
     assert m.__file__.startswith("/usr/lib/python3/dist-packages/"), (m.__name__, m.__file__)
-print("torch=%s\ntorchvision=%s\nlightning=%s" % (torch.__version__, torchvision.__version__, lightning.__version__))
-') || die "the environment does not import torch, torchvision and lightning as expected (above)"
+print("torch=%s\ntorchvision=%s\nlightning=%s\nultralytics=%s\nopencv=%s" % (torch.__version__,
+      torchvision.__version__, lightning.__version__, ultralytics.__version__, cv2.__version__))
+') || die "the environment does not import torch, torchvision, lightning, ultralytics and cv2 as expected (above)"
 seconds=$(($(date +%s) - started))
 size=$(du -sh --one-file-system "$root$venv" | cut -f1)
 {

@@ -44,10 +44,11 @@ def major_minor(version):
     return ".".join(version.split()[0].split("+")[0].split(".")[:2])
 
 
-def job_yaml(name, command, procs=2, workers=2, extra=""):
+def job_yaml(name, command, procs=2, workers=2, extra="", python_pool=True):
     """A one-node CPU TrainingJob: `procs` gloo ranks running `command` (a list), the job's
-    DataLoader workers per rank `workers`, no restarts. `extra` is more YAML for spec
-    (indented by two spaces)."""
+    DataLoader workers per rank `workers`, the agent's loader pool for Python ranks unless
+    python_pool is false, no restarts. `extra` is more YAML for spec (indented by two
+    spaces)."""
     return textwrap.dedent("""\
         apiVersion: spawnpoint.dev/v1alpha1
         kind: TrainingJob
@@ -66,8 +67,10 @@ def job_yaml(name, command, procs=2, workers=2, extra=""):
           loader:
             workersPerRank: %d
             timeoutSeconds: 120
+            pythonPool: %s
           restartPolicy: {maxRestarts: 0}
-        """) % (name, procs, json.dumps(command), workers) + extra
+        """) % (name, procs, json.dumps(command), workers,
+                "true" if python_pool else "false") + extra
 
 
 def run_agent(job_text, args=(), timeout=600, env=None):
