@@ -91,6 +91,16 @@ class PoolAgentTest(unittest.TestCase):
             self.assertIn("dataStall", stats)
             self.assertEqual([w["exits"] for w in entry["pool"]["workers"]], [0, 0], status)
 
+    def test_ddp_with_the_dataloader_knobs_equals_stock_dataloader(self):
+        reports = self.run_job("knobs")
+        self.assertEqual(sorted(reports), [(0, 0), (1, 0)], self.output)
+        for r in reports.values():
+            self.assertEqual((r["served"], r["stock"]),
+                             (POOL_ITER, "_MultiProcessingDataLoaderIter"), self.output)
+            self.assertTrue(r["equal"], r)
+            self.assertEqual(r["batches"], 3 * 5)  # 20 samples per rank, batches of 4
+            self.assertEqual(len(r["workers"]), 2, r)
+
     def test_loader_built_inside_a_library_is_served(self):
         for r in self.run_job("library").values():
             self.assertEqual(r["served"], POOL_ITER, self.output)

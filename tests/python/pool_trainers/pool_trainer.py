@@ -15,6 +15,9 @@ DataLoader's). Cases:
   kill         one of the rank's workers SIGKILLed mid-epoch
   restart      attempt 0: rank 1 records its workers and is SIGKILLed after one epoch;
                attempt 1: every rank records its workers again
+  knobs        2-rank DDP with the DataLoader knobs a plain script sets: persistent_workers,
+               prefetch_factor=3, a worker_init_fn of the script's own, a seeded generator,
+               DistributedSampler.set_epoch; 3 epochs compared with stock
   speculation  three persistent loaders, 4 epochs each, whose next epoch the pool predicts
                wrongly (shuffle from the global generator, which the trainer draws from
                between epochs), wrongly once (a DistributedSampler whose set_epoch is never
@@ -145,6 +148,44 @@ def case_ddp(out_dir):
     report(out_dir, "ddp", served=sorted(got["served"]), stock=sorted(want["served"]),
            equal=equal, batches=len(got["train"]), workers=worker_pids(got["train"]))
     del model  # before the process group goes (torch 1.7 aborts otherwise)
+    dist.destroy_process_group()
+
+
+def seed_numpy_per_worker(worker_id):
+    """A worker_init_fn as scripts write them: numpy seeded from the worker's own seed."""
+    info = torch.utils.data.get_worker_info()
+    np.random.seed((info.seed + 17 * worker_id) % 2 ** 32)
+
+
+def knob_epochs(rank, world, epochs=3):
+    g = torch.Generator()
+    g.manual_seed(11)
+    data = Augmented(40)
+    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=2)
+    dl = DataLoader(data, batch_size=4, sampler=sampler, num_workers=2, generator=g,
+                    persistent_workers=True, prefetch_factor=3,
+                    worker_init_fn=seed_numpy_per_worker)
+    batches = []
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        batches.extend(dl)
+    return batches, type(dl._iterator).__name__
+
+
+def case_knobs(out_dir):
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    got, served = knob_epochs(rank, world)
+    saved = pool._service_path
+    pool.use_service_path(None)
+    want, stock = knob_epochs(rank, world)
+    pool.use_service_path(saved)
+    # numpy is seeded by the worker_init_fn here, so its draws compare on every torch.
+    equal = len(got) == len(want) and all(
+        same({k: v for k, v in a.items() if k != "pid"}, {k: v for k, v in b.items() if k != "pid"})
+        for a, b in zip(got, want))
+    report(out_dir, "knobs", served=served, stock=stock, equal=equal, batches=len(got),
+           workers=worker_pids(got))
     dist.destroy_process_group()
 
 
