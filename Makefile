@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build test demo bench-launch bench-loader bench-kube demo-cluster bench-operator bench-metrics agent-bundle frameworks-env chart sync-chart-crds format clean
+.PHONY: deps configure build test demo bench-launch bench-loader bench-kube demo-cluster bench-operator bench-metrics bench-frameworks agent-bundle frameworks-env chart sync-chart-crds format clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -42,6 +42,11 @@ bench-metrics: configure
 
 bench-loader: build
 	bash bench/loader_bench.sh
+
+# Ultralytics' train() -> first batch, the agent's pool against stock DataLoader, in the
+# frameworks environment (root needed): make bench-frameworks BENCH_ARGS=5
+bench-frameworks: build
+	BUILD=$(BUILD) bash bench/ultralytics_bench.sh $(BENCH_ARGS)
 
 # The self-contained agent (binary, libraries, ld.so) the agent image carries.
 agent-bundle: configure
