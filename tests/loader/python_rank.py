@@ -21,6 +21,9 @@ Every case exits 0 when what it checks holds and 1 with the difference on stderr
   fallback     an IterableDataset and more workers than the pool fall back to torch's own
                workers, each with one line on stderr
   pids         prints the pool's worker pids seen by the dataset (for persistence checks)
+  early_break  30 epochs each left after its first batch (the rest of the window already
+               built or at the workers), then a whole epoch: every sample once, and no slot
+               lost (the ring never runs short, so nothing is copied)
 """
 
 import argparse
@@ -281,6 +284,17 @@ def case_pids(args):
     with open(args.out, "w") as f:
         f.write(" ".join(map(str, pids)) + "\n")
     print("pids: %s" % pids)
+
+
+def case_early_break(args):
+    dl = loader(Augmented(40), batch_size=2)
+    for _ in range(30):
+        for batch in dl:
+            check(len(batch["index"]) == 2, "a batch of %d samples" % len(batch["index"]))
+            break
+    indices = sorted(int(i) for b in dl for i in b["index"])
+    check(indices == list(range(40)), "the whole epoch after 30 left early lost or repeated samples")
+    print("early_break: 30 epochs left early, then a whole one")
 
 
 def main():

@@ -127,6 +127,15 @@ TEST_F(RankServiceTest, WhatThePoolCannotServeFallsBackSayingWhy) {
   EXPECT_THAT(stderr_, HasSubstr("asks for 3 workers")) << Report();
 }
 
+// Leaving an epoch after its first batch drops the rest of its window: batches already
+// built and sent to the rank give their slots back with the Drop, so after 30 such epochs
+// the ring is as free as before (no batch needs copying, nothing waits for a slot).
+TEST_F(RankServiceTest, EpochsLeftEarlyGiveTheirSlotsBack) {
+  ASSERT_EQ(RunRank("early_break"), 0) << Report();
+  EXPECT_THAT(stdout_, HasSubstr("30 epochs left early")) << Report();
+  EXPECT_EQ(testing::CountLines(stderr_, "batches are copied out of the ring"), 0) << Report();
+}
+
 TEST_F(RankServiceTest, StatisticsCountWhatTheRankConsumed) {
   ASSERT_EQ(RunRank("pids"), 0) << Report();
   // The rank reports what it consumed with each request; stats.json follows within a second.
