@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build test demo bench-launch bench-loader bench-kube demo-cluster bench-operator bench-metrics bench-frameworks agent-bundle frameworks-env chart sync-chart-crds format clean
+.PHONY: deps configure build test demo cluster-tools cluster-up cluster-down bench-launch bench-loader bench-kube demo-cluster bench-operator bench-metrics bench-frameworks agent-bundle frameworks-env chart sync-chart-crds format clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -21,6 +21,18 @@ test: build
 
 demo: build
 	bash scripts/demo.sh
+
+# The pinned control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)
+# built into .tools/bin (once: several minutes), then started on loopback; cluster-up's last
+# line is `kubeconfig: PATH`. CLUSTER_DIR (default .cache/cluster) holds its state and logs.
+cluster-tools: deps
+	bash scripts/install-tools.sh --control-plane
+
+cluster-up: cluster-tools
+	bash scripts/cluster.sh up $(if $(CLUSTER_DIR),--dir $(CLUSTER_DIR))
+
+cluster-down:
+	bash scripts/cluster.sh down $(if $(CLUSTER_DIR),--dir $(CLUSTER_DIR))
 
 # The operator end to end on this machine: kube-test-server runs the pods as processes.
 demo-cluster: build

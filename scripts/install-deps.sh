@@ -13,7 +13,8 @@ packages=(
   python3 python3-torch python3-yaml
   python3-torchvision  # bench-loader: the Python rows' real-world pipeline (FakeData, transforms)
   procps
-  openssl  # /usr/bin/openssl: kube_transport_test makes its TLS certificates with it
+  openssl  # /usr/bin/openssl: kube_transport_test and scripts/cluster.sh make TLS certificates
+  curl  # scripts/cluster.sh asks the API server's /readyz
   prometheus  # /usr/bin/prometheus and promtool: the metrics tests scrape the agent with them
   # Go and the libraries (GOPATH sources under /usr/share/gocode) of tests/helm/renderer,
   # which renders the Helm chart like `helm template`; sprig pulls in its own dependencies.

@@ -6,7 +6,19 @@
 # Idempotent: a tool is rebuilt only when its stamp (version + hash of its module files and
 # link flags) differs. Called by scripts/install-deps.sh (make deps/test/demo).
 #   kubectl  tools/kubectl  -> .tools/bin/kubectl (the tests, the demo and the benches)
+# With --control-plane (make cluster-up), also the pinned control plane of scripts/cluster.sh:
+#   etcd, kube-apiserver, kube-controller-manager, kube-scheduler  tools/kube  -> .tools/bin/
+#   (k8s.io/kubernetes at tools/kube/go.mod's version, etcd at the version it requires; the
+#   first build takes several minutes and ~2 GiB of memory per binary)
 set -euo pipefail
+
+control_plane=0
+for arg in "$@"; do
+  case "$arg" in
+    --control-plane) control_plane=1 ;;
+    *) echo "install-tools: unknown argument $arg (usage: install-tools.sh [--control-plane])" >&2; exit 2 ;;
+  esac
+done
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin="$root/.tools/bin"
@@ -40,13 +52,15 @@ find_go() {
   return 1
 }
 
-# Builds the main package of tools/<name> into .tools/bin/<name>; $3 is the version it
-# reports, $4 extra -ldflags.
+# Builds a main package into .tools/bin/<name>: $2 is the version it reports, $3 extra
+# -ldflags, $4 the module under tools/ (default: <name>), $5 the package (default: the
+# module's own directory).
 build_tool() {
-  local name=$1 version=$2 ldflags=$3
-  local src="$root/tools/$name" stamp go need hash start
+  local name=$1 version=$2 ldflags=$3 module=${4:-$1} package=${5:-.}
+  local src="$root/tools/$module" stamp go need hash start
   need=$(awk '$1 == "go" { print $2; exit }' "$src/go.mod")
-  hash=$( (cat "$src/go.mod" "$src/go.sum" "$src"/*.go && echo "$ldflags") | sha256sum | cut -d' ' -f1)
+  hash=$( (cat "$src/go.mod" "$src/go.sum" && find "$src" -name '*.go' | sort | xargs cat &&
+    echo "$ldflags $package") | sha256sum | cut -d' ' -f1)
   stamp="$name $version $hash"
   if [ -x "$bin/$name" ] && [ "$(cat "$stamps/$name" 2>/dev/null)" = "$stamp" ]; then
     echo "install-tools: $name $version present"
@@ -59,22 +73,38 @@ or set GO=/path/to/go"
   start=$SECONDS
   rm -f "$stamps/$name"
   (cd "$src" && CGO_ENABLED=0 GOTOOLCHAIN=local "$go" build -trimpath \
-    -ldflags "-s -w $ldflags" -o "$bin/$name.tmp" .) ||
+    -ldflags "-s -w $ldflags" -o "$bin/$name.tmp" "$package") ||
     die "building $name failed (the Go module proxy must be reachable the first time)"
   mv -f "$bin/$name.tmp" "$bin/$name"
   echo "$stamp" >"$stamps/$name"
   echo "install-tools: built $bin/$name in $((SECONDS - start)) s"
 }
 
+# The -X flags that make a Kubernetes binary report v1.MINOR.PATCH (not v0.0.0-master).
+version_ldflags() {
+  local version=$1 minor=$2 flags="" pkg
+  for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+    flags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=1"
+    flags+=" -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+  done
+  echo "$flags"
+}
+
 # kubectl: the version is the one go.mod requires, k8s.io/kubectl v0.X.Y = kubectl v1.X.Y.
 kubectl_module=$(awk '$1 == "k8s.io/kubectl" { print $2; exit }' "$root/tools/kubectl/go.mod")
 [[ $kubectl_module =~ ^v0\.([0-9]+)\.([0-9]+)$ ]] ||
   die "tools/kubectl/go.mod: unexpected k8s.io/kubectl version '$kubectl_module'"
-kubectl_minor=${BASH_REMATCH[1]}
-kubectl_version="v1.${kubectl_minor}.${BASH_REMATCH[2]}"
-kubectl_ldflags=""
-for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
-  kubectl_ldflags+=" -X $pkg.gitVersion=$kubectl_version -X $pkg.gitMajor=1"
-  kubectl_ldflags+=" -X $pkg.gitMinor=$kubectl_minor -X $pkg.gitTreeState=clean"
-done
-build_tool kubectl "$kubectl_version" "$kubectl_ldflags"
+kubectl_version="v1.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"
+build_tool kubectl "$kubectl_version" "$(version_ldflags "$kubectl_version" "${BASH_REMATCH[1]}")"
+
+if [ "$control_plane" -eq 1 ]; then
+  kube_version=$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$root/tools/kube/go.mod")
+  [[ $kube_version =~ ^v1\.([0-9]+)\.([0-9]+)$ ]] ||
+    die "tools/kube/go.mod: unexpected k8s.io/kubernetes version '$kube_version'"
+  kube_ldflags=$(version_ldflags "$kube_version" "${BASH_REMATCH[1]}")
+  for component in kube-apiserver kube-controller-manager kube-scheduler; do
+    build_tool "$component" "$kube_version" "$kube_ldflags" kube "k8s.io/kubernetes/cmd/$component"
+  done
+  etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" { print $2; exit }' "$root/tools/kube/go.mod")
+  build_tool etcd "$etcd_version" "" kube ./cmd/etcd
+fi

@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# A real Kubernetes control plane on loopback, for tests, scripts and `make cluster-up`:
+# etcd, kube-apiserver (generated certificates, ServiceAccount signing keys,
+# --authorization-mode=Node,RBAC, the default admission plugins, an audit log),
+# kube-controller-manager (garbage collection, namespace deletion, ServiceAccount tokens)
+# and kube-scheduler, at the pinned versions scripts/install-tools.sh builds into .tools/bin.
+#
+#   scripts/cluster.sh up [--dir DIR] [--port PORT]   start; the last line is "kubeconfig: PATH"
+#   scripts/cluster.sh down [--dir DIR]               stop what `up` started in DIR, remove DIR
+#   scripts/cluster.sh status [--dir DIR]             exit 0 when it answers /readyz
+#
+# DIR (default <repo>/.cache/cluster) holds everything: certificates and keys, kubeconfigs
+# (admin.kubeconfig: system:masters), the components' logs (*.log), etcd's data, the audit
+# log and pids. PORT is the API server's secure port (default: a free one); etcd and the
+# components take free ports too, all on 127.0.0.1. `up` waits until /readyz answers and the
+# default ServiceAccount of namespace default exists (so pods can be created), and prints
+# how long start-up took. A second `up` on a DIR whose control plane answers reuses it.
+# Nothing listens beyond 127.0.0.1 and nothing but the processes in DIR is touched.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tools=${SPAWNPOINT_TOOLS_BIN:-$repo/.tools/bin}
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+dir=$repo/.cache/cluster
+port=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dir) dir=$2; shift 2 ;;
+    --port) port=$2; shift 2 ;;
+    *) echo "cluster: unknown argument $1 (usage: cluster.sh up|down|status [--dir DIR] [--port PORT])" >&2; exit 2 ;;
+  esac
+done
+
+say() { echo "cluster: $*" >&2; }
+die() {
+  say "$*"
+  exit 1
+}
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+readyz() {
+  [ -f "$dir/apiserver.port" ] || return 1
+  curl -sf --max-time 2 --cacert "$dir/pki/ca.crt" --cert "$dir/pki/admin.crt" \
+    --key "$dir/pki/admin.key" "https://127.0.0.1:$(cat "$dir/apiserver.port")/readyz" >/dev/null 2>&1
+}
+
+stop_all() {
+  local pid
+  for name in kube-scheduler kube-controller-manager kube-apiserver etcd; do
+    [ -f "$dir/$name.pid" ] || continue
+    pid=$(cat "$dir/$name.pid")
+    if kill -0 "$pid" 2>/dev/null && grep -q "$name" "/proc/$pid/cmdline" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$dir/$name.pid"
+  done
+}
+
+case "$cmd" in
+  status) readyz && { echo "kubeconfig: $dir/admin.kubeconfig"; exit 0; }; exit 1 ;;
+  down)
+    stop_all
+    rm -rf --one-file-system "$dir"
+    exit 0 ;;
+  up) ;;
+  *) die "usage: cluster.sh up|down|status [--dir DIR] [--port PORT]" ;;
+esac
+
+for tool in etcd kube-apiserver kube-controller-manager kube-scheduler; do
+  [ -x "$tools/$tool" ] || die "$tools/$tool is missing: run scripts/install-tools.sh (make deps) to build the pinned control plane"
+done
+command -v openssl >/dev/null || die "openssl is missing (scripts/install-deps.sh installs it)"
+
+if readyz; then
+  say "already up in $dir"
+  echo "kubeconfig: $dir/admin.kubeconfig"
+  exit 0
+fi
+stop_all
+rm -rf --one-file-system "$dir"
+mkdir -p "$dir/pki"
+start=$(date +%s.%N)
+
+# --- certificates: one CA, the serving certificate, a client certificate per user ---
+pki=$dir/pki
+openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=spawnpoint-test-ca" \
+  -keyout "$pki/ca.key" -out "$pki/ca.crt" 2>/dev/null
+cert() {  # NAME SUBJECT [SAN]
+  local name=$1 subject=$2 san=${3:-}
+  openssl req -newkey rsa:2048 -nodes -subj "$subject" -keyout "$pki/$name.key" \
+    -out "$pki/$name.csr" 2>/dev/null
+  if [ -n "$san" ]; then
+    printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth,clientAuth\n' "$san" >"$pki/$name.ext"
+  else
+    printf 'extendedKeyUsage=clientAuth\n' >"$pki/$name.ext"
+  fi
+  openssl x509 -req -in "$pki/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
+    -CAcreateserial -days 30 -extfile "$pki/$name.ext" -out "$pki/$name.crt" 2>/dev/null
+}
+cert apiserver "/CN=kube-apiserver" \
+  "IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
+cert admin "/O=system:masters/CN=spawnpoint-admin"
+cert controller-manager "/CN=system:kube-controller-manager"
+cert scheduler "/CN=system:kube-scheduler"
+openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
+openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
+
+[ -n "$port" ] || port=$(free_port)
+echo "$port" >"$dir/apiserver.port"
+server=https://127.0.0.1:$port
+kubeconfig() {  # USER -> DIR/USER.kubeconfig
+  cat >"$dir/$1.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: spawnpoint-test
+  cluster: {server: "$server", certificate-authority: "$pki/ca.crt"}
+users:
+- name: $1
+  user: {client-certificate: "$pki/$1.crt", client-key: "$pki/$1.key"}
+contexts:
+- name: $1
+  context: {cluster: spawnpoint-test, user: $1, namespace: default}
+current-context: $1
+EOF
+}
+for user in admin controller-manager scheduler; do kubeconfig "$user"; done
+
+cat >"$dir/audit-policy.yaml" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+EOF
+
+launch() {  # NAME ARGS...: started in its own process group, output to DIR/NAME.log
+  local name=$1
+  shift
+  setsid "$tools/$name" "$@" >"$dir/$name.log" 2>&1 </dev/null &
+  echo $! >"$dir/$name.pid"
+}
+
+etcd_client=$(free_port) etcd_peer=$(free_port)
+launch etcd --name spawnpoint-test --data-dir "$dir/etcd" \
+  --listen-client-urls "http://127.0.0.1:$etcd_client" --advertise-client-urls "http://127.0.0.1:$etcd_client" \
+  --listen-peer-urls "http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
+  --initial-cluster "spawnpoint-test=http://127.0.0.1:$etcd_peer" \
+  --unsafe-no-fsync --log-level warn --quota-backend-bytes 4294967296
+launch kube-apiserver --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$port" \
+  --etcd-servers "http://127.0.0.1:$etcd_client" \
+  --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
+  --client-ca-file "$pki/ca.crt" \
+  --service-account-issuer https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
+  --service-cluster-ip-range 10.0.0.0/24 --authorization-mode Node,RBAC \
+  --audit-log-path "$dir/audit.log" --audit-policy-file "$dir/audit-policy.yaml" \
+  --allow-privileged=false --profiling=false --v=1
+failed() {
+  local name
+  for name in etcd kube-apiserver kube-controller-manager kube-scheduler; do
+    [ -f "$dir/$name.pid" ] || continue
+    if ! kill -0 "$(cat "$dir/$name.pid")" 2>/dev/null; then
+      say "$name exited; the end of $dir/$name.log:"
+      tail -n 20 "$dir/$name.log" >&2
+      stop_all
+      exit 1
+    fi
+  done
+}
+say "starting etcd and kube-apiserver (https://127.0.0.1:$port) in $dir"
+deadline=$((SECONDS + ${SPAWNPOINT_CLUSTER_TIMEOUT:-180}))
+until readyz; do
+  failed
+  [ $SECONDS -lt $deadline ] || { say "no /readyz within the deadline"; tail -n 20 "$dir/kube-apiserver.log" >&2; stop_all; exit 1; }
+  sleep 0.2
+done
+# The controllers once the API server is ready: before, its RBAC bootstrap policy may not be
+# there yet, and kube-controller-manager exits when it cannot read its configmap.
+say "starting kube-controller-manager and kube-scheduler"
+launch kube-controller-manager --kubeconfig "$dir/controller-manager.kubeconfig" \
+  --authentication-kubeconfig "$dir/controller-manager.kubeconfig" \
+  --authorization-kubeconfig "$dir/controller-manager.kubeconfig" \
+  --bind-address 127.0.0.1 --secure-port "$(free_port)" --leader-elect=false \
+  --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
+  --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
+  --use-service-account-credentials --profiling=false --v=1
+launch kube-scheduler --kubeconfig "$dir/scheduler.kubeconfig" \
+  --authentication-kubeconfig "$dir/scheduler.kubeconfig" \
+  --authorization-kubeconfig "$dir/scheduler.kubeconfig" \
+  --bind-address 127.0.0.1 --secure-port "$(free_port)" --leader-elect=false --profiling=false --v=1
+
+kubectl=$tools/kubectl
+until "$kubectl" --kubeconfig "$dir/admin.kubeconfig" -n default get serviceaccount default >/dev/null 2>&1; do
+  failed
+  [ $SECONDS -lt $deadline ] || { say "the default ServiceAccount never appeared (is kube-controller-manager running? $dir/kube-controller-manager.log)"; stop_all; exit 1; }
+  sleep 0.2
+done
+say "up in $(python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$start" "$(date +%s.%N)") s ($("$tools/kube-apiserver" --version))"
+echo "kubeconfig: $dir/admin.kubeconfig"
