@@ -16,17 +16,18 @@ configure: deps $(BUILD)/build.ninja
 build: configure
 	ninja -C $(BUILD) -j $(JOBS)
 
-test: build
+test: build cluster-tools
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 demo: build
 	bash scripts/demo.sh
 
 # The pinned control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)
-# built into .tools/bin (once: several minutes), then started on loopback; cluster-up's last
-# line is `kubeconfig: PATH`. CLUSTER_DIR (default .cache/cluster) holds its state and logs.
+# built into .tools/bin (once: several minutes; the `cluster` tests use it), and started on
+# loopback; cluster-up's last line is `kubeconfig: PATH`. CLUSTER_DIR (default .cache/cluster)
+# holds its state and logs.
 cluster-tools: deps
-	bash scripts/install-tools.sh --control-plane
+	@bash scripts/install-tools.sh --control-plane
 
 cluster-up: cluster-tools
 	bash scripts/cluster.sh up $(if $(CLUSTER_DIR),--dir $(CLUSTER_DIR))

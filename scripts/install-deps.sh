@@ -51,5 +51,7 @@ else
   echo "install-deps: done"
 fi
 
-# What Debian lacks (kubectl), pinned by version and checksum into .tools/bin.
+# What Debian lacks (kubectl), pinned by version and checksum into .tools/bin. The control
+# plane of scripts/cluster.sh is built by `make test` and `make cluster-up` (install-tools.sh
+# --control-plane): the demo does not need it.
 bash "$(dirname "${BASH_SOURCE[0]}")/install-tools.sh"

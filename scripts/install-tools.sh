@@ -6,7 +6,7 @@
 # Idempotent: a tool is rebuilt only when its stamp (version + hash of its module files and
 # link flags) differs. Called by scripts/install-deps.sh (make deps/test/demo).
 #   kubectl  tools/kubectl  -> .tools/bin/kubectl (the tests, the demo and the benches)
-# With --control-plane (make cluster-up), also the pinned control plane of scripts/cluster.sh:
+# With --control-plane (make test, make cluster-up), also the control plane of scripts/cluster.sh:
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler  tools/kube  -> .tools/bin/
 #   (k8s.io/kubernetes at tools/kube/go.mod's version, etcd at the version it requires; the
 #   first build takes several minutes and ~2 GiB of memory per binary)
