@@ -7,7 +7,7 @@ strict field validation (the server's), and the printer columns of `kubectl get 
 
     python3 test_crd_on_real_server.py --source-dir REPO [--tools-bin DIR] [unittest args]
 
-The control plane is started once for the module in a temporary directory and stopped at the
+The control plane is started once for the module (cluster_fixture.py) and stopped at the
 end. Tools come from REPO/.tools/bin (scripts/install-tools.sh --control-plane; a missing one
 fails the test with the command that builds it). Standard library only.
 """
@@ -16,11 +16,10 @@ import argparse
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 import unittest
+
+import cluster_fixture
 
 ARGS = None
 CLUSTER = {}
@@ -37,11 +36,7 @@ spec:
 
 def kubectl(*args, stdin=None):
     """kubectl against the test cluster; (exit code, stdout + stderr)."""
-    env = dict(os.environ, HOME=CLUSTER["home"], KUBECACHEDIR=os.path.join(CLUSTER["home"], "cache"))
-    proc = subprocess.run([CLUSTER["kubectl"], "--kubeconfig", CLUSTER["kubeconfig"]] + list(args),
-                          input=stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, env=env, timeout=120)
-    return proc.returncode, proc.stdout
+    return CLUSTER["cluster"].kubectl(*args, stdin=stdin)
 
 
 def documented_defaults(path):
@@ -79,20 +74,7 @@ def lookup(obj, dotted):
 
 
 def setUpModule():
-    tools = ARGS.tools_bin or os.path.join(ARGS.source_dir, ".tools", "bin")
-    CLUSTER["dir"] = tempfile.mkdtemp(prefix="spawnpoint-cluster-")
-    CLUSTER["home"] = os.path.join(CLUSTER["dir"], "home")
-    os.makedirs(CLUSTER["home"])
-    CLUSTER["kubectl"] = os.path.join(tools, "kubectl")
-    script = os.path.join(ARGS.source_dir, "scripts", "cluster.sh")
-    proc = subprocess.run(["bash", script, "up", "--dir", os.path.join(CLUSTER["dir"], "cp")],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                          env=dict(os.environ, SPAWNPOINT_TOOLS_BIN=tools), timeout=600)
-    sys.stderr.write(proc.stderr)
-    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-    if proc.returncode != 0 or not last.startswith("kubeconfig: "):
-        raise RuntimeError("scripts/cluster.sh up failed (exit %d): %s" % (proc.returncode, proc.stderr[-2000:]))
-    CLUSTER["kubeconfig"] = last[len("kubeconfig: "):]
+    CLUSTER["cluster"] = cluster_fixture.Cluster(ARGS.source_dir, ARGS.tools_bin)
     code, out = kubectl("apply", "-f", os.path.join(ARGS.source_dir, "crds", "trainingjob.yaml"))
     if code != 0:
         raise RuntimeError("applying the CRD failed: " + out)
@@ -103,10 +85,8 @@ def setUpModule():
 
 
 def tearDownModule():
-    if "dir" in CLUSTER:
-        subprocess.run(["bash", os.path.join(ARGS.source_dir, "scripts", "cluster.sh"), "down",
-                        "--dir", os.path.join(CLUSTER["dir"], "cp")], timeout=120)
-        shutil.rmtree(CLUSTER["dir"], ignore_errors=True)
+    if "cluster" in CLUSTER:
+        CLUSTER["cluster"].stop()
 
 
 class CrdOnRealServerTest(unittest.TestCase):

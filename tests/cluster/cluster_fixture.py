@@ -1,0 +1,80 @@
+"""The real control plane for a test module (tests/cluster): started once with
+scripts/cluster.sh in a temporary directory, driven with the pinned kubectl, stopped with
+everything it started. Standard library only.
+
+    cluster = Cluster(source_dir)   # starts it; cluster.kubeconfig, cluster.dir
+    cluster.kubectl("get", "nodes") # (exit code, stdout + stderr)
+    cluster.start_process("operator", [...])   # output in cluster.dir/operator.log
+    cluster.stop()
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+
+class Cluster(object):
+    def __init__(self, source_dir, tools_bin=None):
+        self.source_dir = source_dir
+        self.tools = tools_bin or os.path.join(source_dir, ".tools", "bin")
+        self.dir = tempfile.mkdtemp(prefix="spawnpoint-cluster-")
+        self.home = os.path.join(self.dir, "home")
+        os.makedirs(self.home)
+        self.processes = []
+        script = os.path.join(source_dir, "scripts", "cluster.sh")
+        proc = subprocess.run(["bash", script, "up", "--dir", os.path.join(self.dir, "cp")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=600,
+                              env=dict(os.environ, SPAWNPOINT_TOOLS_BIN=self.tools))
+        sys.stderr.write(proc.stderr)
+        last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+        if proc.returncode != 0 or not last.startswith("kubeconfig: "):
+            self.stop()
+            raise RuntimeError("scripts/cluster.sh up failed (exit %d): %s"
+                               % (proc.returncode, proc.stderr[-2000:]))
+        self.kubeconfig = last[len("kubeconfig: "):]
+
+    def kubectl(self, *args, stdin=None, timeout=120):
+        env = dict(os.environ, HOME=self.home, KUBECACHEDIR=os.path.join(self.home, "cache"))
+        proc = subprocess.run([os.path.join(self.tools, "kubectl"), "--kubeconfig",
+                               self.kubeconfig] + list(args), input=stdin,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              universal_newlines=True, env=env, timeout=timeout)
+        return proc.returncode, proc.stdout
+
+    def start_process(self, name, argv, cwd=None):
+        """Starts a helper (a node, an operator) whose output goes to DIR/NAME.log."""
+        out = open(os.path.join(self.dir, name + ".log"), "w")
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd,
+                                stdin=subprocess.DEVNULL)
+        out.close()
+        self.processes.append(proc)
+        return proc
+
+    def log(self, name):
+        with open(os.path.join(self.dir, name + ".log")) as f:
+            return f.read()
+
+    def wait_for_log(self, name, text, deadline_s):
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            if text in self.log(name):
+                return True
+            time.sleep(0.1)
+        return False
+
+    def stop(self):
+        for proc in reversed(self.processes):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        subprocess.run(["bash", os.path.join(self.source_dir, "scripts", "cluster.sh"), "down",
+                        "--dir", os.path.join(self.dir, "cp")], timeout=120)
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,117 @@
+"""A TrainingJob end to end on the real control plane (issue 23): scripts/cluster.sh's
+kube-apiserver, etcd, controller-manager and scheduler, local_node.py's two nodes running the
+pods as local processes, the real spawnpoint-operator and the real agent. The example DDP job
+(examples/local-cluster.yaml: 2 nodes, 1 CPU rank each) must reach Succeeded, its pods
+scheduled one per node, both ranks ending with the same parameters; deleting the job must
+take its pods and Service with it (the controller-manager's garbage collector, through the
+owner references the operator sets).
+
+    python3 test_job_on_real_server.py --source-dir REPO --build-dir BUILD [unittest args]
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import sys
+import time
+import unittest
+
+import cluster_fixture
+
+ARGS = None
+DEADLINE_S = 300  # two ranks start, rendezvous and train 3 short epochs on a loaded machine
+
+
+class JobOnRealServerTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = cluster_fixture.Cluster(ARGS.source_dir, ARGS.tools_bin)
+        here = os.path.dirname(os.path.abspath(__file__))
+        cls.node_dir = os.path.join(cls.cluster.dir, "node")
+        os.makedirs(cls.node_dir)
+        cls.cluster.start_process("node", [
+            sys.executable, os.path.join(here, "local_node.py"), "--kubeconfig",
+            cls.cluster.kubeconfig, "--nodes", "2", "--work-dir", cls.node_dir,
+            "--cwd", ARGS.source_dir])
+        if not cls.cluster.wait_for_log("node", "local-node: ready 2 nodes", 60):
+            cls.cluster.stop()
+            raise RuntimeError("the local node did not come up:\n" + cls.cluster.log("node"))
+        code, out = cls.cluster.kubectl("apply", "-f", os.path.join(ARGS.source_dir, "crds",
+                                                                   "trainingjob.yaml"))
+        assert code == 0, out
+        bin_dir = os.path.join(ARGS.build_dir, "bin")
+        cls.cluster.start_process("operator", [
+            os.path.join(bin_dir, "spawnpoint-operator"), "--kubeconfig", cls.cluster.kubeconfig,
+            "--agent-path", os.path.join(bin_dir, "spawnpoint-agent"), "--master-addr", "127.0.0.1",
+            "--health-addr", "0", "--metrics-addr", "0", "--utilisation-interval", "0"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop()
+
+    def kubectl_json(self, *args):
+        code, out = self.cluster.kubectl(*(list(args) + ["-o", "json"]))
+        self.assertEqual(code, 0, out)
+        return json.loads(out)
+
+    def wait(self, what, condition, deadline_s=DEADLINE_S):
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            if condition():
+                return
+            time.sleep(0.5)
+        self.fail("%s not within %d s\noperator:\n%s\nnode:\n%s" % (
+            what, deadline_s, self.cluster.log("operator")[-3000:],
+            self.cluster.log("node")[-3000:]))
+
+    def test_example_job_succeeds_with_equal_parameters_and_is_collected(self):
+        with open(os.path.join(ARGS.source_dir, "examples", "local-cluster.yaml")) as f:
+            manifest = f.read().replace("build/bin/", os.path.join(ARGS.build_dir, "bin") + "/")
+        code, out = self.cluster.kubectl("apply", "-f", "-", stdin=manifest)
+        self.assertEqual(code, 0, out)
+
+        def phase():
+            return self.kubectl_json("get", "tj", "local-cluster").get("status", {}).get("phase")
+        self.wait("phase Succeeded", lambda: phase() in ("Succeeded", "Failed"))
+        job = self.kubectl_json("get", "tj", "local-cluster")
+        self.assertEqual(job["status"]["phase"], "Succeeded", json.dumps(job["status"]))
+        self.assertEqual(job["status"]["nodes"].get("succeeded"), 2, job["status"])
+        pods = self.kubectl_json("get", "pods", "-l", "spawnpoint.dev/job-name=local-cluster")["items"]
+        self.assertEqual(sorted(p["spec"]["nodeName"] for p in pods),
+                         ["local-node-0", "local-node-1"], "one pod per node")
+        for p in pods:
+            state = p["status"]["containerStatuses"][0]["state"]
+            self.assertEqual(state.get("terminated", {}).get("exitCode"), 0, state)
+        params = set()
+        for path in glob.glob(os.path.join(self.node_dir, "pods", "default_local-cluster-node-*",
+                                           "trainer.log")):
+            with open(path) as f:
+                params.update(re.findall(r"final rank=\d+ loss=\S+ params=([0-9a-f]+)", f.read()))
+        self.assertEqual(len(params), 1, "both ranks' final parameters: %s" % sorted(params))
+
+        code, out = self.cluster.kubectl("delete", "tj", "local-cluster", "--wait=true",
+                                         "--timeout=120s")
+        self.assertEqual(code, 0, out)
+
+        def collected():
+            names = [p["metadata"]["name"] for p in self.kubectl_json("get", "pods")["items"]]
+            services = [s["metadata"]["name"] for s in self.kubectl_json("get", "services")["items"]]
+            return not [n for n in names if n.startswith("local-cluster-")] and \
+                "local-cluster" not in services
+        self.wait("the job's pods and Service garbage collected", collected, 120)
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--source-dir", required=True)
+    parser.add_argument("--build-dir", required=True)
+    parser.add_argument("--tools-bin")
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
