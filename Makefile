@@ -35,8 +35,9 @@ cluster-up: cluster-tools
 cluster-down:
 	bash scripts/cluster.sh down $(if $(CLUSTER_DIR),--dir $(CLUSTER_DIR))
 
-# The operator end to end on this machine: kube-test-server runs the pods as processes.
-demo-cluster: build
+# The operator end to end on this machine, on the real control plane (scripts/cluster.sh)
+# whose local node runs the pods as processes.
+demo-cluster: build cluster-tools
 	bash operator/demo/demo-cluster.sh
 
 bench-kube: build

@@ -5,9 +5,15 @@
 # kube-controller-manager (garbage collection, namespace deletion, ServiceAccount tokens)
 # and kube-scheduler, at the pinned versions scripts/install-tools.sh builds into .tools/bin.
 #
-#   scripts/cluster.sh up [--dir DIR] [--port PORT]   start; the last line is "kubeconfig: PATH"
-#   scripts/cluster.sh down [--dir DIR]               stop what `up` started in DIR, remove DIR
-#   scripts/cluster.sh status [--dir DIR]             exit 0 when it answers /readyz
+#   scripts/cluster.sh up [--dir DIR] [--port PORT] [--nodes N] [--pod-start-delay S]
+#                                          start; the last line is "kubeconfig: PATH"
+#   scripts/cluster.sh down [--dir DIR]    stop what `up` started in DIR, remove DIR
+#   scripts/cluster.sh status [--dir DIR]  exit 0 when it answers /readyz
+#
+# With --nodes N (default 1; 0: none) it also starts tests/cluster/local_node.py: N Ready
+# nodes that run the pods bound to them as local processes, from the repository's root, their
+# logs in DIR/node/pods/<namespace>_<pod>_<uid>/<container>.log (no `kubectl logs`: there is
+# no kubelet endpoint); --pod-start-delay S simulates image pull and sandbox creation.
 #
 # DIR (default <repo>/.cache/cluster) holds everything: certificates and keys, kubeconfigs
 # (admin.kubeconfig: system:masters), the components' logs (*.log), etcd's data, the audit
@@ -23,12 +29,14 @@ tools=${SPAWNPOINT_TOOLS_BIN:-$repo/.tools/bin}
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 dir=$repo/.cache/cluster
-port=""
+port="" nodes=1 start_delay=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) dir=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
-    *) echo "cluster: unknown argument $1 (usage: cluster.sh up|down|status [--dir DIR] [--port PORT])" >&2; exit 2 ;;
+    --nodes) nodes=$2; shift 2 ;;
+    --pod-start-delay) start_delay=$2; shift 2 ;;
+    *) echo "cluster: unknown argument $1 (usage: cluster.sh up|down|status [--dir DIR] [--port PORT] [--nodes N] [--pod-start-delay S])" >&2; exit 2 ;;
   esac
 done
 
@@ -50,10 +58,10 @@ readyz() {
 
 stop_all() {
   local pid
-  for name in kube-scheduler kube-controller-manager kube-apiserver etcd; do
+  for name in local-node kube-scheduler kube-controller-manager kube-apiserver etcd; do
     [ -f "$dir/$name.pid" ] || continue
     pid=$(cat "$dir/$name.pid")
-    if kill -0 "$pid" 2>/dev/null && grep -q "$name" "/proc/$pid/cmdline" 2>/dev/null; then
+    if kill -0 "$pid" 2>/dev/null && grep -q "${name/-/_}\|$name" "/proc/$pid/cmdline" 2>/dev/null; then
       kill -TERM "$pid" 2>/dev/null || true
       for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
       kill -KILL "$pid" 2>/dev/null || true
@@ -140,10 +148,15 @@ rules:
 - level: Metadata
 EOF
 
-launch() {  # NAME ARGS...: started in its own process group, output to DIR/NAME.log
+launch() {  # NAME ARGS...: .tools/bin/NAME in its own session, output to DIR/NAME.log
   local name=$1
   shift
-  setsid "$tools/$name" "$@" >"$dir/$name.log" 2>&1 </dev/null &
+  launch_as "$name" "$tools/$name" "$@"
+}
+launch_as() {  # NAME COMMAND...
+  local name=$1
+  shift
+  setsid "$@" >"$dir/$name.log" 2>&1 </dev/null &
   echo $! >"$dir/$name.pid"
 }
 
@@ -164,7 +177,7 @@ launch kube-apiserver --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --s
   --allow-privileged=false --profiling=false --v=1
 failed() {
   local name
-  for name in etcd kube-apiserver kube-controller-manager kube-scheduler; do
+  for name in etcd kube-apiserver kube-controller-manager kube-scheduler local-node; do
     [ -f "$dir/$name.pid" ] || continue
     if ! kill -0 "$(cat "$dir/$name.pid")" 2>/dev/null; then
       say "$name exited; the end of $dir/$name.log:"
@@ -202,5 +215,17 @@ until "$kubectl" --kubeconfig "$dir/admin.kubeconfig" -n default get serviceacco
   [ $SECONDS -lt $deadline ] || { say "the default ServiceAccount never appeared (is kube-controller-manager running? $dir/kube-controller-manager.log)"; stop_all; exit 1; }
   sleep 0.2
 done
+if [ "$nodes" -gt 0 ]; then
+  say "starting the local node ($nodes nodes that run pods as local processes)"
+  mkdir -p "$dir/node"
+  launch_as local-node python3 "$repo/tests/cluster/local_node.py" --kubeconfig "$dir/admin.kubeconfig" \
+    --nodes "$nodes" --work-dir "$dir/node" --cwd "$repo" --pod-start-delay "$start_delay"
+  until grep -q "local-node: ready" "$dir/local-node.log" 2>/dev/null &&
+    [ "$("$kubectl" --kubeconfig "$dir/admin.kubeconfig" get nodes --no-headers 2>/dev/null | grep -c ' Ready ')" -ge "$nodes" ]; do
+    failed
+    [ $SECONDS -lt $deadline ] || { say "the local node's $nodes nodes were not Ready in time ($dir/local-node.log)"; stop_all; exit 1; }
+    sleep 0.2
+  done
+fi
 say "up in $(python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$start" "$(date +%s.%N)") s ($("$tools/kube-apiserver" --version))"
 echo "kubeconfig: $dir/admin.kubeconfig"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# `make demo-cluster`: the operator end to end on this machine. kube-test-server plays the
-# cluster and runs each pod's trainer container as a local process; spawnpoint-operator turns
+# `make demo-cluster`: the operator end to end on this machine, on a real control plane:
+# scripts/cluster.sh starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler
+# on loopback and tests/cluster/local_node.py's 2 nodes, which run each pod's trainer
+# container as a local process; spawnpoint-operator turns
 # examples/local-cluster.yaml (2 nodes x 1 CPU rank of the example DDP trainer) into a
 # Service and two pods that run spawnpoint-agent; `kubectl get tj -w` shows the job move
 # to Succeeded; both ranks' final parameters are compared. Everything is cleaned up.
@@ -9,7 +11,7 @@ cd "$(dirname "$0")/../.."
 build=${BUILD:-build}
 root=$PWD
 
-for bin in kube-test-server spawnpoint-operator spawnpoint-agent spawnpoint-example-trainer; do
+for bin in spawnpoint-operator spawnpoint-agent spawnpoint-example-trainer; do
   if [ ! -x "$build/bin/$bin" ]; then
     echo "demo-cluster: $build/bin/$bin is missing; build first (make build)" >&2
     exit 1
@@ -31,6 +33,7 @@ cleanup() {
     kill "${pids[$i]}" 2>/dev/null || true
     wait "${pids[$i]}" 2>/dev/null || true
   done
+  declare -F stop_cluster >/dev/null && stop_cluster
   rm -rf "$work"
   exit "$code"
 }
@@ -39,16 +42,11 @@ trap 'exit 130' INT TERM
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-say "kube-test-server: 2 simulated nodes that run pods as local processes"
-"$build/bin/kube-test-server" --port 0 --kubeconfig-out "$work/kubeconfig" \
-  --simulate-nodes 2 --run-pods >"$work/server.out" 2>"$work/server.log" &
-pids+=($!)
-for _ in $(seq 100); do
-  grep -q "listening on" "$work/server.out" 2>/dev/null && break
-  sleep 0.1
-done
-grep "listening on" "$work/server.out" || { cat "$work/server.log"; exit 1; }
-export KUBECONFIG=$work/kubeconfig KUBECACHEDIR=$work/kubecache
+say "a real control plane on loopback, and 2 local nodes that run pods as local processes"
+bash scripts/cluster.sh up --dir "$work/cluster" --nodes 2 >"$work/cluster.out"
+tail -n 1 "$work/cluster.out"
+stop_cluster() { bash scripts/cluster.sh down --dir "$work/cluster" >/dev/null 2>&1 || true; }
+export KUBECONFIG=$work/cluster/admin.kubeconfig KUBECACHEDIR=$work/kubecache
 
 say "kubectl apply -f crds/trainingjob.yaml"
 kubectl apply -f crds/trainingjob.yaml
@@ -86,10 +84,10 @@ say "kubectl get tj,pods,svc"
 kubectl get tj -o wide
 kubectl get pods,svc
 
-say "the ranks' last lines (kubectl logs local-cluster-node-N)"
+say "the ranks' last lines (the local node's logs of pods local-cluster-node-N)"
 params=()
 for node in 0 1; do
-  logs=$(kubectl logs "local-cluster-node-$node")
+  logs=$(cat "$work"/cluster/node/pods/default_local-cluster-node-"$node"_*/trainer.log)
   echo "$logs" | grep -E "final rank|ranks succeeded|failed" || echo "$logs" | tail -5
   params+=("$(echo "$logs" | sed -n 's/.*final rank=.*params=\([0-9a-f]*\).*/\1/p' | head -1)")
 done

@@ -2,7 +2,7 @@
 scripts/cluster.sh in a temporary directory, driven with the pinned kubectl, stopped with
 everything it started. Standard library only.
 
-    cluster = Cluster(source_dir)   # starts it; cluster.kubeconfig, cluster.dir
+    cluster = Cluster(source_dir, nodes=2)   # starts it (and local_node.py's nodes)
     cluster.kubectl("get", "nodes") # (exit code, stdout + stderr)
     cluster.start_process("operator", [...])   # output in cluster.dir/operator.log
     cluster.stop()
@@ -13,11 +13,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 
 class Cluster(object):
-    def __init__(self, source_dir, tools_bin=None):
+    def __init__(self, source_dir, tools_bin=None, nodes=0):
         self.source_dir = source_dir
         self.tools = tools_bin or os.path.join(source_dir, ".tools", "bin")
         self.dir = tempfile.mkdtemp(prefix="spawnpoint-cluster-")
@@ -25,7 +24,8 @@ class Cluster(object):
         os.makedirs(self.home)
         self.processes = []
         script = os.path.join(source_dir, "scripts", "cluster.sh")
-        proc = subprocess.run(["bash", script, "up", "--dir", os.path.join(self.dir, "cp")],
+        proc = subprocess.run(["bash", script, "up", "--dir", os.path.join(self.dir, "cp"),
+                               "--nodes", str(nodes)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               universal_newlines=True, timeout=600,
                               env=dict(os.environ, SPAWNPOINT_TOOLS_BIN=self.tools))
@@ -36,6 +36,8 @@ class Cluster(object):
             raise RuntimeError("scripts/cluster.sh up failed (exit %d): %s"
                                % (proc.returncode, proc.stderr[-2000:]))
         self.kubeconfig = last[len("kubeconfig: "):]
+        # The local node's pod directories (with nodes > 0): <ns>_<pod>_<uid>/<container>.log
+        self.node_dir = os.path.join(self.dir, "cp", "node")
 
     def kubectl(self, *args, stdin=None, timeout=120):
         env = dict(os.environ, HOME=self.home, KUBECACHEDIR=os.path.join(self.home, "cache"))
@@ -57,14 +59,6 @@ class Cluster(object):
     def log(self, name):
         with open(os.path.join(self.dir, name + ".log")) as f:
             return f.read()
-
-    def wait_for_log(self, name, text, deadline_s):
-        end = time.monotonic() + deadline_s
-        while time.monotonic() < end:
-            if text in self.log(name):
-                return True
-            time.sleep(0.1)
-        return False
 
     def stop(self):
         for proc in reversed(self.processes):

@@ -27,17 +27,8 @@ DEADLINE_S = 300  # two ranks start, rendezvous and train 3 short epochs on a lo
 class JobOnRealServerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.cluster = cluster_fixture.Cluster(ARGS.source_dir, ARGS.tools_bin)
-        here = os.path.dirname(os.path.abspath(__file__))
-        cls.node_dir = os.path.join(cls.cluster.dir, "node")
-        os.makedirs(cls.node_dir)
-        cls.cluster.start_process("node", [
-            sys.executable, os.path.join(here, "local_node.py"), "--kubeconfig",
-            cls.cluster.kubeconfig, "--nodes", "2", "--work-dir", cls.node_dir,
-            "--cwd", ARGS.source_dir])
-        if not cls.cluster.wait_for_log("node", "local-node: ready 2 nodes", 60):
-            cls.cluster.stop()
-            raise RuntimeError("the local node did not come up:\n" + cls.cluster.log("node"))
+        cls.cluster = cluster_fixture.Cluster(ARGS.source_dir, ARGS.tools_bin, nodes=2)
+        cls.node_dir = cls.cluster.node_dir
         code, out = cls.cluster.kubectl("apply", "-f", os.path.join(ARGS.source_dir, "crds",
                                                                    "trainingjob.yaml"))
         assert code == 0, out
@@ -62,9 +53,8 @@ class JobOnRealServerTest(unittest.TestCase):
             if condition():
                 return
             time.sleep(0.5)
-        self.fail("%s not within %d s\noperator:\n%s\nnode:\n%s" % (
-            what, deadline_s, self.cluster.log("operator")[-3000:],
-            self.cluster.log("node")[-3000:]))
+        self.fail("%s not within %d s\noperator:\n%s" % (
+            what, deadline_s, self.cluster.log("operator")[-3000:]))
 
     def test_example_job_succeeds_with_equal_parameters_and_is_collected(self):
         with open(os.path.join(ARGS.source_dir, "examples", "local-cluster.yaml")) as f:
