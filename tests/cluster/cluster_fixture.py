@@ -8,11 +8,30 @@ everything it started. Standard library only.
     cluster.stop()
 """
 
+import argparse
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import unittest
+
+# The command line of the test module being run (main() below): source_dir, tools_bin and,
+# where asked for, build_dir.
+ARGS = None
+
+
+def main(build_dir=False):
+    """Parses --source-dir [--build-dir] [--tools-bin] into ARGS and runs the tests of __main__
+    (the rest of the command line goes to unittest)."""
+    global ARGS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--source-dir", required=True)
+    if build_dir:
+        parser.add_argument("--build-dir", required=True)
+    parser.add_argument("--tools-bin")
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(module="__main__", argv=[sys.argv[0]] + rest, verbosity=2)
 
 
 class Cluster(object):

@@ -12,16 +12,18 @@ end. Tools come from REPO/.tools/bin (scripts/install-tools.sh --control-plane; 
 fails the test with the command that builds it). Standard library only.
 """
 
-import argparse
 import json
 import os
 import re
-import sys
 import unittest
 
 import cluster_fixture
 
-ARGS = None
+
+def args():
+    """The command line (cluster_fixture.main)."""
+    return cluster_fixture.ARGS
+
 CLUSTER = {}
 
 MINIMAL = """\
@@ -74,8 +76,8 @@ def lookup(obj, dotted):
 
 
 def setUpModule():
-    CLUSTER["cluster"] = cluster_fixture.Cluster(ARGS.source_dir, ARGS.tools_bin)
-    code, out = kubectl("apply", "-f", os.path.join(ARGS.source_dir, "crds", "trainingjob.yaml"))
+    CLUSTER["cluster"] = cluster_fixture.Cluster(args().source_dir, args().tools_bin)
+    code, out = kubectl("apply", "-f", os.path.join(args().source_dir, "crds", "trainingjob.yaml"))
     if code != 0:
         raise RuntimeError("applying the CRD failed: " + out)
     code, out = kubectl("wait", "--for=condition=Established", "--timeout=60s",
@@ -94,7 +96,7 @@ class CrdOnRealServerTest(unittest.TestCase):
         return kubectl("apply", *flags, "-f", "-", stdin=MINIMAL % (name, spec_lines))
 
     def test_the_server_applies_every_documented_default(self):
-        defaults = documented_defaults(os.path.join(ARGS.source_dir, "docs", "trainingjob.md"))
+        defaults = documented_defaults(os.path.join(args().source_dir, "docs", "trainingjob.md"))
         self.assertIn("loader.prefetchFactor", defaults)  # the table was read
         code, out = self.apply("defaults")
         self.assertEqual(code, 0, out)
@@ -150,14 +152,5 @@ class CrdOnRealServerTest(unittest.TestCase):
         self.assertEqual((code, out.strip()), (0, "trainingjob.spawnpoint.dev/columns"))
 
 
-def main():
-    global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--source-dir", required=True)
-    parser.add_argument("--tools-bin")
-    ARGS, rest = parser.parse_known_args()
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
-
-
 if __name__ == "__main__":
-    main()
+    cluster_fixture.main(build_dir=False)

@@ -9,30 +9,32 @@ owner references the operator sets).
     python3 test_job_on_real_server.py --source-dir REPO --build-dir BUILD [unittest args]
 """
 
-import argparse
 import glob
 import json
 import os
 import re
-import sys
 import time
 import unittest
 
 import cluster_fixture
 
-ARGS = None
+
+def args():
+    """The command line (cluster_fixture.main)."""
+    return cluster_fixture.ARGS
+
 DEADLINE_S = 300  # two ranks start, rendezvous and train 3 short epochs on a loaded machine
 
 
 class JobOnRealServerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.cluster = cluster_fixture.Cluster(ARGS.source_dir, ARGS.tools_bin, nodes=2)
+        cls.cluster = cluster_fixture.Cluster(args().source_dir, args().tools_bin, nodes=2)
         cls.node_dir = cls.cluster.node_dir
-        code, out = cls.cluster.kubectl("apply", "-f", os.path.join(ARGS.source_dir, "crds",
+        code, out = cls.cluster.kubectl("apply", "-f", os.path.join(args().source_dir, "crds",
                                                                    "trainingjob.yaml"))
         assert code == 0, out
-        bin_dir = os.path.join(ARGS.build_dir, "bin")
+        bin_dir = os.path.join(args().build_dir, "bin")
         cls.cluster.start_process("operator", [
             os.path.join(bin_dir, "spawnpoint-operator"), "--kubeconfig", cls.cluster.kubeconfig,
             "--agent-path", os.path.join(bin_dir, "spawnpoint-agent"), "--master-addr", "127.0.0.1",
@@ -57,8 +59,8 @@ class JobOnRealServerTest(unittest.TestCase):
             what, deadline_s, self.cluster.log("operator")[-3000:]))
 
     def test_example_job_succeeds_with_equal_parameters_and_is_collected(self):
-        with open(os.path.join(ARGS.source_dir, "examples", "local-cluster.yaml")) as f:
-            manifest = f.read().replace("build/bin/", os.path.join(ARGS.build_dir, "bin") + "/")
+        with open(os.path.join(args().source_dir, "examples", "local-cluster.yaml")) as f:
+            manifest = f.read().replace("build/bin/", os.path.join(args().build_dir, "bin") + "/")
         code, out = self.cluster.kubectl("apply", "-f", "-", stdin=manifest)
         self.assertEqual(code, 0, out)
 
@@ -93,15 +95,5 @@ class JobOnRealServerTest(unittest.TestCase):
         self.wait("the job's pods and Service garbage collected", collected, 120)
 
 
-def main():
-    global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--source-dir", required=True)
-    parser.add_argument("--build-dir", required=True)
-    parser.add_argument("--tools-bin")
-    ARGS, rest = parser.parse_known_args()
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
-
-
 if __name__ == "__main__":
-    main()
+    cluster_fixture.main(build_dir=True)
