@@ -21,57 +21,16 @@ offline mode; matplotlib's DejaVuSans stands in for Arial.ttf, which nothing dra
 
 import json
 import os
-import shutil
 import sys
 
 sys.path.insert(0, "/opt/spawnpoint-foreign")
 import foreign_common as fc  # noqa: E402
 
-TRAINER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ultralytics_trainer.py")
+HERE = os.path.dirname(os.path.abspath(__file__))
+TRAINER = os.path.join(HERE, "ultralytics_trainer.py")
 WORK = "/tmp/yolo"
-IMAGES = 32
-
-
-def make_dataset():
-    """The dataset and its YAML; returns the YAML's path."""
-    import cv2
-    import numpy as np
-
-    rng = np.random.RandomState(7)
-    images, labels = os.path.join(WORK, "images", "train"), os.path.join(WORK, "labels", "train")
-    os.makedirs(images)
-    os.makedirs(labels)
-    for n in range(IMAGES):
-        img = np.full((64, 64, 3), rng.randint(0, 80), dtype=np.uint8)
-        rows = []
-        for _ in range(rng.randint(1, 4)):
-            cls = rng.randint(0, 2)
-            w, h = rng.randint(12, 30), rng.randint(12, 30)
-            x, y = rng.randint(0, 64 - w), rng.randint(0, 64 - h)
-            color = (200, 60, 60) if cls == 0 else (60, 200, 60)
-            img[y:y + h, x:x + w] = color
-            rows.append("%d %.6f %.6f %.6f %.6f" % (cls, (x + w / 2) / 64, (y + h / 2) / 64,
-                                                     w / 64, h / 64))
-        cv2.imwrite(os.path.join(images, "im%02d.png" % n), img)
-        with open(os.path.join(labels, "im%02d.txt" % n), "w") as f:
-            f.write("\n".join(rows) + "\n")
-    data = os.path.join(WORK, "data.yaml")
-    with open(data, "w") as f:
-        f.write("path: %s\ntrain: images/train\nval: images/train\nnames:\n  0: red\n  1: green\n"
-                % WORK)
-    return data
-
-
-def offline_env():
-    import matplotlib
-
-    config = os.path.join(WORK, "config")
-    os.makedirs(config, exist_ok=True)
-    font = os.path.join(os.path.dirname(matplotlib.__file__), "mpl-data", "fonts", "ttf",
-                        "DejaVuSans.ttf")
-    shutil.copyfile(font, os.path.join(config, "Arial.ttf"))
-    return {"YOLO_OFFLINE": "true", "YOLO_AUTOINSTALL": "false", "YOLO_CONFIG_DIR": config,
-            "MPLCONFIGDIR": os.path.join(WORK, "mpl")}
+sys.path.insert(0, HERE)
+from ultralytics_trainer import IMAGES, make_dataset, offline_env  # noqa: E402
 
 
 def record_of(out):
@@ -94,8 +53,8 @@ def run(name, data, env, pool):
 
 def main():
     checks = fc.Checks("ultralytics_under_agent")
-    data = make_dataset()
-    env = offline_env()
+    data = make_dataset(WORK)
+    env = offline_env(WORK)
     pool_proc, pool_out, pool_status = run("yolo-pool", data, env, True)
     stock_proc, stock_out, _ = run("yolo-stock", data, env, False)
     checks.equal(pool_proc.returncode, 0, "the job with the agent's pool: exit status")
