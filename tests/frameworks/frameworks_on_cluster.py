@@ -25,32 +25,13 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "cluster"))
+sys.path.insert(0, os.path.join(HERE, "..", "foreign"))
 import cluster_fixture  # noqa: E402
+import foreign_common  # noqa: E402  (job_yaml: a one-node CPU TrainingJob)
 
 DEADLINE_S = 600
 VENV_PYTHON = "/srv/spawnpoint-frameworks/bin/python"
 PASSED_ON = r"^(SPAWNPOINT_|TORCHELASTIC_|POD_|NODE_NAME$|CONTAINER_NAME$)"
-
-JOB = """\
-apiVersion: spawnpoint.dev/v1alpha1
-kind: TrainingJob
-metadata: {name: %(name)s}
-spec:
-  nodes: 1
-  gpusPerNode: 0
-  procsPerNode: %(procs)d
-  backend: gloo
-  template:
-    spec:
-      containers:
-        - name: trainer
-          image: unused
-          command: %(command)s
-  loader: {workersPerRank: %(workers)d}
-  restartPolicy: {maxRestarts: 0}
-  runPolicy: {cleanPodPolicy: None}
-"""
-
 
 def args():
     return cluster_fixture.ARGS
@@ -102,8 +83,7 @@ exec bash %(in_root)s --bundle %(bundle)s --ro-bind %(tests)s:/opt/spawnpoint-te
 
     def run_job(self, name, command, procs, workers):
         """Applies the job and waits for it to end; (final job, data-stall values seen)."""
-        manifest = JOB % {"name": name, "procs": procs, "workers": workers,
-                          "command": json.dumps(command)}
+        manifest = foreign_common.job_yaml(name, command, procs=procs, workers=workers)
         code, out = self.cluster.kubectl("apply", "-f", "-", stdin=manifest)
         self.assertEqual(code, 0, out)
         stalls = []
