@@ -34,6 +34,15 @@ def main(build_dir=False):
     unittest.main(module="__main__", argv=[sys.argv[0]] + rest, verbosity=2)
 
 
+def free_port():
+    """A TCP port free on 127.0.0.1 now (for a test's own agent status port: agents serve
+    it on every interface, so concurrent tests must not share the default 9400)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class Cluster(object):
     def __init__(self, source_dir, tools_bin=None, nodes=0):
         self.source_dir = source_dir

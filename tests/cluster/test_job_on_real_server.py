@@ -38,7 +38,8 @@ class JobOnRealServerTest(unittest.TestCase):
         cls.cluster.start_process("operator", [
             os.path.join(bin_dir, "spawnpoint-operator"), "--kubeconfig", cls.cluster.kubeconfig,
             "--agent-path", os.path.join(bin_dir, "spawnpoint-agent"), "--master-addr", "127.0.0.1",
-            "--health-addr", "0", "--metrics-addr", "0", "--utilisation-interval", "0"])
+            "--health-addr", "0", "--metrics-addr", "0",
+            "--agent-status-port", str(cluster_fixture.free_port()), "--utilisation-interval", "0"])
 
     @classmethod
     def tearDownClass(cls):

@@ -70,7 +70,8 @@ exec bash %(in_root)s --bundle %(bundle)s --ro-bind %(tests)s:/opt/spawnpoint-te
         cls.cluster.start_process("operator", [
             os.path.join(args().build_dir, "bin", "spawnpoint-operator"), "--kubeconfig",
             cls.cluster.kubeconfig, "--agent-path", agent, "--master-addr", "127.0.0.1",
-            "--health-addr", "0", "--metrics-addr", "0", "--utilisation-interval", "1s"])
+            "--health-addr", "0", "--metrics-addr", "0",
+            "--agent-status-port", str(cluster_fixture.free_port()), "--utilisation-interval", "1s"])
 
     @classmethod
     def tearDownClass(cls):
