@@ -4,7 +4,7 @@ everything it started. Standard library only.
 
     cluster = Cluster(source_dir, nodes=2)   # starts it (and local_node.py's nodes)
     cluster.kubectl("get", "nodes") # (exit code, stdout + stderr)
-    cluster.start_process("operator", [...])   # output in cluster.dir/operator.log
+    cluster.start_operator(build_dir)           # the CRD and the operator (log "operator")
     cluster.stop()
 """
 
@@ -35,8 +35,7 @@ def main(build_dir=False):
 
 
 def free_port():
-    """A TCP port free on 127.0.0.1 now (for a test's own agent status port: agents serve
-    it on every interface, so concurrent tests must not share the default 9400)."""
+    """A TCP port free on 127.0.0.1 now."""
     import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -83,6 +82,31 @@ class Cluster(object):
         out.close()
         self.processes.append(proc)
         return proc
+
+    def apply_crd(self):
+        """Applies crds/trainingjob.yaml and waits until the server serves TrainingJobs."""
+        crd = os.path.join(self.source_dir, "crds", "trainingjob.yaml")
+        for command in (("apply", "-f", crd),
+                        ("wait", "--for=condition=Established", "--timeout=60s",
+                         "crd/trainingjobs.spawnpoint.dev")):
+            code, out = self.kubectl(*command)
+            if code != 0:
+                raise RuntimeError("kubectl %s: %s" % (" ".join(command), out))
+
+    def start_operator(self, build_dir, agent_path=None, utilisation_interval="0"):
+        """The CRD, then build_dir's spawnpoint-operator as pods on the local node need it:
+        the agent used in place (agent_path, default build_dir's spawnpoint-agent),
+        rendezvous on 127.0.0.1, and its agents' status on a port of this test's own (agents
+        serve it on every interface: concurrent tests on the default 9400 would read each
+        other's). Its output: the log "operator"."""
+        self.apply_crd()
+        bin_dir = os.path.join(build_dir, "bin")
+        return self.start_process("operator", [
+            os.path.join(bin_dir, "spawnpoint-operator"), "--kubeconfig", self.kubeconfig,
+            "--agent-path", agent_path or os.path.join(bin_dir, "spawnpoint-agent"),
+            "--master-addr", "127.0.0.1", "--health-addr", "0", "--metrics-addr", "0",
+            "--agent-status-port", str(free_port()),
+            "--utilisation-interval", utilisation_interval])
 
     def log(self, name):
         with open(os.path.join(self.dir, name + ".log")) as f:

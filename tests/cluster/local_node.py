@@ -331,7 +331,8 @@ class Pod(object):
                       "startTime": self.meta.get("creationTimestamp"),
                       "conditions": [
                           {"type": "PodScheduled", "status": "True"},
-                          {"type": "Initialized", "status": "True" if self.phase != "Pending" else "False"},
+                          {"type": "Initialized",
+                           "status": "True" if self.phase != "Pending" else "False"},
                           {"type": "ContainersReady", "status": ready},
                           {"type": "Ready", "status": ready}],
                       "initContainerStatuses": self.statuses(self.inits),
@@ -340,7 +341,8 @@ class Pod(object):
                 "PATCH", "/api/v1/namespaces/%s/pods/%s/status" % (self.ns, self.name),
                 {"status": status}, "application/merge-patch+json")
             if code >= 300 and code != 404:
-                log("pod %s/%s status: HTTP %d %s" % (self.ns, self.name, code, body.get("message")))
+                log("pod %s/%s status: HTTP %d %s"
+                    % (self.ns, self.name, code, body.get("message")))
 
 
 def expand(text, env):
@@ -369,7 +371,8 @@ class LocalNode(object):
                                 "message": "local-node is posting ready status",
                                 "lastHeartbeatTime": now(), "lastTransitionTime": now()}],
                 "nodeInfo": {"kubeletVersion": "v0.0.0-local-node", "operatingSystem": "linux",
-                             "architecture": "amd64", "containerRuntimeVersion": "local://processes",
+                             "architecture": "amd64",
+                             "containerRuntimeVersion": "local://processes",
                              "kernelVersion": os.uname().release, "osImage": "local-node",
                              "kubeProxyVersion": "", "machineID": "", "systemUUID": "",
                              "bootID": ""}}
@@ -382,7 +385,8 @@ class LocalNode(object):
                                                           "spawnpoint.dev/local-node": "true"}}}
             code, body = self.api.call("POST", "/api/v1/nodes", node)
             if code not in (201, 409):
-                raise RuntimeError("creating node %s: HTTP %d %s" % (name, code, body.get("message")))
+                raise RuntimeError("creating node %s: HTTP %d %s"
+                                   % (name, code, body.get("message")))
         self.renew()
 
     def renew(self):
@@ -392,7 +396,8 @@ class LocalNode(object):
             lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                      "metadata": {"name": name, "namespace": "kube-node-lease"},
                      "spec": {"holderIdentity": name, "leaseDurationSeconds": 40,
-                              "renewTime": time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())}}
+                              "renewTime": time.strftime("%Y-%m-%dT%H:%M:%S.000000Z",
+                                                         time.gmtime())}}
             path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
             code, _ = self.api.call("PUT", "%s/%s" % (path, name), lease)
             if code == 404:

@@ -77,13 +77,7 @@ def lookup(obj, dotted):
 
 def setUpModule():
     CLUSTER["cluster"] = cluster_fixture.Cluster(args().source_dir, args().tools_bin)
-    code, out = kubectl("apply", "-f", os.path.join(args().source_dir, "crds", "trainingjob.yaml"))
-    if code != 0:
-        raise RuntimeError("applying the CRD failed: " + out)
-    code, out = kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                        "crd/trainingjobs.spawnpoint.dev")
-    if code != 0:
-        raise RuntimeError("the CRD was not established: " + out)
+    CLUSTER["cluster"].apply_crd()
 
 
 def tearDownModule():
@@ -113,15 +107,20 @@ class CrdOnRealServerTest(unittest.TestCase):
     def test_documented_rejections_name_the_field(self):
         cases = [
             ("  nodes: 0\n", "spec.nodes", "greater than or equal to 1"),
-            ("  loader: {startMethod: fork}\n", "spec.loader.startMethod", 'Unsupported value: "fork"'),
+            ("  loader: {startMethod: fork}\n", "spec.loader.startMethod",
+             'Unsupported value: "fork"'),
             ("  backend: mpi\n", "spec.backend", 'Unsupported value: "mpi"'),
             ("  gpuAssignment: both\n", "spec.gpuAssignment", "Unsupported value"),
             ("  gpuResource: example.com/tpu\n", "spec.gpuResource", "Unsupported value"),
-            ("  loader: {prefetchFactor: 0}\n", "spec.loader.prefetchFactor", "greater than or equal to 1"),
+            ("  loader: {prefetchFactor: 0}\n", "spec.loader.prefetchFactor",
+             "greater than or equal to 1"),
             ("  loader: {workersPerRank: lots}\n", "spec.loader.workersPerRank", "lots"),
-            ("  restartPolicy: {maxRestarts: -1}\n", "spec.restartPolicy.maxRestarts", "greater than or equal to 0"),
-            ("  runPolicy: {cleanPodPolicy: Sometimes}\n", "spec.runPolicy.cleanPodPolicy", "Unsupported value"),
-            ("  rendezvous: {port: 70000}\n", "spec.rendezvous.port", "less than or equal to 65535"),
+            ("  restartPolicy: {maxRestarts: -1}\n", "spec.restartPolicy.maxRestarts",
+             "greater than or equal to 0"),
+            ("  runPolicy: {cleanPodPolicy: Sometimes}\n", "spec.runPolicy.cleanPodPolicy",
+             "Unsupported value"),
+            ("  rendezvous: {port: 70000}\n", "spec.rendezvous.port",
+             "less than or equal to 65535"),
             ("  shmSize: huge\n", "spec.shmSize", "huge"),
         ]
         for spec_lines, field, words in cases:

@@ -23,6 +23,7 @@ def args():
     """The command line (cluster_fixture.main)."""
     return cluster_fixture.ARGS
 
+
 DEADLINE_S = 300  # two ranks start, rendezvous and train 3 short epochs on a loaded machine
 
 
@@ -31,15 +32,7 @@ class JobOnRealServerTest(unittest.TestCase):
     def setUpClass(cls):
         cls.cluster = cluster_fixture.Cluster(args().source_dir, args().tools_bin, nodes=2)
         cls.node_dir = cls.cluster.node_dir
-        code, out = cls.cluster.kubectl("apply", "-f", os.path.join(args().source_dir, "crds",
-                                                                   "trainingjob.yaml"))
-        assert code == 0, out
-        bin_dir = os.path.join(args().build_dir, "bin")
-        cls.cluster.start_process("operator", [
-            os.path.join(bin_dir, "spawnpoint-operator"), "--kubeconfig", cls.cluster.kubeconfig,
-            "--agent-path", os.path.join(bin_dir, "spawnpoint-agent"), "--master-addr", "127.0.0.1",
-            "--health-addr", "0", "--metrics-addr", "0",
-            "--agent-status-port", str(cluster_fixture.free_port()), "--utilisation-interval", "0"])
+        cls.cluster.start_operator(args().build_dir)
 
     @classmethod
     def tearDownClass(cls):
@@ -71,7 +64,8 @@ class JobOnRealServerTest(unittest.TestCase):
         job = self.kubectl_json("get", "tj", "local-cluster")
         self.assertEqual(job["status"]["phase"], "Succeeded", json.dumps(job["status"]))
         self.assertEqual(job["status"]["nodes"].get("succeeded"), 2, job["status"])
-        pods = self.kubectl_json("get", "pods", "-l", "spawnpoint.dev/job-name=local-cluster")["items"]
+        pods = self.kubectl_json("get", "pods", "-l",
+                                 "spawnpoint.dev/job-name=local-cluster")["items"]
         self.assertEqual(sorted(p["spec"]["nodeName"] for p in pods),
                          ["local-node-0", "local-node-1"], "one pod per node")
         for p in pods:
@@ -90,7 +84,8 @@ class JobOnRealServerTest(unittest.TestCase):
 
         def collected():
             names = [p["metadata"]["name"] for p in self.kubectl_json("get", "pods")["items"]]
-            services = [s["metadata"]["name"] for s in self.kubectl_json("get", "services")["items"]]
+            services = [s["metadata"]["name"]
+                        for s in self.kubectl_json("get", "services")["items"]]
             return not [n for n in names if n.startswith("local-cluster-")] and \
                 "local-cluster" not in services
         self.wait("the job's pods and Service garbage collected", collected, 120)

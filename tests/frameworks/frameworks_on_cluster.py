@@ -65,13 +65,7 @@ exec bash %(in_root)s --bundle %(bundle)s --ro-bind %(tests)s:/opt/spawnpoint-te
        "bundle": os.path.join(args().build_dir, "agent-bundle"), "tests": HERE,
        "work": cls.work, "root": m.group(1)})
         os.chmod(agent, 0o755)
-        code, out = cls.cluster.kubectl("apply", "-f", os.path.join(source, "crds", "trainingjob.yaml"))
-        assert code == 0, out
-        cls.cluster.start_process("operator", [
-            os.path.join(args().build_dir, "bin", "spawnpoint-operator"), "--kubeconfig",
-            cls.cluster.kubeconfig, "--agent-path", agent, "--master-addr", "127.0.0.1",
-            "--health-addr", "0", "--metrics-addr", "0",
-            "--agent-status-port", str(cluster_fixture.free_port()), "--utilisation-interval", "1s"])
+        cls.cluster.start_operator(args().build_dir, agent, utilisation_interval="1s")
 
     @classmethod
     def tearDownClass(cls):
@@ -109,7 +103,8 @@ exec bash %(in_root)s --bundle %(bundle)s --ro-bind %(tests)s:/opt/spawnpoint-te
         return text
 
     def test_lightning_ddp_spawn_job_succeeds_with_equal_parameters(self):
-        job, _ = self.run_job("lightning", [VENV_PYTHON, "/opt/spawnpoint-tests/lightning_trainer.py",
+        job, _ = self.run_job("lightning", [VENV_PYTHON,
+                                            "/opt/spawnpoint-tests/lightning_trainer.py",
                                             "ddp_spawn"], procs=2, workers=0)
         log = self.pod_log("lightning")
         self.assertEqual(job["status"]["phase"], "Succeeded", log[-3000:])

@@ -293,7 +293,8 @@ def case_early_break(args):
             check(len(batch["index"]) == 2, "a batch of %d samples" % len(batch["index"]))
             break
     indices = sorted(int(i) for b in dl for i in b["index"])
-    check(indices == list(range(40)), "the whole epoch after 30 left early lost or repeated samples")
+    check(indices == list(range(40)),
+          "the whole epoch after 30 left early lost or repeated samples")
     print("early_break: 30 epochs left early, then a whole one")
 
 

@@ -158,7 +158,8 @@ def _make_class(dlmod):
                     # rewound what they built under it.
                     self._epoch = (spec.epoch if spec is not None else self._epoch) + 1
                     if own:
-                        unused = [int(r["slot"]) for r, _ in spec.ready.values()] if compared else []
+                        unused = ([int(r["slot"]) for r, _ in spec.ready.values()]
+                                  if compared else [])
                         self._svc.send(_pool.DROP, {
                             "session": self._session, "keep": self._epoch,
                             "release": unused + self._svc.take_releases(self._session)})

@@ -10,9 +10,9 @@ module that cannot be imported is one stderr line ("spawnpoint loader worker:
 preloadModules: cannot import X: ...") and the worker serves anyway (the dataset may not
 need it). With SPAWNPOINT_LOADER_TURN_FD (the pool staggers start-ups on a rank with few
 CPUs) it first waits for the worker before it to finish its preload; it closes
-SPAWNPOINT_LOADER_STARTED_FD when its own is done, which is the next worker's turn. Then it serves one rank connection at a time: when the rank goes away (or
-restarts, or switches DataLoaders), the worker waits for the next one, its loaders still
-loaded.
+SPAWNPOINT_LOADER_STARTED_FD when its own is done, which is the next worker's turn. Then it
+serves one rank connection at a time: when the rank goes away (or restarts, or switches
+DataLoaders), the worker waits for the next one, its loaders still loaded.
 
 Configure{dataset: "python", arg: PATH}: PATH is a pickle file the rank side writes, one per
 DataLoader (iterator, when workers are not persistent), holding the dict
@@ -561,24 +561,34 @@ def preload_modules(environ):
     return failed
 
 
+def env_fd(environ, name):
+    """The descriptor the variable `name` gives, or -1; the variable is dropped (programs the
+    dataset starts must not see it)."""
+    try:
+        return int(environ.pop(name, ""))
+    except ValueError:
+        return -1
+
+
 def close_env_fd(environ, name):
-    """Closes the descriptor the variable `name` gives, if any, and drops the variable (programs
-    the dataset starts must not see it)."""
-    fd = env_int(name, -1)
-    environ.pop(name, None)
+    """Closes the descriptor the variable `name` gives, if any (env_fd)."""
+    _close_quietly(env_fd(environ, name))
+
+
+def _close_quietly(fd):
     if fd >= 0:
         try:
             os.close(fd)
         except OSError:
             pass
-    return fd
 
 
 def wait_for_turn(environ, limit_s=TURN_LIMIT_S):
     """With a turn descriptor (staggered start-up), waits until the worker before this one has
     finished its preload (end of file: it closed its end, or died), at most limit_s: a
-    predecessor that hangs while importing does not hold this worker back for ever."""
-    fd = env_int(TURN_FD_ENV, -1)
+    predecessor that hangs while importing does not hold this worker back for ever; then
+    closes it."""
+    fd = env_fd(environ, TURN_FD_ENV)
     if fd >= 0:
         try:
             end = time.monotonic() + limit_s
@@ -588,7 +598,7 @@ def wait_for_turn(environ, limit_s=TURN_LIMIT_S):
                     break
         except OSError:
             pass
-    close_env_fd(environ, TURN_FD_ENV)
+        _close_quietly(fd)
 
 
 def env_int(name, fallback):
