@@ -13,7 +13,8 @@
 #                                           companion libraries (see below)
 #   share/spawnpoint/python/sitecustomize.py  the Python start-up shim (its bootstrap)
 #   share/spawnpoint/python/spawnpoint_rank/  the rank side it loads: every *.py of the
-#                                           spawnpoint_rank package beside <shim file>
+#                                           spawnpoint_rank package beside <shim file>,
+#                                           and __pycache__/ of both for the build's python3
 #   share/spawnpoint/bundle-manifest.txt    where each file came from
 set -euo pipefail
 
@@ -93,6 +94,13 @@ for f in "$package"/*.py; do
   copy "$f" "share/spawnpoint/python/spawnpoint_rank/$(basename "$f")" 0644
 done
 chmod 0644 "$manifest"
+# The package's bytecode for the build's python3 (see agent/CMakeLists.txt: images often set
+# PYTHONDONTWRITEBYTECODE); other Python versions compile the sources as before.
+if [ -x /usr/bin/python3 ]; then
+  /usr/bin/python3 -m compileall -q --invalidation-mode checked-hash "$tmp/share/spawnpoint/python" ||
+    die "python3 -m compileall failed on the shim's package"
+  find "$tmp/share/spawnpoint/python" -name '*.pyc' -exec chmod 0644 {} +
+fi
 
 # Debian's libraries carry no debug info; the agent built RelWithDebInfo does (~30 MB).
 for f in "$tmp/libexec/spawnpoint-agent" "$tmp/bin/spawnpoint-agent" "$tmp"/lib/*; do

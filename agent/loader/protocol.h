@@ -33,8 +33,14 @@
 // every message names its session, and what arrives for another session is ignored.
 //
 //   rank -> service:  Open{protocol, session, arg, numWorkers, prefetchFactor, timeoutMs,
-//                          probe: [indices of the first batch], slotBytes (optional)}
-//   service -> rank:  Opened{session, slots, slotBytes, datasetSize, pids} + the ring's fd
+//                          probe: [indices of the first batch], slotBytes (optional),
+//                          epoch, submit: [{firstBatch, batches}...] (optional)}
+//                          submit: the batches to build once the session is open, as
+//                          Submits of that epoch would ask, so the first Task leaves as soon
+//                          as the ring exists rather than after a round trip to the rank
+//   service -> rank:  Opened{session, slots, slotBytes, datasetSize, pids, submitted} + the
+//                          ring's fd (submitted: Open's submit was taken; a rank talking to a
+//                          service without it sends those Submits itself)
 //                 or  Error{session, kind, message, excType?, index?, workerMessage?}
 //                          (the session did not start; workerMessage: the worker's own text)
 //   rank -> service:  Submit{session, epoch, firstBatch, batches: [[indices]...], release:

@@ -183,16 +183,7 @@ void RankPoolService::HandleMessage(const Message& m) {
         epoch_ = Int(*c, "epoch", epoch);  // the rank's count; wire numbers skip
       }
       if (b.value("speculative", false)) s->speculative = epoch;
-      if (batches.empty()) return;
-      {
-        std::lock_guard<std::mutex> lock(s->mu);
-        for (size_t i = 0; i < batches.size(); ++i) {
-          s->expected.emplace_back(epoch, first + static_cast<int64_t>(i));
-        }
-      }
-      s->cv.notify_all();
-      s->client->Submit(epoch, first, std::move(batches));
-      return;
+      return Submit(s, epoch, first, std::move(batches));
     }
     case MsgType::kDrop: {
       auto keep = b.find("keep");
@@ -281,7 +272,8 @@ void RankPoolService::Open(const nlohmann::json& b) {
           {"slots", ring->slots()},
           {"slotBytes", ring->slot_bytes()},
           {"datasetSize", session->client->dataset_size()},
-          {"pids", pids}},
+          {"pids", pids},
+          {"submitted", true}},
          ring->fd()});
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -290,6 +282,30 @@ void RankPoolService::Open(const nlohmann::json& b) {
   Session* s = session.get();
   session->sender = std::thread([this, s] { SendBatches(s); });
   session_ = std::move(session);
+  if (auto submit = b.find("submit"); submit != b.end() && submit->is_array()) {
+    const int64_t epoch = Int(b, "epoch", 0);
+    for (const auto& run : *submit) {
+      if (!run.is_object()) continue;
+      std::vector<std::vector<int64_t>> batches;
+      if (auto it = run.find("batches"); it != run.end() && it->is_array()) {
+        for (const auto& indices : *it) batches.push_back(Indices(indices));
+      }
+      Submit(s, epoch, Int(run, "firstBatch", 0), std::move(batches));
+    }
+  }
+}
+
+void RankPoolService::Submit(Session* s, int64_t epoch, int64_t first,
+                             std::vector<std::vector<int64_t>> batches) {
+  if (batches.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    for (size_t i = 0; i < batches.size(); ++i) {
+      s->expected.emplace_back(epoch, first + static_cast<int64_t>(i));
+    }
+  }
+  s->cv.notify_all();
+  s->client->Submit(epoch, first, std::move(batches));
 }
 
 void RankPoolService::Drop(Session* s, std::optional<int64_t> keep) {

@@ -86,6 +86,9 @@ class RankPoolService {
   bool ReadRank();
   void HandleMessage(const Message& m);
   void Open(const nlohmann::json& body);
+  // Hands batches first..first+n-1 of `epoch` to the session's workers; they reach the rank
+  // in this order.
+  void Submit(Session* s, int64_t epoch, int64_t first, std::vector<std::vector<int64_t>> batches);
   // Drops every batch of the session but those of `keep` (all with nullopt); voids an
   // unconfirmed speculative epoch that is not kept.
   void Drop(Session* s, std::optional<int64_t> keep);

@@ -27,7 +27,8 @@ onwards in turn and does not install its hooks twice.
 
 Cost. Every Python process with this environment runs this module, including spawned loader
 workers and multiprocessing helper processes: about 0.4 ms of start-up with its bytecode
-cached, plus whatever the chained sitecustomize costs; each hook's module is imported when its
+cached (the build ships it for its own python3, so PYTHONDONTWRITEBYTECODE costs nothing
+there), plus whatever the chained sitecustomize costs; each hook's module is imported when its
 target is. Module attributes for tests and tools: `shim_active` (this copy installed the
 finder) and `chained_sitecustomize` (the module it chained to, or None).
 """

@@ -224,6 +224,20 @@ else
   show "$work/plan.err"
 fi
 
+# The shim's package is read from the bytecode the bundle ships (for this machine's
+# python3), even where images forbid writing bytecode (PYTHONDONTWRITEBYTECODE).
+if [ -x /usr/bin/python3 ]; then
+  if PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$shim_dir" /usr/bin/python3 -v -c \
+    'import spawnpoint_rank._pool_iter, spawnpoint_rank.worker' >"$work/pyc.out" 2>&1 &&
+    [ "$(grep -cE "code object from '$shim_dir/spawnpoint_rank/__pycache__/(_pool_iter|worker)\.cpython-[0-9]+\.pyc'" \
+      "$work/pyc.out")" -eq 2 ]; then
+    pass "the shim's package loads from the bundle's bytecode"
+  else
+    fail "the shim's package was compiled, not read from the bundle's bytecode"
+    grep -E "spawnpoint_rank|Error" "$work/pyc.out" | sed 's/^/    | /' | head -20
+  fi
+fi
+
 # run: two local node agents (the agent re-runs itself through the launcher), one rank each.
 if [ "$(cat "$work/run.rc")" -eq 0 ]; then
   pass "run of a two-node job exited 0"

@@ -24,6 +24,9 @@ Every case exits 0 when what it checks holds and 1 with the difference on stderr
   early_break  30 epochs each left after its first batch (the rest of the window already
                built or at the workers), then a whole epoch: every sample once, and no slot
                lost (the ring never runs short, so nothing is copied)
+  open_window  the first window of batches travels with Open (the service builds it once the
+               ring exists, no Submit round trip): the rank's first Submit asks for the
+               batch after it, and the batches equal stock DataLoader's
 """
 
 import argparse
@@ -296,6 +299,37 @@ def case_early_break(args):
     check(indices == list(range(40)),
           "the whole epoch after 30 left early lost or repeated samples")
     print("early_break: 30 epochs left early, then a whole one")
+
+
+def case_open_window(args):
+    want, _ = epochs(lambda: loader(Augmented(24)), n=1, stock=True)
+    sent = []
+    original = _pool.Service.send
+
+    def recording(self, kind, body):
+        sent.append((kind, dict(body)))
+        return original(self, kind, body)
+
+    _pool.Service.send = recording
+    try:
+        got, served = epochs(lambda: loader(Augmented(24)), n=1)
+    finally:
+        _pool.Service.send = original
+    check(served == "_PoolDataLoaderIter", "the pool did not serve the loader: %s" % served)
+    compare("open_window", got, want)
+    kinds = [kind for kind, _ in sent]
+    check(kinds and kinds[0] == _pool.OPEN, "the first message was %r, not Open" % kinds[:1])
+    opened = sent[0][1]
+    window = 2 * 2  # prefetch_factor x num_workers
+    check([run["firstBatch"] for run in opened.get("submit", [])] == [0] and
+          len(opened["submit"][0]["batches"]) == window,
+          "Open's submit: %r" % opened.get("submit"))
+    submits = [body for kind, body in sent if kind == _pool.SUBMIT and body.get("batches")]
+    check(submits and submits[0]["firstBatch"] == window,
+          "the first Submit after Open asks for batch %r, not %d (the window went twice?)"
+          % (submits[0]["firstBatch"] if submits else None, window))
+    print("open_window: the first %d batches went with Open; %d batches identical"
+          % (window, len(got[0])))
 
 
 def main():

@@ -222,7 +222,11 @@ def _make_class(dlmod):
                              "waitedSeconds": consumed[2], "epoch": self._epochs - 1}})
 
         def _open(self):
+            # Batches already received stay; the rest are built again, in their order, each by
+            # the worker PyTorch would use (b % num_workers).
             pending = sorted(b for b in self._outstanding if b not in self._ready)
+            runs = [{"firstBatch": start, "batches": [self._outstanding[b] for b in run]}
+                    for start, run in _runs(pending)]
             svc = self._svc
             session = svc.new_session_id()
             svc.active = None
@@ -230,7 +234,9 @@ def _make_class(dlmod):
                 "protocol": _pool.PROTOCOL_VERSION, "session": session, "arg": self._pickle,
                 "numWorkers": self._num_workers, "prefetchFactor": self._prefetch,
                 "timeoutMs": self._timeout_ms,
-                "probe": self._outstanding[pending[0]] if pending else []}
+                "probe": self._outstanding[pending[0]] if pending else [],
+                # Built as soon as the ring exists, not after a round trip to here.
+                "epoch": self._epoch, "submit": runs}
             if self._ring is not None:
                 # The slot size is known: no probe, which would build a batch on worker 0
                 # out of its turn and so shift that worker's random streams.
@@ -256,12 +262,9 @@ def _make_class(dlmod):
             self._ring = _pool.Ring(svc, session, fd, int(body["slots"]), int(body["slotBytes"]))
             self._session = session
             svc.active = session
-            # Batches already received stay; the rest are built again, in their order, each by
-            # the worker PyTorch would use (b % num_workers).
-            for start, run in _runs(pending):
-                svc.send(_pool.SUBMIT, {
-                    "session": session, "epoch": self._epoch, "firstBatch": start,
-                    "batches": [self._outstanding[b] for b in run]})
+            if not body.get("submitted"):  # a service that does not take Open's submit
+                for run in runs:
+                    svc.send(_pool.SUBMIT, dict(run, session=session, epoch=self._epoch))
 
         def _next_data(self):
             if self._rcvd_idx >= self._send_idx:
