@@ -39,8 +39,10 @@ struct LoaderSpec {
   // Python ranks: an agent-owned pool of Python loader workers (false: the DataLoader
   // spawns its own, through the shim).
   bool python_pool = true;
-  // Dotted module names each Python loader worker imports before its first batch.
-  std::vector<std::string> preload_modules = {"torch"};
+  // Dotted module names each Python loader worker imports before its first batch;
+  // "__main__" stands for the modules the trainer's script imports at its top (see
+  // docs/trainingjob.md).
+  std::vector<std::string> preload_modules = {"torch", "__main__"};
 };
 
 struct RestartPolicy {

@@ -278,7 +278,9 @@ def py_run(a, side, workload, tag, short=False):
     try:
         out = os.path.join(tmp, "out")
         os.makedirs(out)
-        preload = ["torch"] + (["torchvision"] if workload == "torchvision" else [])
+        # The default ([torch, __main__]) plus, for torchvision, what the script imports
+        # only inside a function (as a user would list it).
+        preload = ["torch", "__main__"] + (["torchvision"] if workload == "torchvision" else [])
         job = os.path.join(tmp, "job.yaml")
         with open(job, "w") as f:
             f.write(PY_JOB % {

@@ -75,14 +75,24 @@ std::optional<PoolPlan> PlanPool(const PlanRequest& request,
     if (IsRankIdentity(k) || k == "OMP_NUM_THREADS") continue;
     // A Python worker behaves as stock torch (a DataLoader built inside a dataset is
     // stock); PYTHONPATH still holds the shim's directory, for spawnpoint_rank. Its
-    // SPAWNPOINT_LOADER_PRELOAD is the job's, set below.
-    if (python && (k == "SPAWNPOINT_SHIM" || k == "SPAWNPOINT_LOADER_PRELOAD")) continue;
+    // SPAWNPOINT_LOADER_PRELOAD and _MAIN are the job's, set below.
+    if (python && (k == "SPAWNPOINT_SHIM" || k == "SPAWNPOINT_LOADER_PRELOAD" ||
+                   k == "SPAWNPOINT_LOADER_MAIN")) {
+      continue;
+    }
     pool.env.push_back(k + "=" + v);
   }
   // A worker is one of many processes on the rank's CPUs: one thread each.
   pool.env.push_back("OMP_NUM_THREADS=1");
   if (python) {
     pool.env.push_back("SPAWNPOINT_LOADER_PRELOAD=" + JoinComma(loader.preload_modules));
+    // For the "__main__" entry: the script whose leading imports the workers preload (the
+    // workers start in the agent's directory, the rank in its working directory).
+    std::string script = PythonScriptOf(command);
+    if (!script.empty() && script[0] != '/' && !rank.working_dir.empty()) {
+      script = rank.working_dir + "/" + script;
+    }
+    if (!script.empty()) pool.env.push_back("SPAWNPOINT_LOADER_MAIN=" + script);
     pool.service_socket = loader::ServiceSocketPath(pool.dir);
   }
   return pool;
@@ -112,6 +122,35 @@ bool IsPythonCommand(const std::vector<std::string>& argv) {
   if (base.rfind("python", 0) != 0) return false;
   // python, python3, python3.11, pythonw; not "python-config" or "pythonista".
   return base.find_first_not_of("0123456789.", 6) == std::string::npos || base == "pythonw";
+}
+
+std::string PythonScriptOf(const std::vector<std::string>& argv) {
+  if (!IsPythonCommand(argv)) return "";
+  for (size_t i = 1; i < argv.size(); ++i) {
+    const std::string& arg = argv[i];
+    if (arg == "--") return i + 1 < argv.size() && argv[i + 1] != "-" ? argv[i + 1] : "";
+    if (arg.size() < 2 || arg[0] != '-') return arg == "-" ? "" : arg;
+    if (arg[1] ==
+        '-') {  // --check-hash-based-pycs MODE takes a value; --help and the like run nothing
+      if (arg == "--check-hash-based-pycs") {
+        ++i;
+        continue;
+      }
+      return "";
+    }
+    // A cluster of one-letter options ("-uB"); -c and -m end the options and run no script,
+    // -W and -X take the rest of the cluster or the next argument as their value.
+    for (size_t j = 1; j < arg.size(); ++j) {
+      const char c = arg[j];
+      if (c == 'c' || c == 'm') return "";
+      if (c == 'W' || c == 'X') {
+        if (j + 1 == arg.size()) ++i;
+        break;
+      }
+      if (c == 'h' || c == 'V' || c == '?') return "";
+    }
+  }
+  return "";
 }
 
 std::vector<std::string> RankPlan::EnvList() const {

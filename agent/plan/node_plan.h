@@ -58,6 +58,10 @@ struct PoolPlan {
 // Whether argv starts a Python interpreter (python, python3, python3.11, /usr/bin/python3).
 bool IsPythonCommand(const std::vector<std::string>& argv);
 
+// The script a Python command runs ("python -u -W ignore train.py --lr 1" -> "train.py"), as
+// the interpreter's own option parsing finds it; "" for -c, -m, stdin or no script.
+std::string PythonScriptOf(const std::vector<std::string>& argv);
+
 struct RankPlan {
   int rank = 0;
   int local_rank = 0;

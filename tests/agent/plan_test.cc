@@ -279,6 +279,7 @@ struct PoolJob {
   std::string shim_dir = kShim;
   bool embeds_loader = false;
   std::string extra_env;  // the trainer's env entries, flow style
+  std::string working_dir;
 };
 
 NodePlan PlanWithPools(const PoolJob& p, api::TrainingJob& job) {
@@ -288,7 +289,8 @@ NodePlan PlanWithPools(const PoolJob& p, api::TrainingJob& job) {
           (p.loader.empty() ? "" : "  loader: " + p.loader + "\n") +
           "  template:\n    spec:\n      containers:\n      - name: trainer\n"
           "        image: x\n        command: [" +
-          p.command + "]\n        env: [" + p.extra_env + "]\n",
+          p.command + "]\n        env: [" + p.extra_env + "]\n" +
+          (p.working_dir.empty() ? "" : "        workingDir: " + p.working_dir + "\n"),
       "job.yaml");
   EXPECT_TRUE(jobs.ok()) << jobs.status().message();
   job = jobs->front();
@@ -364,13 +366,14 @@ TEST(LoaderPoolPlanTest, PythonRankGetsAPoolOfPythonWorkers) {
 
 TEST(LoaderPoolPlanTest, PythonPoolUnderAutoHasMinOfEightAndCpusWorkersAndNoKnee) {
   api::TrainingJob job;
-  NodePlan plan = PlanWithPools({}, job);  // workersPerRank auto, preloadModules [torch]
+  NodePlan plan = PlanWithPools({}, job);  // workersPerRank auto, default preloadModules
   const RankPlan& r = plan.ranks[1];
   ASSERT_TRUE(r.pool.has_value()) << r.pool_skipped;
   EXPECT_TRUE(r.pool->python);
   EXPECT_EQ(r.pool->workers, 2);  // min(8, 2 CPUs)
   EXPECT_FALSE(r.pool->auto_workers) << "the rank's DataLoader uses every worker";
-  EXPECT_THAT(r.pool->env, Contains("SPAWNPOINT_LOADER_PRELOAD=torch"));
+  EXPECT_THAT(r.pool->env, Contains("SPAWNPOINT_LOADER_PRELOAD=torch,__main__"));
+  EXPECT_THAT(r.pool->env, Contains("SPAWNPOINT_LOADER_MAIN=train.py"));
   // The shim resolves "auto" itself, to the same min(CPUs, 8).
   EXPECT_EQ(r.env.at("SPAWNPOINT_LOADER_WORKERS"), "auto");
   EXPECT_EQ(r.env.count("SPAWNPOINT_LOADER_AUTO_WORKERS"), 0u);
@@ -382,6 +385,33 @@ TEST(LoaderPoolPlanTest, PythonPoolUnderAutoHasMinOfEightAndCpusWorkersAndNoKnee
   EXPECT_THAT(plan.ranks[0].pool->env, Contains("SPAWNPOINT_LOADER_PRELOAD="));
   EXPECT_EQ(NodePlanToJson(plan, false)["ranks"][0]["loaderPool"]["preload"],
             nlohmann::json::array());
+}
+
+// The script whose leading imports the workers preload ("__main__"), found as the
+// interpreter's option parsing finds it, under the rank's working directory.
+TEST(LoaderPoolPlanTest, TheWorkersAreToldTheTrainersScript) {
+  EXPECT_EQ(PythonScriptOf({"python3", "train.py", "--lr", "1"}), "train.py");
+  EXPECT_EQ(PythonScriptOf({"/usr/bin/python3.11", "-u", "-W", "ignore", "-X", "dev", "-OO",
+                            "/src/train.py", "-m", "x"}),
+            "/src/train.py");
+  EXPECT_EQ(PythonScriptOf({"python", "-uWignore", "-Xutf8", "a.py"}), "a.py");
+  EXPECT_EQ(PythonScriptOf({"python", "--check-hash-based-pycs", "never", "--", "-odd.py"}),
+            "-odd.py");
+  for (const std::vector<std::string>& none :
+       std::vector<std::vector<std::string>>{{"python", "-c", "print(1)"},
+                                             {"python", "-m", "torch.distributed.run", "t.py"},
+                                             {"python", "-um", "pkg"},
+                                             {"python", "-"},
+                                             {"python"},
+                                             {"python", "--version"},
+                                             {"bash", "train.py"}}) {
+    EXPECT_EQ(PythonScriptOf(none), "") << nlohmann::json(none).dump();
+  }
+
+  api::TrainingJob job;
+  NodePlan plan = PlanWithPools({.working_dir = "/work"}, job);
+  ASSERT_TRUE(plan.ranks[0].pool.has_value());
+  EXPECT_THAT(plan.ranks[0].pool->env, Contains("SPAWNPOINT_LOADER_MAIN=/work/train.py"));
 }
 
 TEST(LoaderPoolPlanTest, TheJobsPreloadListWinsOverAnInheritedOne) {

@@ -82,7 +82,7 @@ TEST(TrainingJob, MinimalManifestGetsEveryDefault) {
   EXPECT_EQ(s.loader.start_method, "spawn");
   EXPECT_TRUE(s.loader.worker_command.empty());
   EXPECT_TRUE(s.loader.python_pool);
-  EXPECT_EQ(s.loader.preload_modules, std::vector<std::string>{"torch"});
+  EXPECT_EQ(s.loader.preload_modules, (std::vector<std::string>{"torch", "__main__"}));
   EXPECT_EQ(s.restart_policy.max_restarts, 3);
   EXPECT_EQ(s.restart_policy.backoff_seconds, 10);
   EXPECT_TRUE(s.restart_policy.retryable_exit_codes.empty());
@@ -186,7 +186,8 @@ TEST(TrainingJob, ToJsonFillsDefaults) {
                                           "command": ["python", "train.py"]}]}},
     "loader": {"workersPerRank": "auto", "prefetchFactor": 2, "persistentWorkers": true,
                "pinMemory": true, "timeoutSeconds": 120, "seed": 0, "startMethod": "spawn",
-               "workerCommand": [], "pythonPool": true, "preloadModules": ["torch"]},
+               "workerCommand": [], "pythonPool": true,
+               "preloadModules": ["torch", "__main__"]},
     "restartPolicy": {"maxRestarts": 3, "backoffSeconds": 10, "retryableExitCodes": []},
     "rendezvous": {"port": 29500},
     "shmSize": "8Gi",
@@ -665,7 +666,7 @@ TEST(TrainingJob, PythonPoolAndPreloadModules) {
   EXPECT_TRUE(
       ParseOne(WithSpec("  loader: {preloadModules: []}\n")).spec.loader.preload_modules.empty());
   EXPECT_EQ(ParseOne(WithSpec("  loader: {preloadModules: null}\n")).spec.loader.preload_modules,
-            std::vector<std::string>{"torch"});
+            (std::vector<std::string>{"torch", "__main__"}));
   EXPECT_TRUE(ParseOne(WithSpec("  loader: {pythonPool: yes}\n")).spec.loader.python_pool);
 
   const std::string rule =
@@ -705,7 +706,8 @@ TEST(TrainingJob, PythonPoolAndPreloadModules) {
   auto defaulted = TrainingJobFromJson(object);
   ASSERT_TRUE(defaulted.ok()) << defaulted.status().message();
   EXPECT_TRUE(defaulted->spec.loader.python_pool);
-  EXPECT_EQ(defaulted->spec.loader.preload_modules, std::vector<std::string>{"torch"});
+  EXPECT_EQ(defaulted->spec.loader.preload_modules,
+            (std::vector<std::string>{"torch", "__main__"}));
 }
 
 TEST(TrainingJob, JsonTextIsYaml) {

@@ -9,6 +9,7 @@ python_loader_worker_torch).
 
 import contextlib
 import io
+import json
 import os
 import pickle
 import random
@@ -22,6 +23,7 @@ import unittest
 from shim_import import SHIM_DIR, shim_module
 
 worker = shim_module("spawnpoint_rank.worker")
+preload = shim_module("spawnpoint_rank._preload")
 
 try:
     import numpy as np
@@ -114,10 +116,10 @@ class FramesTest(unittest.TestCase):
             receiver.close()
 
 
-    def test_preload_names_default_to_torch_and_empty_means_none(self):
-        self.assertEqual(worker.preload_names({}), ["torch"])
-        self.assertEqual(worker.preload_names({worker.PRELOAD_ENV: ""}), [])
-        self.assertEqual(worker.preload_names({worker.PRELOAD_ENV: " numpy, torchvision,,numpy "}),
+    def test_preload_names_default_to_torch_and_the_script_and_empty_means_none(self):
+        self.assertEqual(preload.names({}), ["torch", "__main__"])
+        self.assertEqual(preload.names({preload.PRELOAD_ENV: ""}), [])
+        self.assertEqual(preload.names({preload.PRELOAD_ENV: " numpy, torchvision,,numpy "}),
                          ["numpy", "torchvision"])
 
     def test_preload_imports_each_module_and_reports_one_that_fails_once(self):
@@ -126,7 +128,7 @@ class FramesTest(unittest.TestCase):
         with module_dir(files):
             err = io.StringIO()
             with contextlib.redirect_stderr(err):
-                failed = worker.preload_modules({worker.PRELOAD_ENV: (
+                failed = preload.preload({preload.PRELOAD_ENV: (
                     "sp_preload_ok,sp_preload_missing,sp_preload_broken,sp_preload_missing")})
             self.assertTrue(getattr(sys, "sp_preload_ok_imported", False))
             del sys.sp_preload_ok_imported
@@ -136,6 +138,65 @@ class FramesTest(unittest.TestCase):
             "ModuleNotFoundError: No module named 'sp_preload_missing'",
             "spawnpoint loader worker: preloadModules: cannot import sp_preload_broken: "
             "RuntimeError: broken on purpose"])
+
+    SCRIPT = (
+        '"""A trainer."""\n'
+        "from __future__ import annotations\n"
+        "import sp_lead_a, sp_lead_b as b\n"
+        "from sp_lead_pkg import sub, VALUE\n"
+        "from sp_lead_missing import x\n"
+        "import sys\n"
+        "sys.path.insert(0, '/nowhere')\n"
+        "import sp_after_code\n"
+        "if __name__ == '__main__':\n"
+        "    import sp_in_main\n")
+    MODULES = {name: "" for name in ("sp_lead_a", "sp_lead_b", "sp_after_code", "sp_in_main")}
+
+    def test_the_scripts_leading_imports_are_listed_and_nothing_after_other_code(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "train.py")
+            with open(path, "w") as f:
+                f.write(self.SCRIPT)
+            self.assertEqual(preload.script_imports(path), [
+                ("sp_lead_a", None), ("sp_lead_b", None), ("sp_lead_pkg", "sub"),
+                ("sp_lead_pkg", "VALUE"), ("sp_lead_missing", "x"), ("sys", None)])
+            with open(path, "w") as f:
+                f.write("import (\n")  # not Python: nothing to preload, no error
+            self.assertEqual(preload.script_imports(path), [])
+        self.assertEqual(preload.script_imports("/nonexistent/train.py"), [])
+
+    def test_the_script_entry_imports_them_from_the_scripts_directory(self):
+        # A fresh interpreter: the imports must not leak into this process's sys.modules.
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "train.py"), "w") as f:
+                f.write(self.SCRIPT)
+            for name, source in self.MODULES.items():
+                with open(os.path.join(d, name + ".py"), "w") as f:
+                    f.write(source)
+            os.mkdir(os.path.join(d, "sp_lead_pkg"))
+            with open(os.path.join(d, "sp_lead_pkg", "__init__.py"), "w") as f:
+                f.write("VALUE = 1\n")
+            with open(os.path.join(d, "sp_lead_pkg", "sub.py"), "w") as f:
+                f.write("")
+            probe = (
+                "import json, os, sys\n"
+                "from spawnpoint_rank import _preload\n"
+                "path = list(sys.path)\n"
+                "failed = _preload.preload({'SPAWNPOINT_LOADER_PRELOAD': 'json,__main__', "
+                "'SPAWNPOINT_LOADER_MAIN': sys.argv[1]})\n"
+                "print(json.dumps({'failed': failed, 'path_kept': sys.path == path, "
+                "'modules': sorted(m for m in sys.modules if m.startswith('sp_'))}))\n")
+            out = subprocess.run(
+                [sys.executable, "-c", probe, os.path.join(d, "train.py")], cwd="/",
+                env=dict(os.environ, PYTHONPATH=SHIM_DIR), capture_output=True, text=True,
+                timeout=120)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            got = json.loads(out.stdout)
+        self.assertEqual(got["failed"], [])  # the script's own failures are silent
+        self.assertTrue(got["path_kept"])
+        # The leading imports, the package's submodule; not what follows other code.
+        self.assertEqual(got["modules"], ["sp_lead_a", "sp_lead_b", "sp_lead_pkg",
+                                          "sp_lead_pkg.sub"])
 
     def test_a_worker_whose_preload_fails_still_serves(self):
         with tempfile.TemporaryDirectory() as d:

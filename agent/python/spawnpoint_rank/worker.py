@@ -4,11 +4,9 @@ of Python ranks, as agent/loader/worker.cc is for C++ ones.
 A pool owner (PoolSupervisor, StandalonePool) starts it as `<python> -m
 spawnpoint_rank.worker` with agent/python on PYTHONPATH, the worker's listening socket as
 fd 3 and SPAWNPOINT_LOADER_{LISTEN_FD,WORKER_ID,RANK,INCARNATION} set (contract.h). It
-imports the modules named by SPAWNPOINT_LOADER_PRELOAD at once (comma-separated, e.g.
-"torch,numpy,torchvision"; unset: torch; empty: none), so the rank does not wait for them; a
-module that cannot be imported is one stderr line ("spawnpoint loader worker:
-preloadModules: cannot import X: ...") and the worker serves anyway (the dataset may not
-need it). With SPAWNPOINT_LOADER_TURN_FD (the pool staggers start-ups on a rank with few
+imports the modules named by SPAWNPOINT_LOADER_PRELOAD at once (_preload.py: e.g.
+"torch,numpy,__main__", __main__ being the trainer script's leading imports), so the rank
+does not wait for them. With SPAWNPOINT_LOADER_TURN_FD (the pool staggers start-ups on a rank with few
 CPUs) it first waits for the worker before it to finish its preload; it closes
 SPAWNPOINT_LOADER_STARTED_FD when its own is done, which is the next worker's turn. Then it
 serves one rank connection at a time: when the rank goes away (or restarts, or switches
@@ -64,7 +62,6 @@ serves one connection at a time.
 """
 
 import collections
-import importlib
 import json
 import mmap
 import os
@@ -77,7 +74,7 @@ import sys
 import time
 import traceback
 
-from . import _batch_codec
+from . import _batch_codec, _preload
 
 PROTOCOL_VERSION = 1
 CONFIGURE, HELLO, RING, PROBE, PROBE_RESULT, TASK, DONE, ERROR = range(1, 9)
@@ -86,7 +83,6 @@ _HEADER = struct.Struct("<IBBxx")  # payload length, message type, descriptor fo
 _MAX_PAYLOAD = 64 << 20
 _MAX_FDS = 8
 MAX_LOADERS = 8  # set-up DataLoaders a worker keeps
-PRELOAD_ENV = "SPAWNPOINT_LOADER_PRELOAD"
 TURN_FD_ENV = "SPAWNPOINT_LOADER_TURN_FD"  # contract.h: staggered start-up
 STARTED_FD_ENV = "SPAWNPOINT_LOADER_STARTED_FD"
 TURN_LIMIT_S = 30.0
@@ -533,34 +529,6 @@ def log(line):
     sys.stderr.flush()
 
 
-def preload_names(environ):
-    """The modules SPAWNPOINT_LOADER_PRELOAD names, each once: torch when it is unset."""
-    value = environ.get(PRELOAD_ENV)
-    if value is None:
-        return ["torch"]
-    names = []
-    for name in value.split(","):
-        name = name.strip()
-        if name and name not in names:
-            names.append(name)
-    return names
-
-
-def preload_modules(environ):
-    """Imports the modules to have warm before the rank asks (the point of a pool). One that
-    fails is one stderr line; the worker serves on. Returns the names that failed."""
-    failed = []
-    for name in preload_names(environ):
-        try:
-            importlib.import_module(name)
-        except Exception as e:
-            failed.append(name)
-            sys.stderr.write("spawnpoint loader worker: preloadModules: cannot import %s: "
-                             "%s: %s\n" % (name, type(e).__name__, e))
-            sys.stderr.flush()
-    return failed
-
-
 def env_fd(environ, name):
     """The descriptor the variable `name` gives, or -1; the variable is dropped (programs the
     dataset starts must not see it)."""
@@ -622,7 +590,7 @@ def main():
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)  # whole, prompt lines to the pool's pipe
     wait_for_turn(os.environ)
-    preload_modules(os.environ)
+    _preload.preload(os.environ)
     close_env_fd(os.environ, STARTED_FD_ENV)  # the next worker's turn
     Worker(listen, env_int("SPAWNPOINT_LOADER_WORKER_ID", 0),
            env_int("SPAWNPOINT_LOADER_RANK", 0),

@@ -1,0 +1,110 @@
+"""What a Python loader worker imports before its first batch (loader.preloadModules).
+
+SPAWNPOINT_LOADER_PRELOAD names the modules, comma-separated ("torch,numpy"; unset: torch
+and __main__; empty: none). The entry "__main__" stands for the trainer's script, which
+SPAWNPOINT_LOADER_MAIN names (the agent finds it in the rank's command): its leading import
+statements, the `import` and `from ... import` lines before its first other statement (a
+docstring and `from __future__` aside), are imported the way the script resolves them, with
+the script's directory first on sys.path as Python puts it for a script. A spawned worker
+runs the script's module before its first batch anyway (multiprocessing's preparation, as
+PyTorch's own workers do at iter()); doing its imports now, while the rank starts, keeps
+them out of the first batch. Only the leading block: an import after other code may
+depend on it (a sys.path change, say), and importing it early could cache a different
+module under that name. A failure there is silent (the script's own import, when the
+worker prepares the script, reports it in the rank's words); a failed listed module is one
+stderr line and the worker serves anyway.
+"""
+
+import ast
+import importlib
+import os
+import sys
+
+PRELOAD_ENV = "SPAWNPOINT_LOADER_PRELOAD"
+MAIN_ENV = "SPAWNPOINT_LOADER_MAIN"
+SCRIPT = "__main__"
+
+
+def names(environ):
+    """The entries SPAWNPOINT_LOADER_PRELOAD names, each once: torch and __main__ when it is
+    unset."""
+    value = environ.get(PRELOAD_ENV)
+    if value is None:
+        return ["torch", SCRIPT]
+    out = []
+    for name in value.split(","):
+        name = name.strip()
+        if name and name not in out:
+            out.append(name)
+    return out
+
+
+def script_imports(path):
+    """The modules the script at `path` imports in its leading import statements, in order
+    ([] when it cannot be read or parsed). `from a import b` gives "a", and "a.b" as a
+    candidate submodule (imported only if a has no attribute b)."""
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return []
+    out = []
+    for i, node in enumerate(tree.body):
+        if (i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)):
+            continue  # the docstring
+        if isinstance(node, ast.Import):
+            out.extend((alias.name, None) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level or node.module == "__future__":
+                continue
+            out.extend((node.module, alias.name) for alias in node.names if alias.name != "*")
+            if all(alias.name == "*" for alias in node.names):
+                out.append((node.module, None))
+        else:
+            break
+    return out
+
+
+def preload_script(path):
+    """Imports what script_imports(path) lists, quietly; the names imported."""
+    if not path:
+        return []
+    script_dir = os.path.dirname(os.path.abspath(path))
+    saved = list(sys.path)
+    # As for `python script.py`: the script's directory first, not this worker's (-m puts
+    # the working directory there).
+    sys.path[:1] = [script_dir]
+    done = []
+    try:
+        for module, attribute in script_imports(path):
+            try:
+                imported = importlib.import_module(module)
+                done.append(module)
+                if attribute is not None and not hasattr(imported, attribute):
+                    importlib.import_module(module + "." + attribute)
+                    done.append(module + "." + attribute)
+            except Exception:
+                continue
+    finally:
+        sys.path[:] = saved
+    return done
+
+
+def preload(environ):
+    """Imports the modules to have warm before the rank asks (the point of a pool). A listed
+    module that fails is one stderr line; the worker serves on. Returns the names that
+    failed."""
+    failed = []
+    for name in names(environ):
+        if name == SCRIPT:
+            preload_script(environ.get(MAIN_ENV, ""))
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception as e:
+            failed.append(name)
+            sys.stderr.write("spawnpoint loader worker: preloadModules: cannot import %s: "
+                             "%s: %s\n" % (name, type(e).__name__, e))
+            sys.stderr.flush()
+    return failed
