@@ -73,11 +73,11 @@ agent-bundle: configure
 frameworks-env: deps
 	@bash scripts/frameworks-env.sh
 
-# The chart as `helm template` renders it (no helm needed): make chart VALUES=my-values.yaml
-chart: configure
-	ninja -C $(BUILD) -j $(JOBS) spawnpoint-chart-render
-	$(BUILD)/bin/spawnpoint-chart-render --namespace spawnpoint-system --include-crds \
-	  $(if $(VALUES),--values $(VALUES)) spawnpoint charts/spawnpoint
+# The chart as `helm template` renders it, with the pinned helm 3 of the tools folder
+# (scripts/install-tools.sh): make chart VALUES=my-values.yaml
+chart: deps
+	.tools/bin/helm3 template spawnpoint charts/spawnpoint --namespace spawnpoint-system \
+	  --include-crds $(if $(VALUES),--values $(VALUES))
 
 # The chart's crds/ is a copy of crds/ (Helm packages cannot follow links out of a chart);
 # chart_test fails until they are identical.

