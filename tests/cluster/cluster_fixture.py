@@ -47,8 +47,9 @@ def free_port():
 
 
 class Cluster(object):
-    def __init__(self, source_dir, tools_bin=None, nodes=0):
+    def __init__(self, source_dir, tools_bin=None, nodes=0, kubectl="kubectl"):
         self.source_dir = source_dir
+        self.kubectl_name = kubectl  # which kubectl of the tools folder kubectl() runs
         self.tools = tools_bin or os.path.join(source_dir, ".tools", "bin")
         self.dir = tempfile.mkdtemp(prefix="spawnpoint-cluster-")
         self.home = os.path.join(self.dir, "home")
@@ -72,7 +73,7 @@ class Cluster(object):
 
     def kubectl(self, *args, stdin=None, timeout=120):
         env = dict(os.environ, HOME=self.home, KUBECACHEDIR=os.path.join(self.home, "cache"))
-        proc = subprocess.run([os.path.join(self.tools, "kubectl"), "--kubeconfig",
+        proc = subprocess.run([os.path.join(self.tools, self.kubectl_name), "--kubeconfig",
                                self.kubeconfig] + list(args), input=stdin,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               universal_newlines=True, env=env, timeout=timeout)
