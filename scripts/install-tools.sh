@@ -11,6 +11,8 @@
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler  tools/kube  -> .tools/bin/
 #   (k8s.io/kubernetes at tools/kube/go.mod's version, etcd at the version it requires; the
 #   first build takes several minutes and ~2 GiB of memory per binary)
+#   kube-fault-proxy  tools/faultproxy  -> .tools/bin/ (fault rules and a request log in
+#   front of that API server: /testing/faults, /testing/requests as tests/apiserver has them)
 set -euo pipefail
 
 control_plane=0
@@ -157,4 +159,6 @@ if [ "$control_plane" -eq 1 ]; then
   done
   etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" { print $2; exit }' "$root/tools/kube/go.mod")
   build_tool etcd "$etcd_version" "" kube ./cmd/etcd
+  # The fault-injecting proxy the tests put in front of it (stdlib only, no go.sum entries).
+  build_tool kube-fault-proxy v0 "" faultproxy .
 fi

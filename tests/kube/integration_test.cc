@@ -1,7 +1,8 @@
-// The client library over real HTTP against kube-test-server (fault injection, request log,
-// compaction), or, when SPAWNPOINT_TEST_KUBECONFIG names a kubeconfig, against that real
-// cluster, where the parts that need the test server's /testing endpoints are skipped.
-// Every test works in its own namespace, deleted at the end.
+// The client library over real HTTP against kube-test-server, or, when
+// SPAWNPOINT_TEST_KUBECONFIG names a kubeconfig, against that real cluster through
+// kube-fault-proxy (tools/faultproxy, built into .tools/bin by scripts/install-tools.sh
+// --control-plane): both answer the /testing endpoints the fault tests use (fault rules, the
+// request log). Every test works in its own namespace, deleted at the end.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -36,17 +37,24 @@ std::string RealClusterKubeconfig() {
   return v ? v : "";
 }
 
-#define REQUIRE_TEST_SERVER()                                                          \
-  if (real_cluster_) {                                                                 \
-    GTEST_SKIP() << "needs kube-test-server's fault injection and /testing endpoints"; \
-  }
-
 class KubeIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
     real_cluster_ = !RealClusterKubeconfig().empty();
     if (real_cluster_) {
-      auto c = LoadKubeconfig(RealClusterKubeconfig());
+      // The fault proxy in front of the cluster: every request goes through it.
+      ASSERT_EQ(::access(KUBE_FAULT_PROXY, X_OK), 0)
+          << KUBE_FAULT_PROXY
+          << " is missing: scripts/install-tools.sh --control-plane builds it (make deps)";
+      std::string kubeconfig = dir_.File("proxy.kubeconfig");
+      server_ = std::make_unique<TestProcess>(
+          std::vector<std::string>{KUBE_FAULT_PROXY, "--upstream-kubeconfig",
+                                   RealClusterKubeconfig(), "--kubeconfig-out", kubeconfig});
+      ASSERT_TRUE(WaitUntil(
+          [&] { return server_->Stdout().find("listening on http://") != std::string::npos; },
+          seconds(20)))
+          << server_->Stderr();
+      auto c = LoadKubeconfig(kubeconfig);
       ASSERT_TRUE(c.ok()) << c.status().ToString();
       config_ = *c;
     } else {
@@ -77,7 +85,7 @@ class KubeIntegrationTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    if (!real_cluster_ && raw_) Testing("DELETE", "/testing/faults");
+    if (raw_) Testing("DELETE", "/testing/faults");
     if (client_ && !ns_.empty()) {
       (void)client_->Delete(resources::Namespaces(), "", ns_, {.propagation_policy = "Background"});
     }
@@ -267,7 +275,7 @@ TEST_F(KubeIntegrationTest, PagingAndSelectors) {
   EXPECT_EQ(names.size(), 25u);
   EXPECT_EQ(all->items.size(), 25u);
   EXPECT_FALSE(all->resource_version.empty());
-  if (!real_cluster_) EXPECT_EQ(RequestsAtLeast(6, "list").size(), 2u + 4u);
+  EXPECT_EQ(RequestsAtLeast(6, "list").size(), 2u + 4u);
 
   auto count = [&](const std::string& label, const std::string& field = "") -> size_t {
     auto l = client_->ListAll(kConfigMaps, ns_,
@@ -326,20 +334,18 @@ InformerOptions FastInformer(const std::string& ns) {
 }
 
 TEST_F(KubeIntegrationTest, WatchResumesAfterCutStreamsWithoutLossOrDuplicates) {
-  if (!real_cluster_) {
-    // Three watches cut cleanly after 4 events, then two cut in the middle of an event.
-    AddFaults({{{"verb", "watch"},
-                {"resource", "configmaps"},
-                {"namespace", ns_},
-                {"cutAfterEvents", 4},
-                {"count", 3}},
-               {{"verb", "watch"},
-                {"resource", "configmaps"},
-                {"namespace", ns_},
-                {"cutAfterEvents", 3},
-                {"midLine", true},
-                {"count", 2}}});
-  }
+  // Three watches cut cleanly after 4 events, then two cut in the middle of an event.
+  AddFaults({{{"verb", "watch"},
+              {"resource", "configmaps"},
+              {"namespace", ns_},
+              {"cutAfterEvents", 4},
+              {"count", 3}},
+             {{"verb", "watch"},
+              {"resource", "configmaps"},
+              {"namespace", ns_},
+              {"cutAfterEvents", 3},
+              {"midLine", true},
+              {"count", 2}}});
   Informer inf(client_.get(), kConfigMaps, FastInformer(ns_));
   Tally tally;
   inf.AddEventHandler(tally.Handler());
@@ -378,22 +384,22 @@ TEST_F(KubeIntegrationTest, WatchResumesAfterCutStreamsWithoutLossOrDuplicates) 
   }
   auto stats = inf.ReflectorStatistics();
   EXPECT_EQ(stats.lists, 1);  // resumed every time; never needed to relist
+  EXPECT_GE(stats.watches, 6);
+  auto watches = RequestsAtLeast(6, "watch");
+  ASSERT_GE(watches.size(), 6u);
+  for (auto& w : watches) {
+    EXPECT_THAT(w["query"].get<std::string>(), HasSubstr("resourceVersion="));
+    EXPECT_THAT(w["query"].get<std::string>(), HasSubstr("allowWatchBookmarks=true"));
+  }
   if (!real_cluster_) {
-    EXPECT_GE(stats.watches, 6);
-    auto watches = RequestsAtLeast(6, "watch");
-    ASSERT_GE(watches.size(), 6u);
-    for (auto& w : watches) {
-      EXPECT_THAT(w["query"].get<std::string>(), HasSubstr("resourceVersion="));
-      EXPECT_THAT(w["query"].get<std::string>(), HasSubstr("allowWatchBookmarks=true"));
-    }
-    // Bookmarks arrive every 250 ms and move the resume point along.
+    // The test server sends bookmarks every 250 ms and they move the resume point along
+    // (a real server sends them about once a minute).
     EXPECT_TRUE(WaitUntil([&] { return inf.ReflectorStatistics().bookmarks > 0; }, seconds(10)));
   }
   inf.Stop();
 }
 
 TEST_F(KubeIntegrationTest, RelistAfterGoneReflectsDeletionsMissedInTheGap) {
-  REQUIRE_TEST_SERVER();
   for (const char* n : {"keep", "change", "remove"}) {
     ASSERT_TRUE(client_->Create(kConfigMaps, ConfigMap(n)).ok());
   }
@@ -405,13 +411,19 @@ TEST_F(KubeIntegrationTest, RelistAfterGoneReflectsDeletionsMissedInTheGap) {
   inf.Start();
   ASSERT_TRUE(inf.WaitForSync(seconds(30)));
   ASSERT_TRUE(WaitUntil([&] { return !Requests("watch").empty(); }, seconds(30)));
-  // In the gap: a deletion, an update and a creation, and the server compacts its history
-  // so the informer's resourceVersion is gone.
+  // In the gap: a deletion, an update and a creation; then the informer's resourceVersion
+  // is gone (410 Expired, as after the server compacted its history: the next watch says
+  // so the way a real server does).
   ASSERT_TRUE(client_->Delete(kConfigMaps, ns_, "remove").ok());
   ASSERT_TRUE(client_->Patch(kConfigMaps, ns_, "change", {{"data", {{"v", "9"}}}}).ok());
   ASSERT_TRUE(client_->Create(kConfigMaps, ConfigMap("new")).ok());
-  Testing("POST", "/testing/compact");
-  Testing("DELETE", "/testing/faults");
+  Testing("PUT", "/testing/faults",
+          {{"rules",
+            {{{"verb", "watch"},
+              {"resource", "configmaps"},
+              {"namespace", ns_},
+              {"code", 410},
+              {"count", 1}}}}});
 
   ASSERT_TRUE(WaitUntil([&] { return tally.Total() >= 3 + 3; }, seconds(30))) << Log();
   EXPECT_EQ(tally.Of("remove")[3], 1) << "deletion reported as final-state-unknown";
@@ -431,7 +443,6 @@ TEST_F(KubeIntegrationTest, RelistAfterGoneReflectsDeletionsMissedInTheGap) {
 }
 
 TEST_F(KubeIntegrationTest, TooManyRequestsHonoursRetryAfter) {
-  REQUIRE_TEST_SERVER();
   ASSERT_TRUE(client_->Create(kConfigMaps, ConfigMap("x")).ok());
   AddFaults({{{"verb", "get"},
               {"resource", "configmaps"},
@@ -454,7 +465,6 @@ TEST_F(KubeIntegrationTest, TooManyRequestsHonoursRetryAfter) {
 }
 
 TEST_F(KubeIntegrationTest, ServerErrorStormsAreRetriedWithinBounds) {
-  REQUIRE_TEST_SERVER();
   ClientOptions o;
   o.retry.max_attempts = 4;
   o.retry.initial_backoff = milliseconds(20);
@@ -570,7 +580,6 @@ TEST_F(KubeIntegrationTest, TwoElectorsOneLeaderAndFailover) {
 }
 
 TEST_F(KubeIntegrationTest, LeaderStepsDownWhenRenewalsFail) {
-  REQUIRE_TEST_SERVER();
   ClientOptions o;
   o.retry.max_attempts = 1;
   auto client = NewClient(o);

@@ -1,0 +1,3 @@
+module spawnpoint.dev/tools/faultproxy
+
+go 1.22
