@@ -38,6 +38,17 @@ def main(build_dir=False, required=()):
     unittest.main(module="__main__", argv=[sys.argv[0]] + rest, verbosity=2)
 
 
+def wait_until(condition, deadline_s, interval_s=0.5):
+    """Polls condition() until it holds (True) or deadline_s pass (False)."""
+    import time
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(interval_s)
+    return condition()
+
+
 def free_port():
     """A TCP port free on 127.0.0.1 now."""
     import socket

@@ -19,7 +19,6 @@ runs beside the cluster as a process, with their arguments and their credentials
 import json
 import os
 import re
-import time
 import unittest
 
 import cluster_fixture
@@ -83,11 +82,8 @@ class HelmOnRealServerTest(unittest.TestCase):
         return json.loads(self.kubectl(*(argv + ("-o", "json")))[1])
 
     def wait(self, what, condition, deadline_s=DEADLINE_S, log="operator"):
-        end = time.monotonic() + deadline_s
-        while time.monotonic() < end:
-            if condition():
-                return
-            time.sleep(0.5)
+        if cluster_fixture.wait_until(condition, deadline_s):
+            return
         self.fail("%s not within %d s\n%s:\n%s" % (
             what, deadline_s, log, self.cluster.log(log)[-3000:]))
 

@@ -13,7 +13,6 @@ import glob
 import json
 import os
 import re
-import time
 import unittest
 
 import cluster_fixture
@@ -44,11 +43,8 @@ class JobOnRealServerTest(unittest.TestCase):
         return json.loads(out)
 
     def wait(self, what, condition, deadline_s=DEADLINE_S):
-        end = time.monotonic() + deadline_s
-        while time.monotonic() < end:
-            if condition():
-                return
-            time.sleep(0.5)
+        if cluster_fixture.wait_until(condition, deadline_s):
+            return
         self.fail("%s not within %d s\noperator:\n%s" % (
             what, deadline_s, self.cluster.log("operator")[-3000:]))
 

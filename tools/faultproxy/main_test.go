@@ -300,19 +300,7 @@ func TestKubeconfigs(t *testing.T) {
 	write("tok", "abc.def\n")
 	for _, c := range []struct{ name, content, server, user, token, ns string }{
 		// As scripts/cluster.sh writes them: flow mappings, quoted absolute paths.
-		{"flow", `apiVersion: v1
-kind: Config
-clusters:
-- name: spawnpoint-test
-  cluster: {server: "https://127.0.0.1:6443", certificate-authority: "` + pki.ca + `"}
-users:
-- name: admin
-  user: {client-certificate: "` + pki.cert + `", client-key: "` + pki.key + `"}
-contexts:
-- name: admin
-  context: {cluster: spawnpoint-test, user: admin, namespace: default}
-current-context: admin
-`, "https://127.0.0.1:6443", "spawnpoint-admin", "", "default"},
+		{"flow", clusterShKubeconfig("https://127.0.0.1:6443", pki), "https://127.0.0.1:6443", "spawnpoint-admin", "", "default"},
 		// As kubectl writes them: block style, relative paths, comments, a token file.
 		{"block", `# written by kubectl
 apiVersion: v1

@@ -30,6 +30,24 @@ import (
 type testPKI struct{ ca, cert, key string }
 
 // writeTestPKI writes a self-signed client certificate for CN (also as ca.crt) into dir.
+// clusterShKubeconfig is an admin kubeconfig as scripts/cluster.sh writes it: flow
+// mappings, quoted absolute paths.
+func clusterShKubeconfig(server string, pki testPKI) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: spawnpoint-test
+  cluster: {server: "%s", certificate-authority: "%s"}
+users:
+- name: admin
+  user: {client-certificate: "%s", client-key: "%s"}
+contexts:
+- name: admin
+  context: {cluster: spawnpoint-test, user: admin, namespace: default}
+current-context: admin
+`, server, pki.ca, pki.cert, pki.key)
+}
+
 func writeTestPKI(t *testing.T, dir, cn string) testPKI {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -132,19 +150,7 @@ func startProxy(t *testing.T) (*fakeUpstream, *Proxy, string) {
 	if err := os.WriteFile(pki.ca, caPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	kc := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: spawnpoint-test
-  cluster: {server: "%s", certificate-authority: "%s"}
-users:
-- name: admin
-  user: {client-certificate: "%s", client-key: "%s"}
-contexts:
-- name: admin
-  context: {cluster: spawnpoint-test, user: admin, namespace: default}
-current-context: admin
-`, u.srv.URL, pki.ca, pki.cert, pki.key)
+	kc := clusterShKubeconfig(u.srv.URL, pki)
 	path := filepath.Join(dir, "admin.kubeconfig")
 	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
 		t.Fatal(err)

@@ -45,8 +45,10 @@ func parseYAML(src string) (any, error) {
 	return v, err
 }
 
-// stripComment drops a '#' comment that starts the line or follows a space, outside quotes.
-func stripComment(s string) string {
+// eachUnquoted calls visit with the index of every byte of s outside quoted strings (a quote
+// opens where opens(i) says; a backslash escapes inside double quotes) until visit returns
+// false.
+func eachUnquoted(s string, opens func(i int) bool, visit func(i int) bool) {
 	var quote byte
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -57,15 +59,28 @@ func stripComment(s string) string {
 			if c == quote {
 				quote = 0
 			}
-		case c == '"' || c == '\'':
-			if i == 0 || strings.ContainsRune(" \t:[{,-", rune(s[i-1])) {
-				quote = c
+		case (c == '"' || c == '\'') && opens(i):
+			quote = c
+		default:
+			if !visit(i) {
+				return
 			}
-		case c == '#' && (i == 0 || s[i-1] == ' ' || s[i-1] == '\t'):
-			return s[:i]
 		}
 	}
-	return s
+}
+
+// stripComment drops a '#' comment that starts the line or follows a space, outside quotes.
+func stripComment(s string) string {
+	end := len(s)
+	opens := func(i int) bool { return i == 0 || strings.ContainsRune(" \t:[{,-", rune(s[i-1])) }
+	eachUnquoted(s, opens, func(i int) bool {
+		if s[i] == '#' && (i == 0 || s[i-1] == ' ' || s[i-1] == '\t') {
+			end = i
+			return false
+		}
+		return true
+	})
+	return s[:end]
 }
 
 func isSeqItem(text string) bool { return text == "-" || strings.HasPrefix(text, "- ") }
@@ -82,23 +97,15 @@ func mappingColon(text string) int {
 	if text == "" || text[0] == '{' || text[0] == '[' {
 		return -1
 	}
-	var quote byte
-	for i := 0; i < len(text); i++ {
-		c := text[i]
-		switch {
-		case quote == '"' && c == '\\':
-			i++
-		case quote != 0:
-			if c == quote {
-				quote = 0
-			}
-		case (c == '"' || c == '\'') && i == 0:
-			quote = c
-		case c == ':' && (i+1 == len(text) || text[i+1] == ' '):
-			return i
+	colon := -1
+	eachUnquoted(text, func(i int) bool { return i == 0 }, func(i int) bool {
+		if text[i] == ':' && (i+1 == len(text) || text[i+1] == ' ') {
+			colon = i
+			return false
 		}
-	}
-	return -1
+		return true
+	})
+	return colon
 }
 
 func (p *yamlParser) mapping(indent int) (any, error) {
@@ -198,24 +205,16 @@ func (p *yamlParser) inline(text string, no, indent int) (any, error) {
 }
 
 func flowClosed(s string) bool {
-	depth, quote := 0, byte(0)
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case quote == '"' && c == '\\':
-			i++
-		case quote != 0:
-			if c == quote {
-				quote = 0
-			}
-		case c == '"' || c == '\'':
-			quote = c
-		case c == '{' || c == '[':
+	depth := 0
+	eachUnquoted(s, func(int) bool { return true }, func(i int) bool {
+		switch s[i] {
+		case '{', '[':
 			depth++
-		case c == '}' || c == ']':
+		case '}', ']':
 			depth--
 		}
-	}
+		return true
+	})
 	return depth <= 0
 }
 
