@@ -395,6 +395,35 @@ class WorkerSetupTest(unittest.TestCase):
         finally:
             worker.MAX_LOADERS = kept
 
+    def test_a_rewind_from_a_client_that_already_left_still_counts(self):
+        import mmap
+
+        class Left(object):
+            """A client that sent its messages and closed: no answer can reach it."""
+
+            def __init__(self, messages):
+                self.messages = list(messages)
+
+            def receive(self):
+                return self.messages.pop(0) if self.messages else None
+
+            def send(self, kind, body):
+                raise BrokenPipeError("the client went away")
+
+        with tempfile.TemporaryDirectory() as d:
+            a, = self.write_loaders(d, [7])
+            alone = self.batches(worker.Worker(None, 1, 0, 0), a, [[3]])
+            server = worker.Worker(None, 1, 0, 0)
+            self.batches(server, a, [])
+            server.ring = (mmap.mmap(-1, 1 << 20), 1, 1 << 20)
+            # A speculative batch of epoch 1 whose answer fails (the session ended meanwhile),
+            # then the Rewind the ending session sent before it closed.
+            server.serve_client(Left([
+                (worker.TASK, {"id": 1, "epoch": 1, "batch": 0, "slot": 0, "indices": [5]}, -1),
+                (worker.REWIND, {"epoch": 1}, -1)]))
+            self.assertEqual(server.loader.fetch([3]), alone[0],
+                             "the voided batch moved the streams")
+
     def test_a_probed_batch_no_task_takes_costs_the_streams_nothing(self):
         with tempfile.TemporaryDirectory() as d:
             a, = self.write_loaders(d, [7])

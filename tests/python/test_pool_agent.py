@@ -77,7 +77,8 @@ class PoolAgentTest(unittest.TestCase):
         for r in reports.values():
             self.assertEqual(r["served"], [POOL_ITER], self.output)
             self.assertEqual(r["stock"], ["_MultiProcessingDataLoaderIter"], self.output)
-            self.assertEqual(r["equal"], {"train": True, "val": True}, self.output)
+            self.assertEqual(r["equal"], {"train": True, "val": True},
+                             json.dumps(r.get("differences"), indent=1) + "\n" + self.output)
             self.assertEqual(r["batches"], 2 * 6)  # 24 samples per rank, batches of 4
             self.assertEqual(len(r["workers"]), 2)
         # Each rank has its own pool.

@@ -1,4 +1,5 @@
-"""What a Python loader worker imports before its first batch (loader.preloadModules).
+"""A Python loader worker's start-up: its turn (staggered start-up, at the end of this
+file), then what it imports before its first batch (loader.preloadModules).
 
 SPAWNPOINT_LOADER_PRELOAD names the modules, comma-separated ("torch,numpy"; unset: torch
 and __main__; empty: none). The entry "__main__" stands for the trainer's script, which
@@ -18,11 +19,16 @@ stderr line and the worker serves anyway.
 import ast
 import importlib
 import os
+import select
 import sys
+import time
 
 PRELOAD_ENV = "SPAWNPOINT_LOADER_PRELOAD"
 MAIN_ENV = "SPAWNPOINT_LOADER_MAIN"
 SCRIPT = "__main__"
+TURN_FD_ENV = "SPAWNPOINT_LOADER_TURN_FD"  # contract.h: staggered start-up
+STARTED_FD_ENV = "SPAWNPOINT_LOADER_STARTED_FD"
+TURN_LIMIT_S = 30.0
 
 
 def names(environ):
@@ -108,3 +114,45 @@ def preload(environ):
                              "%s: %s\n" % (name, type(e).__name__, e))
             sys.stderr.flush()
     return failed
+
+
+# ---- Staggered start-up: whose turn it is to import (contract.h) ----------------------
+
+def env_fd(environ, name):
+    """The descriptor the variable `name` gives, or -1; the variable is dropped (programs the
+    dataset starts must not see it)."""
+    try:
+        return int(environ.pop(name, ""))
+    except ValueError:
+        return -1
+
+
+def close_env_fd(environ, name):
+    """Closes the descriptor the variable `name` gives, if any (env_fd)."""
+    _close_quietly(env_fd(environ, name))
+
+
+def _close_quietly(fd):
+    if fd >= 0:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def wait_for_turn(environ, limit_s=TURN_LIMIT_S):
+    """With a turn descriptor (staggered start-up), waits until the worker before this one has
+    finished its preload (end of file: it closed its end, or died), at most limit_s: a
+    predecessor that hangs while importing does not hold this worker back for ever; then
+    closes it."""
+    fd = env_fd(environ, TURN_FD_ENV)
+    if fd >= 0:
+        try:
+            end = time.monotonic() + limit_s
+            while time.monotonic() < end:
+                ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
+                if ready and not os.read(fd, 64):
+                    break
+        except OSError:
+            pass
+        _close_quietly(fd)

@@ -67,11 +67,9 @@ import mmap
 import os
 import pickle
 import random
-import select
 import socket
 import struct
 import sys
-import time
 import traceback
 
 from . import _batch_codec, _preload
@@ -83,9 +81,6 @@ _HEADER = struct.Struct("<IBBxx")  # payload length, message type, descriptor fo
 _MAX_PAYLOAD = 64 << 20
 _MAX_FDS = 8
 MAX_LOADERS = 8  # set-up DataLoaders a worker keeps
-TURN_FD_ENV = "SPAWNPOINT_LOADER_TURN_FD"  # contract.h: staggered start-up
-STARTED_FD_ENV = "SPAWNPOINT_LOADER_STARTED_FD"
-TURN_LIMIT_S = 30.0
 
 
 class Connection(object):
@@ -340,6 +335,12 @@ class Worker(object):
                     self.ring = None
 
     def serve_client(self, conn):
+        # Once a reply cannot be sent (the client closed its end), what it sent before still
+        # counts: a session that voids its speculative batches sends Rewind and closes, and a
+        # worker that was still building one of them fails to answer it but must rewind all
+        # the same, or its random streams stay a batch ahead of PyTorch's. So the messages
+        # already received are handled to the end, unanswered.
+        gone = False
         while True:
             try:
                 message = conn.receive()
@@ -354,11 +355,11 @@ class Worker(object):
             finally:
                 if fd >= 0 and kind != RING:
                     os.close(fd)  # a descriptor nobody took
-            if reply is not None:
+            if reply is not None and not gone:
                 try:
                     conn.send(*reply)
                 except OSError:
-                    return  # the rank went away
+                    gone = True
 
     def handle(self, kind, body, fd):
         handlers = {CONFIGURE: self.configure, PROBE: self.probe, TASK: self.task,
@@ -529,46 +530,6 @@ def log(line):
     sys.stderr.flush()
 
 
-def env_fd(environ, name):
-    """The descriptor the variable `name` gives, or -1; the variable is dropped (programs the
-    dataset starts must not see it)."""
-    try:
-        return int(environ.pop(name, ""))
-    except ValueError:
-        return -1
-
-
-def close_env_fd(environ, name):
-    """Closes the descriptor the variable `name` gives, if any (env_fd)."""
-    _close_quietly(env_fd(environ, name))
-
-
-def _close_quietly(fd):
-    if fd >= 0:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-
-
-def wait_for_turn(environ, limit_s=TURN_LIMIT_S):
-    """With a turn descriptor (staggered start-up), waits until the worker before this one has
-    finished its preload (end of file: it closed its end, or died), at most limit_s: a
-    predecessor that hangs while importing does not hold this worker back for ever; then
-    closes it."""
-    fd = env_fd(environ, TURN_FD_ENV)
-    if fd >= 0:
-        try:
-            end = time.monotonic() + limit_s
-            while time.monotonic() < end:
-                ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
-                if ready and not os.read(fd, 64):
-                    break
-        except OSError:
-            pass
-        _close_quietly(fd)
-
-
 def env_int(name, fallback):
     try:
         return int(os.environ.get(name, ""))
@@ -589,9 +550,9 @@ def main():
     os.set_inheritable(fd, False)
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)  # whole, prompt lines to the pool's pipe
-    wait_for_turn(os.environ)
+    _preload.wait_for_turn(os.environ)
     _preload.preload(os.environ)
-    close_env_fd(os.environ, STARTED_FD_ENV)  # the next worker's turn
+    _preload.close_env_fd(os.environ, _preload.STARTED_FD_ENV)  # the next worker's turn
     Worker(listen, env_int("SPAWNPOINT_LOADER_WORKER_ID", 0),
            env_int("SPAWNPOINT_LOADER_RANK", 0),
            env_int("SPAWNPOINT_LOADER_INCARNATION", 0)).serve()

@@ -129,6 +129,21 @@ def report(out_dir, case, **fields):
     os.rename(path + ".tmp", path)
 
 
+def differences(got, want):
+    """Where two runs' batches differ (for the test's failure message): each differing
+    batch's number and, per differing field, both values."""
+    out = []
+    if len(got) != len(want):
+        out.append("%d batches, stock %d" % (len(got), len(want)))
+    for n, (a, b) in enumerate(zip(got, want)):
+        a, b = without_pids(a), without_pids(b)
+        fields = {k: [repr(a.get(k)), repr(b.get(k))] for k in sorted(set(a) | set(b))
+                  if not same(a.get(k), b.get(k))}
+        if fields:
+            out.append({"batch": n, "fields": fields})
+    return out
+
+
 def worker_pids(batches):
     return sorted({int(p) for b in batches for p in b["pid"]})
 
@@ -146,7 +161,8 @@ def case_ddp(out_dir):
         same(without_pids(a), without_pids(b)) for a, b in zip(got[part], want[part]))
         for part in ("train", "val")}
     report(out_dir, "ddp", served=sorted(got["served"]), stock=sorted(want["served"]),
-           equal=equal, batches=len(got["train"]), workers=worker_pids(got["train"]))
+           equal=equal, batches=len(got["train"]), workers=worker_pids(got["train"]),
+           differences={part: differences(got[part], want[part]) for part in ("train", "val")})
     del model  # before the process group goes (torch 1.7 aborts otherwise)
     dist.destroy_process_group()
 
