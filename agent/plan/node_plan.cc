@@ -130,8 +130,8 @@ std::string PythonScriptOf(const std::vector<std::string>& argv) {
     const std::string& arg = argv[i];
     if (arg == "--") return i + 1 < argv.size() && argv[i + 1] != "-" ? argv[i + 1] : "";
     if (arg.size() < 2 || arg[0] != '-') return arg == "-" ? "" : arg;
-    if (arg[1] ==
-        '-') {  // --check-hash-based-pycs MODE takes a value; --help and the like run nothing
+    // --check-hash-based-pycs MODE takes a value; --help and the like run nothing.
+    if (arg[1] == '-') {
       if (arg == "--check-hash-based-pycs") {
         ++i;
         continue;

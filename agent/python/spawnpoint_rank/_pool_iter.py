@@ -82,7 +82,9 @@ def pool_iterator(loader):
              "worker_init_fn": loader.worker_init_fn, "num_workers": loader.num_workers,
              "auto_collation": loader._auto_collation}
     try:
-        pickle.dumps(parts, protocol=pickle.HIGHEST_PROTOCOL)
+        # Pickled once: these bytes go to the workers (the base seed beside them, as the
+        # iterator draws it).
+        payload = pickle.dumps(parts, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as err:  # torch's own spawn workers report it in their words
         return None, "the dataset, collate_fn or worker_init_fn cannot be pickled (%s: %s)" % (
             type(err).__name__, err)
@@ -90,7 +92,7 @@ def pool_iterator(loader):
     if cls is None:
         cls = _classes[dlmod] = _make_class(dlmod)
     try:
-        return cls(loader, svc, parts), None
+        return cls(loader, svc, payload), None
     except _pool.ServiceError as err:
         if err.kind in ("workers", "protocol", "gone"):
             return None, str(err)
@@ -101,12 +103,12 @@ def _make_class(dlmod):
     base = dlmod._BaseDataLoaderIter
 
     class _PoolDataLoaderIter(base):
-        def __init__(self, loader, svc, parts):
+        def __init__(self, loader, svc, payload):
             base.__init__(self, loader)  # draws the base seed from loader.generator
             self._svc = svc
             self._prefetch = max(1, int(getattr(loader, "prefetch_factor", None) or 2))
             self._timeout_ms = int(max(0.0, float(loader.timeout or 0)) * 1000)
-            self._pickle = _write_pickle(svc.pool_dir, dict(parts, base_seed=self._base_seed))
+            self._pickle = _write_pickle(svc.pool_dir, payload, self._base_seed)
             self._session = None
             self._ring = None
             self._epoch = -1       # the epoch's number on the wire (skips voided predictions)
@@ -408,12 +410,13 @@ def _predict_window(it, count, sampler_step):
         restore()
 
 
-def _write_pickle(pool_dir, parts):
+def _write_pickle(pool_dir, payload, base_seed):
     """Writes what the workers need for a loader (worker.py's unwrap reads it); its path.
 
     As a spawned DataLoader worker gets it: multiprocessing's preparation data (the rank's
     sys.path, working directory and main module, so that what the trainer's script defines
-    unpickles) and the pickled loader dict, whose protocol the workers' Python reads."""
+    unpickles), the pickled loader dict (`payload`, in a protocol the workers' Python reads)
+    and the iterator's base seed."""
     from multiprocessing import spawn
 
     try:
@@ -423,9 +426,8 @@ def _write_pickle(pool_dir, parts):
     except Exception:  # e.g. an interactive main: no main module to import in the workers
         preparation = None
     path = os.path.join(pool_dir, "loader-%d-%d.pkl" % (os.getpid(), next(_counter)))
-    payload = pickle.dumps(parts, protocol=pickle.HIGHEST_PROTOCOL)
     with open(path + ".tmp", "wb") as f:
-        pickle.dump({"preparation": preparation, "payload": payload}, f,
+        pickle.dump({"preparation": preparation, "payload": payload, "base_seed": base_seed}, f,
                     protocol=pickle.HIGHEST_PROTOCOL)
     os.rename(path + ".tmp", path)
     return path

@@ -6,8 +6,8 @@ spawnpoint_rank.worker` with agent/python on PYTHONPATH, the worker's listening 
 fd 3 and SPAWNPOINT_LOADER_{LISTEN_FD,WORKER_ID,RANK,INCARNATION} set (contract.h). It
 imports the modules named by SPAWNPOINT_LOADER_PRELOAD at once (_preload.py: e.g.
 "torch,numpy,__main__", __main__ being the trainer script's leading imports), so the rank
-does not wait for them. With SPAWNPOINT_LOADER_TURN_FD (the pool staggers start-ups on a rank with few
-CPUs) it first waits for the worker before it to finish its preload; it closes
+does not wait for them. With SPAWNPOINT_LOADER_TURN_FD (the pool staggers start-ups on a
+rank with few CPUs) it first waits for the worker before it to finish its preload; it closes
 SPAWNPOINT_LOADER_STARTED_FD when its own is done, which is the next worker's turn. Then it
 serves one rank connection at a time: when the rank goes away (or restarts, or switches
 DataLoaders), the worker waits for the next one, its loaders still loaded.
@@ -253,10 +253,10 @@ def _without_worker_info(fn, data):
 
 def unwrap(spec):
     """The loader dict of a pickle file. The rank side wraps it as {"preparation",
-    "payload"}: multiprocessing's spawn preparation data of the rank (its sys.path, working
-    directory and main module), applied here as a spawned child applies it, so classes and
-    functions defined in the trainer's script (__main__) unpickle; then the payload, the
-    pickled loader dict."""
+    "payload", "base_seed"}: multiprocessing's spawn preparation data of the rank (its
+    sys.path, working directory and main module), applied here as a spawned child applies it,
+    so classes and functions defined in the trainer's script (__main__) unpickle; then the
+    payload, the pickled loader dict, with the iterator's base seed."""
     if "payload" not in spec:
         return spec
     preparation = spec.get("preparation")
@@ -264,7 +264,10 @@ def unwrap(spec):
         from multiprocessing import spawn
 
         spawn.prepare(preparation)
-    return pickle.loads(spec["payload"])
+    loaded = pickle.loads(spec["payload"])
+    if "base_seed" in spec:
+        loaded["base_seed"] = spec["base_seed"]
+    return loaded
 
 
 def capture_streams():
