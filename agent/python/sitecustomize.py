@@ -7,7 +7,8 @@ that runs a post-import hook right after each of these modules is first executed
 the hook from the package beside this file (spawnpoint_rank/) only then:
     multiprocessing.context      spawnpoint_rank._mp: spawn is the default start method
     torch.utils.data.dataloader  spawnpoint_rank._dataloader: the job's DataLoader defaults
-    torch.distributed            spawnpoint_rank._distributed: USE_LIBUV=0 where torch lacks libuv
+    torch.distributed            spawnpoint_rank._distributed: USE_LIBUV=0 where torch lacks libuv;
+                                 at exit, the process group's threads finish first (_exit)
     lightning.pytorch.trainer.connectors.accelerator_connector (and pytorch_lightning's)
                                  spawnpoint_rank._lightning: Lightning's DDP strategies run
                                  on the agent's ranks (nothing spawned or forked)

@@ -1,4 +1,4 @@
-"""Runs the test classes of test_shim.py, test_rank_side.py, test_libuv.py,
+"""Runs the test classes of test_shim.py, test_rank_side.py, test_libuv.py, test_exit.py,
 test_batch_codec.py, test_loader_worker.py and test_pool_agent.py for ctest, without pytest.
 
     run_shim_tests.py [--require-torch] [--source-dir DIR] [--agent BIN] TestClass...
@@ -40,6 +40,7 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
     import test_batch_codec
+    import test_exit
     import test_libuv
     import test_lightning
     import test_loader_worker
@@ -49,7 +50,7 @@ def main():
 
     suite = unittest.TestSuite()
     for name in args.tests:  # a class of any of these modules, by its name
-        modules = (test_rank_side, test_libuv, test_batch_codec, test_loader_worker,
+        modules = (test_rank_side, test_libuv, test_exit, test_batch_codec, test_loader_worker,
                    test_pool_agent, test_lightning)
         module = next((m for m in modules if hasattr(m, name.split(".")[0])), test_shim)
         suite.addTest(unittest.defaultTestLoader.loadTestsFromName(name, module))

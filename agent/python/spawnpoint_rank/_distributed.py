@@ -1,4 +1,5 @@
-"""Post-import hook for torch.distributed: USE_LIBUV=0 where this torch has no libuv.
+"""Post-import hook for torch.distributed: USE_LIBUV=0 where this torch has no libuv, and
+_exit.py's handler that lets the process group's threads finish before the interpreter does.
 
 `patch(distmod)` is called by the bootstrap (sitecustomize.py) right after torch.distributed
 is first executed (which `import torch` does); call it only from there. Since torch 2.4 a
@@ -24,6 +25,7 @@ import datetime
 import os
 import sys
 
+from . import _exit
 from ._report import report_once
 from .policy import DISABLE, PROBE, libuv_decision
 
@@ -65,6 +67,7 @@ def patch(distmod):
     tcp_store = getattr(distmod, "TCPStore", None)
     if torch is None or tcp_store is None or _multiprocessing_child():
         return
+    _exit.register(distmod)
     # torch is still being imported: its __version__ may not be set yet, torch.version's is.
     version = getattr(torch, "__version__", None) or getattr(
         sys.modules.get("torch.version"), "__version__", "")
