@@ -6,6 +6,7 @@
 # and kube-scheduler, at the pinned versions scripts/install-tools.sh builds into .tools/bin.
 #
 #   scripts/cluster.sh up [--dir DIR] [--port PORT] [--nodes N] [--pod-start-delay S]
+#                         [--gpus G] [--simulate-pods] [--apply FILE]...
 #                                          start; the last line is "kubeconfig: PATH"
 #   scripts/cluster.sh down [--dir DIR]    stop what `up` started in DIR, remove DIR
 #   scripts/cluster.sh status [--dir DIR]  exit 0 when it answers /readyz
@@ -13,7 +14,15 @@
 # With --nodes N (default 1; 0: none) it also starts tests/cluster/local_node.py: N Ready
 # nodes that run the pods bound to them as local processes, from the repository's root, their
 # logs in DIR/node/pods/<namespace>_<pod>_<uid>/<container>.log (no `kubectl logs`: there is
-# no kubelet endpoint); --pod-start-delay S simulates image pull and sandbox creation.
+# no kubelet endpoint), each with G `nvidia.com/gpu` (--gpus, default 0; nothing but the
+# count: no device is given to the pods); --pod-start-delay S simulates image pull and
+# sandbox creation;
+# --simulate-pods runs nothing: bound pods are reported Running and left to the caller, who
+# finishes them by patching pods/status (the operator's tests).
+#
+# --apply FILE (repeatable): `kubectl apply -f FILE` as soon as the API server answers, before
+# the controllers start, so that a CRD in it is known to the garbage collector from its first
+# discovery (a CRD made later is seen at its next sync, up to 30 s on).
 #
 # DIR (default <repo>/.cache/cluster) holds everything: certificates and keys, kubeconfigs
 # (admin.kubeconfig: system:masters), the components' logs (*.log), etcd's data, the audit
@@ -29,14 +38,17 @@ tools=${SPAWNPOINT_TOOLS_BIN:-$repo/.tools/bin}
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 dir=$repo/.cache/cluster
-port="" nodes=1 start_delay=0
+port="" nodes=1 start_delay=0 simulate="" gpus=0 apply=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) dir=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
     --nodes) nodes=$2; shift 2 ;;
     --pod-start-delay) start_delay=$2; shift 2 ;;
-    *) echo "cluster: unknown argument $1 (usage: cluster.sh up|down|status [--dir DIR] [--port PORT] [--nodes N] [--pod-start-delay S])" >&2; exit 2 ;;
+    --simulate-pods) simulate=--simulate; shift ;;
+    --gpus) gpus=$2; shift 2 ;;
+    --apply) apply+=("$2"); shift 2 ;;
+    *) echo "cluster: unknown argument $1 (usage: cluster.sh up|down|status [--dir DIR] [--port PORT] [--nodes N] [--pod-start-delay S] [--gpus G] [--simulate-pods] [--apply FILE])" >&2; exit 2 ;;
   esac
 done
 
@@ -194,6 +206,10 @@ until readyz; do
   [ $SECONDS -lt $deadline ] || { say "no /readyz within the deadline"; tail -n 20 "$dir/kube-apiserver.log" >&2; stop_all; exit 1; }
   sleep 0.2
 done
+for file in "${apply[@]}"; do
+  "$tools/kubectl" --kubeconfig "$dir/admin.kubeconfig" apply -f "$file" >/dev/null ||
+    { say "kubectl apply -f $file failed"; stop_all; exit 1; }
+done
 # The controllers once the API server is ready: before, its RBAC bootstrap policy may not be
 # there yet, and kube-controller-manager exits when it cannot read its configmap.
 say "starting kube-controller-manager and kube-scheduler"
@@ -219,7 +235,7 @@ if [ "$nodes" -gt 0 ]; then
   say "starting the local node ($nodes nodes that run pods as local processes)"
   mkdir -p "$dir/node"
   launch_as local-node python3 "$repo/tests/cluster/local_node.py" --kubeconfig "$dir/admin.kubeconfig" \
-    --nodes "$nodes" --work-dir "$dir/node" --cwd "$repo" --pod-start-delay "$start_delay"
+    --nodes "$nodes" --work-dir "$dir/node" --cwd "$repo" --pod-start-delay "$start_delay" --gpus "$gpus" $simulate
   until grep -q "local-node: ready" "$dir/local-node.log" 2>/dev/null &&
     [ "$("$kubectl" --kubeconfig "$dir/admin.kubeconfig" get nodes --no-headers 2>/dev/null | grep -c ' Ready ')" -ge "$nodes" ]; do
     failed

@@ -3,6 +3,7 @@ Node objects and runs the pods the scheduler binds to them as local processes.
 
     local_node.py --kubeconfig FILE [--nodes N] [--name-prefix P] [--cpu C] [--memory M]
                   [--gpus G] [--work-dir DIR] [--cwd DIR] [--pod-start-delay SECONDS]
+                  [--simulate]
 
 What a pod gets, as a kubelet would give it (what a container runtime would add is not here:
 no image, no namespaces, no mounts):
@@ -28,6 +29,10 @@ no image, no namespaces, no mounts):
 - Deletion: when a pod gets a deletionTimestamp its processes get SIGTERM, then SIGKILL after
   its grace period, and the node removes the pod (DELETE with grace 0), as a kubelet does.
 - --pod-start-delay: a SIMULATED wait before a pod's containers start (image pull, sandbox).
+- --simulate: nothing runs (for the operator's tests, which play the kubelet's part themselves):
+  a bound pod is reported Running with its containers running, and then left alone, so the
+  test's own pods/status patches (Succeeded, Failed, exit codes) are what the operator sees;
+  deletion is honoured at once (there is nothing to stop).
 - Logs: <work-dir>/pods/<namespace>_<name>_<uid>/<container>.log (stdout and stderr).
 
 It prints "local-node: ready N nodes" once the nodes are registered, and stops every process
@@ -240,6 +245,15 @@ class Pod(object):
         delay = self.node.pod_start_delay
         if delay > 0:  # SIMULATED: image pull and sandbox creation
             time.sleep(delay)
+        if self.node.simulate:  # SIMULATED: Running, and nothing more from this node
+            for c in self.containers:
+                c.started_at = now()
+                c.state = {"running": {"startedAt": c.started_at}}
+            self.phase = "Running"
+            self.report()
+            if self.deleting:
+                self.remove()
+            return
         for c in self.inits:
             if self.deleting or not self.start(c):
                 return self.end("Failed")
@@ -358,6 +372,7 @@ class LocalNode(object):
         self.work_dir = os.path.abspath(args.work_dir)
         self.cwd = os.path.abspath(args.cwd)
         self.pod_start_delay = args.pod_start_delay
+        self.simulate = args.simulate
         self.capacity = {"cpu": args.cpu, "memory": args.memory, "pods": "110",
                          "nvidia.com/gpu": str(args.gpus), "ephemeral-storage": "100Gi"}
         self.pods = {}  # uid -> Pod
@@ -468,6 +483,8 @@ def main():
     parser.add_argument("--cwd", default=".")
     parser.add_argument("--pod-start-delay", type=float, default=0.0,
                         help="SIMULATED seconds before a pod's containers start")
+    parser.add_argument("--simulate", action="store_true",
+                        help="SIMULATED pods: Running, then only what the API is told")
     args = parser.parse_args()
     node = LocalNode(args)
 

@@ -1,5 +1,6 @@
-// End to end: kube-test-server runs each pod's trainer container as a local process, the
-// operator creates the pods with the agent used in place and rendezvous on 127.0.0.1, and
+// End to end on a real control plane (fixture operator_e2e_cluster) whose local nodes run
+// each pod's trainer container as a local process: the operator creates the pods with the
+// agent used in place and rendezvous on 127.0.0.1, and
 // examples/local-cluster.yaml (2 nodes x 1 CPU rank of the example DDP trainer) is applied
 // with kubectl: the ranks rendezvous, train, the job reaches Succeeded and both ranks end
 // with the same parameters.
@@ -10,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <regex>
 
 #include "tests/operator/harness.h"
@@ -31,6 +33,22 @@ int FreePort() {
   return ntohs(sa.sin_port);
 }
 
+// A container's log as the local node keeps it (<cluster dir>/node/pods/<ns>_<pod>_<uid>/
+// <container>.log): there is no kubelet endpoint for `kubectl logs`.
+std::string PodLog(const OperatorHarness& h, const std::string& pod,
+                   const std::string& container = "trainer") {
+  const std::filesystem::path pods =
+      std::filesystem::path(E2E_CLUSTER_KUBECONFIG).parent_path() / "node" / "pods";
+  const std::string prefix = h.ns() + "_" + pod + "_";
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(pods, ec)) {
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) {
+      return spawnpoint::testing::ReadFile((entry.path() / (container + ".log")).string());
+    }
+  }
+  return "";
+}
+
 std::string Replace(std::string text, const std::string& from, const std::string& to) {
   size_t at = text.find(from);
   if (at != std::string::npos) text.replace(at, from.size(), to);
@@ -38,7 +56,7 @@ std::string Replace(std::string text, const std::string& from, const std::string
 }
 
 TEST(OperatorEndToEnd, LocalClusterExampleTrainsToSuccess) {
-  OperatorHarness h({"--run-pods", "--simulate-nodes", "2"});
+  OperatorHarness h(E2E_CLUSTER_KUBECONFIG);
   ASSERT_TRUE(h.ok()) << h.error();
   h.StartOperator({"--agent-path", AGENT_BIN, "--master-addr", "127.0.0.1"});
 
@@ -61,17 +79,16 @@ TEST(OperatorEndToEnd, LocalClusterExampleTrainsToSuccess) {
       seconds(90)))
       << h.Job("local-cluster").dump(2) << h.Log();
   ASSERT_EQ(h.Phase("local-cluster"), "Succeeded")
-      << h.Job("local-cluster").dump(2) << h.Kubectl({"logs", "local-cluster-node-0"}).out
-      << h.Kubectl({"logs", "local-cluster-node-1"}).out;
+      << h.Job("local-cluster").dump(2) << PodLog(h, "local-cluster-node-0")
+      << PodLog(h, "local-cluster-node-1");
 
   // Each pod's log (the agent's output) ends with its rank's final line.
   static const std::regex final_line("\\[rank ([01])\\] final rank=[01] .*params=([0-9a-f]+)");
   std::map<std::string, std::string> params;
   for (int node = 0; node < 2; ++node) {
-    KubectlResult logs = h.Kubectl({"logs", "local-cluster-node-" + std::to_string(node)});
-    ASSERT_EQ(logs.code, 0) << logs.err;
+    const std::string log = PodLog(h, "local-cluster-node-" + std::to_string(node));
     std::smatch m;
-    ASSERT_TRUE(std::regex_search(logs.out, m, final_line)) << logs.out;
+    ASSERT_TRUE(std::regex_search(log, m, final_line)) << log;
     params[m[1]] = m[2];
   }
   ASSERT_EQ(params.size(), 2u);
@@ -82,10 +99,10 @@ TEST(OperatorEndToEnd, LocalClusterExampleTrainsToSuccess) {
 
 // The utilisation path with the real agent: the operator tells the agent which port to
 // serve (--agent-status-port), reads its /status while the job runs and writes the
-// loader's figures into status.utilisation. One node: under --run-pods every pod shares
+// loader's figures into status.utilisation. One node: every pod of the local nodes shares
 // 127.0.0.1, where only one agent can hold the port.
 TEST(OperatorEndToEnd, UtilisationComesFromTheRealAgent) {
-  OperatorHarness h({"--run-pods", "--simulate-nodes", "1"});
+  OperatorHarness h(E2E_CLUSTER_KUBECONFIG);
   ASSERT_TRUE(h.ok()) << h.error();
   const int port = FreePort();
   h.StartOperator({"--agent-path", AGENT_BIN, "--master-addr", "127.0.0.1", "--agent-status-port",
@@ -111,7 +128,7 @@ TEST(OperatorEndToEnd, UtilisationComesFromTheRealAgent) {
                u["samplesPerSecond"].is_number() && u["samplesPerSecond"].get<double>() > 0;
       },
       seconds(60)))
-      << h.Job("real-util").dump(2) << h.Log() << h.Kubectl({"logs", "real-util-node-0"}).out;
+      << h.Job("real-util").dump(2) << h.Log() << PodLog(h, "real-util-node-0");
   const json u = h.Job("real-util")["status"]["utilisation"];
   EXPECT_FALSE(u.contains("error")) << u.dump();
   ASSERT_TRUE(u["dataStall"].is_number()) << u.dump();
@@ -125,7 +142,7 @@ TEST(OperatorEndToEnd, UtilisationComesFromTheRealAgent) {
 // The GPU figures: the pod runs a stand-in that serves an agent status document with a GPU
 // reading on the status port (no GPU here to make the real agent report one).
 TEST(OperatorEndToEnd, UtilisationIsReadFromThePodsStatusEndpoint) {
-  OperatorHarness h({"--run-pods", "--simulate-nodes", "1"});
+  OperatorHarness h(E2E_CLUSTER_KUBECONFIG);
   ASSERT_TRUE(h.ok()) << h.error();
   const int port = FreePort();
   const std::string site = h.dir() + "/site";

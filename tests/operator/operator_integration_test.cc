@@ -1,6 +1,7 @@
-// The operator binary against kube-test-server (simulated nodes: pods are bound and
-// Running; the test finishes them by patching pods/status as a kubelet would), driven with
-// the real kubectl. Each test has its own server and operator.
+// The operator binary against the real control plane of the operator_cluster fixture (its
+// local node simulates pods: bound ones are Running; the test finishes them by patching
+// pods/status as a kubelet would), driven with the real kubectl. Each test has its own
+// namespace, fault proxy and operator (tests/operator/harness.h).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -79,7 +80,7 @@ TEST_F(OperatorTest, TwoNodeJobGetsServiceAndPodsAndKubectlShowsTheColumns) {
   const json tj = h_->Job("resnet");
 
   // The headless service: DNS for every pod before readiness, the rendezvous port.
-  auto svc = h_->Api("GET", "/api/v1/namespaces/default/services/resnet").Json();
+  auto svc = h_->Api("GET", "/api/v1/namespaces/$NS/services/resnet").Json();
   EXPECT_EQ(svc["spec"]["clusterIP"], "None");
   EXPECT_EQ(svc["spec"]["publishNotReadyAddresses"], true);
   EXPECT_EQ(svc["spec"]["selector"]["spawnpoint.dev/job-name"], "resnet");
@@ -349,12 +350,13 @@ TEST_F(OperatorTest, HealthReadinessAndMetrics) {
   std::string metrics;
   EXPECT_TRUE(h_->WaitFor([&] {
     metrics = get("/metrics").body;
-    return metrics.find("spawnpoint_jobs{namespace=\"default\",phase=\"Running\"} 1\n") !=
+    return metrics.find("spawnpoint_jobs{namespace=\"" + h_->ns() + "\",phase=\"Running\"} 1\n") !=
            std::string::npos;
   })) << metrics;
   EXPECT_THAT(metrics,
               HasSubstr("spawnpoint_reconcile_duration_seconds_count{result=\"success\"}"));
-  EXPECT_THAT(metrics, HasSubstr("spawnpoint_jobs_created_total{namespace=\"default\"} 1\n"));
+  EXPECT_THAT(metrics,
+              HasSubstr("spawnpoint_jobs_created_total{namespace=\"" + h_->ns() + "\"} 1\n"));
   EXPECT_THAT(metrics, HasSubstr("spawnpoint_leader 1\n"));
   EXPECT_THAT(metrics, HasSubstr("spawnpoint_api_requests_total{verb=\"POST\",code=\"201\"}"));
   EXPECT_THAT(metrics, HasSubstr("spawnpoint_api_requests_total{verb=\"WATCH\",code=\"200\"}"));
@@ -367,7 +369,7 @@ TEST_F(OperatorTest, HealthReadinessAndMetrics) {
   } else {
     ADD_FAILURE() << "promtool is not installed (scripts/install-deps.sh installs it)";
   }
-  EXPECT_THAT(h_->Log(), HasSubstr("job=default/watched reconcile=r"));
+  EXPECT_THAT(h_->Log(), HasSubstr("job=" + h_->ns() + "/watched reconcile=r"));
   EXPECT_EQ(h_->Log().find("dummy"), std::string::npos) << "no token in the logs";
 }
 
@@ -404,7 +406,7 @@ TEST_F(OperatorTest, KilledBetweenPodsThenRestartedMakesExactlyTheGang) {
   ASSERT_TRUE(h_->WaitPhase("crash", "Running")) << h_->Log(1);
   EXPECT_EQ(h_->Pods("crash").size(), 2u);
   int creates = 0;
-  const json log = h_->server().Requests();
+  const json log = h_->Requests();
   for (const auto& r : log["requests"]) {
     if (r.value("verb", "") == "create" && r.value("resource", "") == "pods" && r["code"] == 201) {
       ++creates;
@@ -416,14 +418,14 @@ TEST_F(OperatorTest, KilledBetweenPodsThenRestartedMakesExactlyTheGang) {
 TEST_F(OperatorTest, InjectedConflictsErrorsAndThrottlingReachTheSameFinalState) {
   StartOperator();
   ASSERT_TRUE(h_->WaitFor([&] { return h_->Log().find("starting workers") != std::string::npos; }));
-  auto added = h_->server().AddFaults(
+  auto added = h_->AddFaults(
       R"({"seed": 7, "rules": [
         {"verb": "*", "resource": "*", "code": 409, "rate": 0.07},
         {"verb": "*", "resource": "*", "code": 500, "rate": 0.07},
         {"verb": "*", "resource": "*", "code": 429, "rate": 0.07, "retryAfter": 0}]})");
   ASSERT_EQ(added.code, 200) << added.body;
   for (const char* name : {"f-ok", "f-retry", "f-bad"}) {
-    auto r = h_->Api("POST", "/apis/spawnpoint.dev/v1alpha1/namespaces/default/trainingjobs",
+    auto r = h_->Api("POST", "/apis/spawnpoint.dev/v1alpha1/namespaces/$NS/trainingjobs",
                      TestJob(name, 2, 3, 1).dump());
     ASSERT_EQ(r.code, 201) << r.body;
   }
@@ -453,19 +455,19 @@ TEST_F(OperatorTest, InjectedConflictsErrorsAndThrottlingReachTheSameFinalState)
   EXPECT_EQ(JsonField(h_->Job("f-bad"), "/status/lastFailure/exitCode"), "2");
   EXPECT_EQ(JsonField(h_->Job("f-ok"), "/status/restarts"), "0");
   int faults = 0;
-  const json log = h_->server().Requests();
+  const json log = h_->Requests();
   for (const auto& r : log["requests"]) {
     if (!r.value("fault", "").empty()) ++faults;
   }
   EXPECT_GT(faults, 10) << "faults were injected";
-  h_->server().ClearFaults();
+  h_->ClearFaults();
 }
 
 TEST_F(OperatorTest, CutWatchesAndGoneMissNoTransition) {
   // Every pod watch is cut after one event, half-way through the next line; job watches
   // after two events. Rules apply when a watch opens, so they are in place before the
   // operator starts.
-  auto added = h_->server().AddFaults(
+  auto added = h_->AddFaults(
       "verb=watch,resource=pods,cutAfterEvents=1,midLine=true;"
       "verb=watch,resource=trainingjobs,cutAfterEvents=2,midLine=true,count=20");
   ASSERT_EQ(added.code, 200) << added.body;
@@ -473,10 +475,9 @@ TEST_F(OperatorTest, CutWatchesAndGoneMissNoTransition) {
   ApplyRunning(TestJob("cut"));
   // The next pod watch to open is answered 410 Gone (as after a compaction): the pod
   // informer must relist, and the transitions below fall right into that gap.
-  added = h_->server().AddFaults("verb=watch,resource=pods,code=410,count=1");
+  added = h_->AddFaults("verb=watch,resource=pods,code=410,count=1");
   ASSERT_EQ(added.code, 200) << added.body;
   h_->SucceedPod("cut-node-0");
-  h_->server().Compact();
   h_->SucceedPod("cut-node-1");
   ASSERT_TRUE(h_->WaitPhase("cut", "Succeeded", seconds(30))) << h_->Log();
   EXPECT_THAT(h_->Log(), HasSubstr("watch interrupted"));
@@ -504,7 +505,7 @@ TEST_F(OperatorTest, TwoLeaderElectedOperatorsOnlyOneWritesAndFailoverIsFast) {
   ApplyRunning(TestJob("led"));
   auto writers = [&] {
     std::set<std::string> agents;
-    const json log = h_->server().Requests();
+    const json log = h_->Requests();
     for (const auto& r : log["requests"]) {
       const std::string verb = r.value("verb", "");
       const std::string resource = r.value("resource", "");
@@ -530,7 +531,7 @@ TEST_F(OperatorTest, TwoLeaderElectedOperatorsOnlyOneWritesAndFailoverIsFast) {
   // How soon within the lease is decided on simulated time (leader_election_test); here only
   // a margin no load can cross: far less than the 10 s op-b would need to be given up on.
   EXPECT_LT(failover, seconds(8)) << "lease 2 s: op-b did not take over when it ran out";
-  h_->server().Call("DELETE", "/testing/requests");
+  h_->ClearRequests();
   h_->SucceedPod("led-node-0");
   h_->SucceedPod("led-node-1");
   ASSERT_TRUE(h_->WaitPhase("led", "Succeeded")) << h_->Log(b);
