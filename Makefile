@@ -43,7 +43,7 @@ demo-cluster: build cluster-tools
 bench-kube: build
 	bash bench/kube/kube_bench.sh
 
-bench-operator: build
+bench-operator: build cluster-tools
 	bash bench/operator/operator_bench.sh
 
 bench-launch: build

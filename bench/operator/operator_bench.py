@@ -1,5 +1,13 @@
 #!/usr/bin/env python3
-"""make bench-operator: spawnpoint-operator under load, against kube-test-server.
+"""make bench-operator: spawnpoint-operator under load, against a real control plane.
+
+The control plane is scripts/cluster.sh's (kube-apiserver, etcd, kube-controller-manager,
+kube-scheduler at the pinned version), its local nodes simulating pods (bound pods are
+reported Running, nothing runs: tests/cluster/local_node.py --simulate), the CRD applied
+before the controllers start; the bench's own calls go through kube-fault-proxy (plain HTTP,
+no faults), the operator talks to kube-apiserver directly with the admin kubeconfig.
+`--server test` runs it against the old imitation server instead, while it still exists, for
+the figures beside these in bench/RESULTS.md.
 
 N TrainingJobs of 2 nodes are created at once (from several threads, straight to the API);
 measured: the time until every pod exists and until every job is Running, the
@@ -57,13 +65,12 @@ def job(name, nodes):
 
 
 def count(base, path):
-    """Objects under a list path, via limit=1 and remainingItemCount."""
-    code, body = call(base, "GET", path + ("&" if "?" in path else "?") + "limit=1")
+    """Objects under a list path. A real API server sets remainingItemCount only for lists
+    without selectors, so the list is read whole (metadata only, as a table would be bigger)."""
+    code, body = call(base, "GET", path)
     if code != 200:
         return -1
-    doc = json.loads(body)
-    items = len(doc.get("items", []))
-    return items + int(doc.get("metadata", {}).get("remainingItemCount", 0) or 0)
+    return len(json.loads(body).get("items", []))
 
 
 def scrape(port):
@@ -119,16 +126,23 @@ def main():
     ap.add_argument("--workers", type=int, default=4, help="--max-concurrent-reconciles")
     ap.add_argument("--qps", type=float, default=1000, help="--kube-api-qps (0: unlimited)")
     ap.add_argument("--burst", type=int, default=2000, help="--kube-api-burst")
-    ap.add_argument("--simulated-nodes", type=int, default=8)
+    ap.add_argument("--server", choices=("real", "test"), default="real",
+                    help="real: scripts/cluster.sh's control plane; test: kube-test-server")
+    ap.add_argument("--simulated-nodes", type=int, default=8,
+                    help="nodes at least (real: one per 100 pods, 110 fit on a node)")
     ap.add_argument("--timeout", type=float, default=600)
     args = ap.parse_args()
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     os.chdir(root)
     bins = {n: os.path.join(args.build, "bin", n) for n in ("kube-test-server", "spawnpoint-operator")}
-    for path in bins.values():
-        if not os.access(path, os.X_OK):
-            sys.exit(f"bench-operator: {path} is missing; build first (make build)")
+    bins["kube-fault-proxy"] = os.path.join(root, ".tools", "bin", "kube-fault-proxy")
+    needed = ["spawnpoint-operator"] + (
+        ["kube-test-server"] if args.server == "test" else ["kube-fault-proxy"])
+    for name in needed:
+        if not os.access(bins[name], os.X_OK):
+            sys.exit(f"bench-operator: {bins[name]} is missing; build first (make build; "
+                     "make cluster-tools for the control plane and the proxy)")
     # The pinned kubectl scripts/install-tools.sh builds (make deps); env KUBECTL overrides it.
     kubectl = os.environ.get("KUBECTL") or os.path.join(root, ".tools", "bin", "kubectl")
     if not os.access(kubectl, os.X_OK):
@@ -137,22 +151,51 @@ def main():
 
     work = tempfile.mkdtemp(prefix="spawnpoint-bench-operator-")
     procs = []
+    cluster_down = None
+    keep = None
     try:
-        kubeconfig = os.path.join(work, "kubeconfig")
-        server = subprocess.Popen(
-            [bins["kube-test-server"], "--port", "0", "--kubeconfig-out", kubeconfig,
-             "--simulate-nodes", str(args.simulated_nodes), "--watch-window", "200000"],
-            stdout=subprocess.PIPE, stderr=open(os.path.join(work, "server.log"), "w"), text=True)
-        procs.append(server)
-        line = server.stdout.readline()
-        m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
-        if not m:
-            sys.exit("bench-operator: the test server did not start: " + line)
-        base = m.group(1)
-        env = dict(os.environ, KUBECONFIG=kubeconfig, KUBECACHEDIR=os.path.join(work, "cache"),
-                   HOME=work)
-        subprocess.run([kubectl, "apply", "-f", "crds/trainingjob.yaml"], env=env, check=True,
-                       stdout=subprocess.DEVNULL)
+        nodes = max(args.simulated_nodes, -(-args.jobs * args.nodes // 100))
+        if args.server == "test":
+            kubeconfig = os.path.join(work, "kubeconfig")
+            server = subprocess.Popen(
+                [bins["kube-test-server"], "--port", "0", "--kubeconfig-out", kubeconfig,
+                 "--simulate-nodes", str(args.simulated_nodes), "--watch-window", "200000"],
+                stdout=subprocess.PIPE, stderr=open(os.path.join(work, "server.log"), "w"),
+                text=True)
+            procs.append(server)
+            line = server.stdout.readline()
+            m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+            if not m:
+                sys.exit("bench-operator: the test server did not start: " + line)
+            base = m.group(1)
+            env = dict(os.environ, KUBECONFIG=kubeconfig,
+                       KUBECACHEDIR=os.path.join(work, "cache"), HOME=work)
+            subprocess.run([kubectl, "apply", "-f", "crds/trainingjob.yaml"], env=env,
+                           check=True, stdout=subprocess.DEVNULL)
+            server_name = "kube-test-server (the old imitation)"
+        else:
+            cluster_dir = os.path.join(work, "cluster")
+            print(f"bench-operator: starting the control plane ({nodes} local nodes that "
+                  "simulate pods)", file=sys.stderr, flush=True)
+            up = subprocess.run(
+                ["bash", "scripts/cluster.sh", "up", "--dir", cluster_dir, "--nodes", str(nodes),
+                 "--simulate-pods", "--apply", "crds/trainingjob.yaml"],
+                stdout=subprocess.PIPE, text=True)
+            if up.returncode != 0:
+                sys.exit("bench-operator: scripts/cluster.sh up failed (its output is above)")
+            kubeconfig = up.stdout.strip().splitlines()[-1].split("kubeconfig: ", 1)[1]
+            cluster_down = ["bash", "scripts/cluster.sh", "down", "--dir", cluster_dir]
+            proxy = subprocess.Popen(
+                [bins["kube-fault-proxy"], "--upstream-kubeconfig", kubeconfig],
+                stdout=subprocess.PIPE, stderr=open(os.path.join(work, "proxy.log"), "w"),
+                text=True)
+            procs.append(proxy)
+            m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", proxy.stdout.readline())
+            if not m:
+                sys.exit("bench-operator: kube-fault-proxy did not start")
+            base = m.group(1)
+            version = json.loads(call(base, "GET", "/version")[1]).get("gitVersion", "?")
+            server_name = f"kube-apiserver {version} + etcd, {nodes} simulated local nodes"
 
         metrics_port = free_port()
         operator = subprocess.Popen(
@@ -219,6 +262,7 @@ def main():
                         break
             time.sleep(0.1)
         if t_pods is None or t_running is None:
+            keep = work
             sys.exit("bench-operator: timed out; see " + work)
         # Let the queue drain (the status writes of the last transitions).
         time.sleep(1.0)
@@ -238,6 +282,7 @@ def main():
         p99 = histogram_quantile(0.99, before, after, "spawnpoint_reconcile_duration_seconds")
 
         rows = [
+            ("API server", server_name),
             ("TrainingJobs x nodes", f"{args.jobs} x {args.nodes} ({want_pods} pods)"),
             ("operator settings", f"{args.workers} workers, client qps {args.qps:g} / burst {args.burst}"),
             ("jobs created (all at once, {} threads)".format(args.creators), f"{t_created:.2f} s"),
@@ -265,7 +310,10 @@ def main():
                     p.wait(timeout=15)
                 except subprocess.TimeoutExpired:
                     p.kill()
-        shutil.rmtree(work, ignore_errors=True)
+        if cluster_down:
+            subprocess.run(cluster_down, stdout=subprocess.DEVNULL)
+        if keep is None:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

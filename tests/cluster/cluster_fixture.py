@@ -152,12 +152,20 @@ class Cluster(object):
     def apply_crd(self):
         """Applies crds/trainingjob.yaml and waits until the server serves TrainingJobs."""
         crd = os.path.join(self.source_dir, "crds", "trainingjob.yaml")
-        for command in (("apply", "-f", crd),
-                        ("wait", "--for=condition=Established", "--timeout=60s",
-                         "crd/trainingjobs.spawnpoint.dev")):
-            code, out = self.kubectl(*command)
-            if code != 0:
-                raise RuntimeError("kubectl %s: %s" % (" ".join(command), out))
+        code, out = self.kubectl("apply", "-f", crd)
+        if code != 0:
+            raise RuntimeError("kubectl apply -f %s: %s" % (crd, out))
+        self.wait_established("trainingjobs.spawnpoint.dev")
+
+    def wait_established(self, crd, deadline_s=60):
+        """Polls until CRD `crd` (plural.group) has condition Established=True. Not `kubectl
+        wait --for=condition=Established`: right after the CRD is made, before the server has
+        set any condition, that fails at once (".status.conditions accessor error: <nil>")."""
+        jsonpath = '{.status.conditions[?(@.type=="Established")].status}'
+        if not wait_until(lambda: self.kubectl("get", "crd", crd, "-o",
+                                               "jsonpath=" + jsonpath) == (0, "True"),
+                          deadline_s, 0.2):
+            raise RuntimeError("CRD %s was not Established within %d s" % (crd, deadline_s))
 
     def start_operator(self, build_dir, agent_path=None, utilisation_interval="0",
                        kubeconfig=None, args=(), name="operator", crd=True):

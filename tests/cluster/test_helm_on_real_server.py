@@ -158,8 +158,7 @@ class HelmOnRealServerTest(unittest.TestCase):
                               "--set", "replicaCount=2", *PARK)
         self.assertIn("STATUS: deployed", out)
         self.assertIn("kubectl -n spawnpoint-system rollout status deployment/spawnpoint", out)
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                     "crd/trainingjobs.spawnpoint.dev")
+        self.cluster.wait_established("trainingjobs.spawnpoint.dev")
         # The NOTES' example job applies as it stands (server-side dry run: it would need an
         # image to run).
         notes = re.search(r"<<'EOF'\n(.*?)\nEOF\n", out, re.S)
@@ -183,8 +182,7 @@ class HelmOnRealServerTest(unittest.TestCase):
         # kube-prometheus-stack has them).
         for kind in ("ServiceMonitor", "PodMonitor"):
             self.cluster.kubectl("apply", "-f", "-", stdin=monitoring_crd(kind))
-            self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                         "crd/%ss.monitoring.coreos.com" % kind.lower())
+            self.cluster.wait_established("%ss.monitoring.coreos.com" % kind.lower())
         self.kubectl("create", "namespace", "monitoring")
         code, rendered = self.helm("template", RELEASE, self.chart, "-n", NS, "--values",
                                    os.path.join(values, "all-on-values.yaml"),

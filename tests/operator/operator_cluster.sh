@@ -35,7 +35,14 @@ bash "$repo/scripts/cluster.sh" up --dir "$dir" "${nodes[@]}" --apply "$repo/crd
 k() { "$kubectl" --kubeconfig "$dir/admin.kubeconfig" "$@"; }
 started=$SECONDS
 k apply -f "$repo/crds/trainingjob.yaml" >/dev/null
-k wait --for condition=Established --timeout 60s crd/trainingjobs.spawnpoint.dev >/dev/null
+# Polled, not `kubectl wait --for condition=Established`: that fails at once while the CRD
+# has no conditions yet.
+deadline=$((SECONDS + 60))
+until [ "$(k get crd trainingjobs.spawnpoint.dev \
+  -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" = True ]; do
+  [ $SECONDS -lt $deadline ] || { echo "operator_cluster: the CRD was not Established" >&2; exit 1; }
+  sleep 0.2
+done
 k delete trainingjob gc-probe configmap gc-probe --ignore-not-found --wait=false >/dev/null
 k apply -f - >/dev/null <<'YAML'
 apiVersion: spawnpoint.dev/v1alpha1
