@@ -40,7 +40,7 @@ cluster-down:
 demo-cluster: build cluster-tools
 	bash operator/demo/demo-cluster.sh
 
-bench-kube: build
+bench-kube: build cluster-tools
 	bash bench/kube/kube_bench.sh
 
 bench-operator: build cluster-tools

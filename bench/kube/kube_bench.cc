@@ -1,5 +1,7 @@
-// spawnpoint-kube-bench: what the Kubernetes client library costs, measured against
-// kube-test-server over real HTTP (the production client and transport):
+// spawnpoint-kube-bench: what the Kubernetes client library costs, measured against a real
+// kube-apiserver (--kubeconfig: scripts/cluster.sh's control plane, see kube_bench.sh) or the
+// old kube-test-server (--server PATH, while it exists, for the comparison) over real HTTP
+// (the production client and transport):
 //   - informer cache memory per pod (synthetic store fill, and end-to-end through an
 //     informer that listed 10,000 pods), with and without the default managedFields strip;
 //   - create, paged list, informer sync (list + store + handlers) and watch throughput.
@@ -12,6 +14,7 @@
 #include <cstdlib>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,7 +30,8 @@ using namespace spawnpoint::kube;
 using Steady = std::chrono::steady_clock;
 
 struct Flags {
-  std::string server;
+  std::string server;      // kube-test-server to start, or
+  std::string kubeconfig;  // a running API server's
   int pods = 10000;
   int watch_writes = 5000;
   int writers = 4;
@@ -231,16 +235,23 @@ int Run(const Flags& f) {
       {"store memory per 10,000 pods (trimmed)", Fmt("%.1f MiB", trimmed * 10000 / 1048576)});
 
   spawnpoint::testing::TempDir dir;
-  spawnpoint::testing::TestProcess server(
-      {f.server, "--port", "0", "--kubeconfig-out", dir.File("kubeconfig"), "--watch-window",
-       std::to_string(std::max(100000, 4 * (f.pods + f.watch_writes)))});
-  if (!spawnpoint::testing::WaitUntil(
-          [&] { return server.Stdout().find("listening on") != std::string::npos; },
-          std::chrono::seconds(20))) {
-    std::cerr << "kube-test-server did not start: " << server.Stderr() << "\n";
-    return 1;
+  std::unique_ptr<spawnpoint::testing::TestProcess> server;
+  std::string kubeconfig = f.kubeconfig;
+  std::string against = "a real API server (" + f.kubeconfig + ")";
+  if (kubeconfig.empty()) {
+    kubeconfig = dir.File("kubeconfig");
+    against = "kube-test-server (the old imitation)";
+    server = std::make_unique<spawnpoint::testing::TestProcess>(std::vector<std::string>{
+        f.server, "--port", "0", "--kubeconfig-out", kubeconfig, "--watch-window",
+        std::to_string(std::max(100000, 4 * (f.pods + f.watch_writes)))});
+    if (!spawnpoint::testing::WaitUntil(
+            [&] { return server->Stdout().find("listening on") != std::string::npos; },
+            std::chrono::seconds(20))) {
+      std::cerr << "kube-test-server did not start: " << server->Stderr() << "\n";
+      return 1;
+    }
   }
-  auto config = LoadKubeconfig(dir.File("kubeconfig"));
+  auto config = LoadKubeconfig(kubeconfig);
   if (!config.ok()) {
     std::cerr << config.status().ToString() << "\n";
     return 1;
@@ -371,8 +382,8 @@ int Run(const Flags& f) {
   rows.push_back({"watch replay (decode " + std::to_string(replayed) + " events)",
                   Fmt("%.0f objects/s", replayed / replay_s)});
 
-  std::printf("spawnpoint-kube-bench: %d pods, %d watched patches, against kube-test-server\n",
-              f.pods, f.watch_writes);
+  std::printf("spawnpoint-kube-bench: %d pods, %d watched patches, against %s\n", f.pods,
+              f.watch_writes, against.c_str());
   Print(rows);
   return failures ? 1 : 0;
 }
@@ -392,6 +403,8 @@ int main(int argc, char** argv) {
     };
     if (a == "--server") {
       f.server = value();
+    } else if (a == "--kubeconfig") {
+      f.kubeconfig = value();
     } else if (a == "--pods") {
       f.pods = std::stoi(value());
     } else if (a == "--watch-writes") {
@@ -401,13 +414,14 @@ int main(int argc, char** argv) {
     } else if (a == "--page-size") {
       f.page_size = std::stoi(value());
     } else {
-      std::cerr << "usage: spawnpoint-kube-bench --server PATH [--pods N] [--watch-writes N] "
-                   "[--writers N] [--page-size N]\n";
+      std::cerr << "usage: spawnpoint-kube-bench --kubeconfig PATH | --server PATH [--pods N] "
+                   "[--watch-writes N] [--writers N] [--page-size N]\n";
       return a == "--help" ? 0 : 2;
     }
   }
-  if (f.server.empty()) {
-    std::cerr << "spawnpoint-kube-bench: --server PATH (kube-test-server) is required\n";
+  if (f.server.empty() == f.kubeconfig.empty()) {
+    std::cerr << "spawnpoint-kube-bench: one of --kubeconfig PATH (a running API server) and "
+                 "--server PATH (kube-test-server to start) is required\n";
     return 2;
   }
   return Run(f);
