@@ -12,7 +12,7 @@
 #   (k8s.io/kubernetes at tools/kube/go.mod's version, etcd at the version it requires; the
 #   first build takes several minutes and ~2 GiB of memory per binary)
 #   kube-fault-proxy  tools/faultproxy  -> .tools/bin/ (fault rules and a request log in
-#   front of that API server: /testing/faults, /testing/requests as tests/apiserver has them)
+#   front of that API server: /testing/faults, /testing/requests, as the tests use them)
 set -euo pipefail
 
 control_plane=0

@@ -1,7 +1,6 @@
 // spawnpoint-kube-bench: what the Kubernetes client library costs, measured against a real
-// kube-apiserver (--kubeconfig: scripts/cluster.sh's control plane, see kube_bench.sh) or the
-// old kube-test-server (--server PATH, while it exists, for the comparison) over real HTTP
-// (the production client and transport):
+// kube-apiserver (--kubeconfig: scripts/cluster.sh's control plane, see kube_bench.sh) over
+// real HTTP (the production client and transport):
 //   - informer cache memory per pod (synthetic store fill, and end-to-end through an
 //     informer that listed 10,000 pods), with and without the default managedFields strip;
 //   - create, paged list, informer sync (list + store + handlers) and watch throughput.
@@ -30,7 +29,6 @@ using namespace spawnpoint::kube;
 using Steady = std::chrono::steady_clock;
 
 struct Flags {
-  std::string server;      // kube-test-server to start, or
   std::string kubeconfig;  // a running API server's
   int pods = 10000;
   int watch_writes = 5000;
@@ -234,23 +232,8 @@ int Run(const Flags& f) {
   rows.push_back(
       {"store memory per 10,000 pods (trimmed)", Fmt("%.1f MiB", trimmed * 10000 / 1048576)});
 
-  spawnpoint::testing::TempDir dir;
-  std::unique_ptr<spawnpoint::testing::TestProcess> server;
-  std::string kubeconfig = f.kubeconfig;
-  std::string against = "a real API server (" + f.kubeconfig + ")";
-  if (kubeconfig.empty()) {
-    kubeconfig = dir.File("kubeconfig");
-    against = "kube-test-server (the old imitation)";
-    server = std::make_unique<spawnpoint::testing::TestProcess>(std::vector<std::string>{
-        f.server, "--port", "0", "--kubeconfig-out", kubeconfig, "--watch-window",
-        std::to_string(std::max(100000, 4 * (f.pods + f.watch_writes)))});
-    if (!spawnpoint::testing::WaitUntil(
-            [&] { return server->Stdout().find("listening on") != std::string::npos; },
-            std::chrono::seconds(20))) {
-      std::cerr << "kube-test-server did not start: " << server->Stderr() << "\n";
-      return 1;
-    }
-  }
+  const std::string& kubeconfig = f.kubeconfig;
+  const std::string against = "a real API server (" + f.kubeconfig + ")";
   auto config = LoadKubeconfig(kubeconfig);
   if (!config.ok()) {
     std::cerr << config.status().ToString() << "\n";
@@ -401,9 +384,7 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--server") {
-      f.server = value();
-    } else if (a == "--kubeconfig") {
+    if (a == "--kubeconfig") {
       f.kubeconfig = value();
     } else if (a == "--pods") {
       f.pods = std::stoi(value());
@@ -414,14 +395,14 @@ int main(int argc, char** argv) {
     } else if (a == "--page-size") {
       f.page_size = std::stoi(value());
     } else {
-      std::cerr << "usage: spawnpoint-kube-bench --kubeconfig PATH | --server PATH [--pods N] "
+      std::cerr << "usage: spawnpoint-kube-bench --kubeconfig PATH [--pods N] "
                    "[--watch-writes N] [--writers N] [--page-size N]\n";
       return a == "--help" ? 0 : 2;
     }
   }
-  if (f.server.empty() == f.kubeconfig.empty()) {
-    std::cerr << "spawnpoint-kube-bench: one of --kubeconfig PATH (a running API server) and "
-                 "--server PATH (kube-test-server to start) is required\n";
+  if (f.kubeconfig.empty()) {
+    std::cerr << "spawnpoint-kube-bench: --kubeconfig PATH (a running API server; "
+                 "bench/kube/kube_bench.sh starts one) is required\n";
     return 2;
   }
   return Run(f);

@@ -6,8 +6,8 @@ kube-scheduler at the pinned version), its local nodes simulating pods (bound po
 reported Running, nothing runs: tests/cluster/local_node.py --simulate), the CRD applied
 before the controllers start; the bench's own calls go through kube-fault-proxy (plain HTTP,
 no faults), the operator talks to kube-apiserver directly with the admin kubeconfig.
-`--server test` runs it against the old imitation server instead, while it still exists, for
-the figures beside these in bench/RESULTS.md.
+(bench/RESULTS.md has the figures of the old imitation server beside these, measured before
+it was deleted.)
 
 N TrainingJobs of 2 nodes are created at once (from several threads, straight to the API);
 measured: the time until every pod exists and until every job is Running, the
@@ -126,8 +126,6 @@ def main():
     ap.add_argument("--workers", type=int, default=4, help="--max-concurrent-reconciles")
     ap.add_argument("--qps", type=float, default=1000, help="--kube-api-qps (0: unlimited)")
     ap.add_argument("--burst", type=int, default=2000, help="--kube-api-burst")
-    ap.add_argument("--server", choices=("real", "test"), default="real",
-                    help="real: scripts/cluster.sh's control plane; test: kube-test-server")
     ap.add_argument("--simulated-nodes", type=int, default=8,
                     help="nodes at least (real: one per 100 pods, 110 fit on a node)")
     ap.add_argument("--timeout", type=float, default=600)
@@ -135,67 +133,40 @@ def main():
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     os.chdir(root)
-    bins = {n: os.path.join(args.build, "bin", n) for n in ("kube-test-server", "spawnpoint-operator")}
-    bins["kube-fault-proxy"] = os.path.join(root, ".tools", "bin", "kube-fault-proxy")
-    needed = ["spawnpoint-operator"] + (
-        ["kube-test-server"] if args.server == "test" else ["kube-fault-proxy"])
-    for name in needed:
+    bins = {"spawnpoint-operator": os.path.join(args.build, "bin", "spawnpoint-operator"),
+            "kube-fault-proxy": os.path.join(root, ".tools", "bin", "kube-fault-proxy")}
+    for name in bins:
         if not os.access(bins[name], os.X_OK):
             sys.exit(f"bench-operator: {bins[name]} is missing; build first (make build; "
                      "make cluster-tools for the control plane and the proxy)")
-    # The pinned kubectl scripts/install-tools.sh builds (make deps); env KUBECTL overrides it.
-    kubectl = os.environ.get("KUBECTL") or os.path.join(root, ".tools", "bin", "kubectl")
-    if not os.access(kubectl, os.X_OK):
-        sys.exit(f"bench-operator: no kubectl at {kubectl}; run make deps "
-                 "(scripts/install-tools.sh)")
-
     work = tempfile.mkdtemp(prefix="spawnpoint-bench-operator-")
     procs = []
     cluster_down = None
     keep = None
     try:
         nodes = max(args.simulated_nodes, -(-args.jobs * args.nodes // 100))
-        if args.server == "test":
-            kubeconfig = os.path.join(work, "kubeconfig")
-            server = subprocess.Popen(
-                [bins["kube-test-server"], "--port", "0", "--kubeconfig-out", kubeconfig,
-                 "--simulate-nodes", str(args.simulated_nodes), "--watch-window", "200000"],
-                stdout=subprocess.PIPE, stderr=open(os.path.join(work, "server.log"), "w"),
-                text=True)
-            procs.append(server)
-            line = server.stdout.readline()
-            m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
-            if not m:
-                sys.exit("bench-operator: the test server did not start: " + line)
-            base = m.group(1)
-            env = dict(os.environ, KUBECONFIG=kubeconfig,
-                       KUBECACHEDIR=os.path.join(work, "cache"), HOME=work)
-            subprocess.run([kubectl, "apply", "-f", "crds/trainingjob.yaml"], env=env,
-                           check=True, stdout=subprocess.DEVNULL)
-            server_name = "kube-test-server (the old imitation)"
-        else:
-            cluster_dir = os.path.join(work, "cluster")
-            print(f"bench-operator: starting the control plane ({nodes} local nodes that "
-                  "simulate pods)", file=sys.stderr, flush=True)
-            up = subprocess.run(
-                ["bash", "scripts/cluster.sh", "up", "--dir", cluster_dir, "--nodes", str(nodes),
-                 "--simulate-pods", "--apply", "crds/trainingjob.yaml"],
-                stdout=subprocess.PIPE, text=True)
-            if up.returncode != 0:
-                sys.exit("bench-operator: scripts/cluster.sh up failed (its output is above)")
-            kubeconfig = up.stdout.strip().splitlines()[-1].split("kubeconfig: ", 1)[1]
-            cluster_down = ["bash", "scripts/cluster.sh", "down", "--dir", cluster_dir]
-            proxy = subprocess.Popen(
-                [bins["kube-fault-proxy"], "--upstream-kubeconfig", kubeconfig],
-                stdout=subprocess.PIPE, stderr=open(os.path.join(work, "proxy.log"), "w"),
-                text=True)
-            procs.append(proxy)
-            m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", proxy.stdout.readline())
-            if not m:
-                sys.exit("bench-operator: kube-fault-proxy did not start")
-            base = m.group(1)
-            version = json.loads(call(base, "GET", "/version")[1]).get("gitVersion", "?")
-            server_name = f"kube-apiserver {version} + etcd, {nodes} simulated local nodes"
+        cluster_dir = os.path.join(work, "cluster")
+        print(f"bench-operator: starting the control plane ({nodes} local nodes that "
+              "simulate pods)", file=sys.stderr, flush=True)
+        up = subprocess.run(
+            ["bash", "scripts/cluster.sh", "up", "--dir", cluster_dir, "--nodes", str(nodes),
+             "--simulate-pods", "--apply", "crds/trainingjob.yaml"],
+            stdout=subprocess.PIPE, text=True)
+        if up.returncode != 0:
+            sys.exit("bench-operator: scripts/cluster.sh up failed (its output is above)")
+        kubeconfig = up.stdout.strip().splitlines()[-1].split("kubeconfig: ", 1)[1]
+        cluster_down = ["bash", "scripts/cluster.sh", "down", "--dir", cluster_dir]
+        proxy = subprocess.Popen(
+            [bins["kube-fault-proxy"], "--upstream-kubeconfig", kubeconfig],
+            stdout=subprocess.PIPE, stderr=open(os.path.join(work, "proxy.log"), "w"),
+            text=True)
+        procs.append(proxy)
+        m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", proxy.stdout.readline())
+        if not m:
+            sys.exit("bench-operator: kube-fault-proxy did not start")
+        base = m.group(1)
+        version = json.loads(call(base, "GET", "/version")[1]).get("gitVersion", "?")
+        server_name = f"kube-apiserver {version} + etcd, {nodes} simulated local nodes"
 
         metrics_port = free_port()
         operator = subprocess.Popen(

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench-operator`: 1,000 TrainingJobs of 2 nodes created at once against a real control
-# plane (scripts/cluster.sh, simulated pods; --server test: the old kube-test-server); prints the time until every pod exists, reconciles per second, p99
-# reconcile latency and the operator's peak memory. Flags go to operator_bench.py (--help),
+# plane (scripts/cluster.sh, simulated pods); prints the time until every pod exists,
+# reconciles per second, p99 reconcile latency and the operator's peak memory. Flags go to operator_bench.py (--help),
 # also through BENCH_ARGS:  make bench-operator BENCH_ARGS="--jobs 200 --workers 8"
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -1,8 +1,9 @@
-// The client library over real HTTP against kube-test-server, or, when
-// SPAWNPOINT_TEST_KUBECONFIG names a kubeconfig, against that real cluster through
-// kube-fault-proxy (tools/faultproxy, built into .tools/bin by scripts/install-tools.sh
-// --control-plane): both answer the /testing endpoints the fault tests use (fault rules, the
-// request log). Every test works in its own namespace, deleted at the end.
+// The client library over real HTTP against the real cluster SPAWNPOINT_TEST_KUBECONFIG names
+// (ctest's cluster_kube_client starts scripts/cluster.sh's control plane and sets it, through
+// tests/cluster/with_cluster.sh), through kube-fault-proxy (tools/faultproxy, built into
+// .tools/bin by scripts/install-tools.sh --control-plane), which answers the /testing
+// endpoints the fault tests use (fault rules, the request log). Every test works in its own
+// namespace, deleted at the end.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -40,38 +41,24 @@ std::string RealClusterKubeconfig() {
 class KubeIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    real_cluster_ = !RealClusterKubeconfig().empty();
-    if (real_cluster_) {
-      // The fault proxy in front of the cluster: every request goes through it.
-      ASSERT_EQ(::access(KUBE_FAULT_PROXY, X_OK), 0)
-          << KUBE_FAULT_PROXY
-          << " is missing: scripts/install-tools.sh --control-plane builds it (make deps)";
-      std::string kubeconfig = dir_.File("proxy.kubeconfig");
-      server_ = std::make_unique<TestProcess>(
-          std::vector<std::string>{KUBE_FAULT_PROXY, "--upstream-kubeconfig",
-                                   RealClusterKubeconfig(), "--kubeconfig-out", kubeconfig});
-      ASSERT_TRUE(WaitUntil(
-          [&] { return server_->Stdout().find("listening on http://") != std::string::npos; },
-          seconds(20)))
-          << server_->Stderr();
-      auto c = LoadKubeconfig(kubeconfig);
-      ASSERT_TRUE(c.ok()) << c.status().ToString();
-      config_ = *c;
-    } else {
-      ASSERT_EQ(::access(KUBE_TEST_SERVER, X_OK), 0)
-          << KUBE_TEST_SERVER << " is missing: build the kube-test-server target";
-      std::string kubeconfig = dir_.File("kubeconfig");
-      server_ = std::make_unique<TestProcess>(
-          std::vector<std::string>{KUBE_TEST_SERVER, "--port", "0", "--kubeconfig-out", kubeconfig,
-                                   "--bookmark-interval-ms", "250"});
-      ASSERT_TRUE(WaitUntil(
-          [&] { return server_->Stdout().find("listening on http://") != std::string::npos; },
-          seconds(20)))
-          << server_->Stderr();
-      auto c = LoadKubeconfig(kubeconfig);
-      ASSERT_TRUE(c.ok()) << c.status().ToString();
-      config_ = *c;
-    }
+    ASSERT_FALSE(RealClusterKubeconfig().empty())
+        << "SPAWNPOINT_TEST_KUBECONFIG names no cluster: run this through "
+           "tests/cluster/with_cluster.sh (ctest -R cluster_kube_client), which starts one";
+    // The fault proxy in front of the cluster: every request goes through it.
+    ASSERT_EQ(::access(KUBE_FAULT_PROXY, X_OK), 0)
+        << KUBE_FAULT_PROXY
+        << " is missing: scripts/install-tools.sh --control-plane builds it (make deps)";
+    std::string kubeconfig = dir_.File("proxy.kubeconfig");
+    server_ = std::make_unique<TestProcess>(
+        std::vector<std::string>{KUBE_FAULT_PROXY, "--upstream-kubeconfig", RealClusterKubeconfig(),
+                                 "--kubeconfig-out", kubeconfig});
+    ASSERT_TRUE(WaitUntil(
+        [&] { return server_->Stdout().find("listening on http://") != std::string::npos; },
+        seconds(20)))
+        << server_->Stderr();
+    auto c = LoadKubeconfig(kubeconfig);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    config_ = *c;
     client_ = NewClient();
     auto raw = NewCpprestTransport(config_);
     ASSERT_TRUE(raw.ok()) << raw.status().ToString();
@@ -157,7 +144,6 @@ class KubeIntegrationTest : public ::testing::Test {
     return log_;
   }
 
-  bool real_cluster_ = false;
   TempDir dir_;
   std::unique_ptr<TestProcess> server_;
   RestConfig config_;
@@ -390,11 +376,6 @@ TEST_F(KubeIntegrationTest, WatchResumesAfterCutStreamsWithoutLossOrDuplicates) 
   for (auto& w : watches) {
     EXPECT_THAT(w["query"].get<std::string>(), HasSubstr("resourceVersion="));
     EXPECT_THAT(w["query"].get<std::string>(), HasSubstr("allowWatchBookmarks=true"));
-  }
-  if (!real_cluster_) {
-    // The test server sends bookmarks every 250 ms and they move the resume point along
-    // (a real server sends them about once a minute).
-    EXPECT_TRUE(WaitUntil([&] { return inf.ReflectorStatistics().bookmarks > 0; }, seconds(10)));
   }
   inf.Stop();
 }

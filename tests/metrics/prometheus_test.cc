@@ -1,6 +1,7 @@
 // A real Prometheus (the Debian package's binary, loopback only, its own config and data
 // directory, 1 s scrape interval) scrapes a running agent on the fake NVML library and a
-// running operator (against kube-test-server, with a job applied by kubectl), and its HTTP
+// running operator (on the real control plane of the operator_cluster fixture, with a job
+// applied by kubectl), and its HTTP
 // API must return the series and values the fake GPUs, the loader and the job produce.
 // Skipped, with the reason, only when the prometheus binary is not installed.
 #include <signal.h>
@@ -149,7 +150,7 @@ TEST(PrometheusTest, ScrapesTheAgentAndTheOperator) {
   ASSERT_EQ(ports.size(), 1u) << agent.Stderr();
   const std::string target = "127.0.0.1:" + std::to_string(ports[0]);
 
-  // The operator, running one job to Running on the API test server.
+  // The operator, running one job to Running on the real control plane (simulated pods).
   op::testing::OperatorHarness cluster;
   ASSERT_TRUE(cluster.ok()) << cluster.error();
   cluster.StartOperator();
@@ -161,7 +162,7 @@ TEST(PrometheusTest, ScrapesTheAgentAndTheOperator) {
   for (const auto& pod : cluster.Pods("scraped")) {
     cluster.Api(
         "PATCH",
-        "/api/v1/namespaces/default/pods/" + pod["metadata"]["name"].get<std::string>() + "/status",
+        "/api/v1/namespaces/$NS/pods/" + pod["metadata"]["name"].get<std::string>() + "/status",
         R"({"status":{"phase":"Running"}})", "application/merge-patch+json");
   }
   ASSERT_TRUE(cluster.WaitPhase("scraped", "Running")) << cluster.Log();
@@ -179,10 +180,11 @@ TEST(PrometheusTest, ScrapesTheAgentAndTheOperator) {
   ASSERT_EQ(operator_up, 1.0) << prom.Log();
 
   // The operator's view: the job by phase, its lifecycle, leadership, reconciles, requests.
-  EXPECT_EQ(prom.Poll("spawnpoint_jobs{namespace=\"default\",phase=\"Running\"}",
+  const std::string ns = cluster.ns();
+  EXPECT_EQ(prom.Poll("spawnpoint_jobs{namespace=\"" + ns + "\",phase=\"Running\"}",
                       [](double v) { return v == 1; }),
             1);
-  EXPECT_EQ(prom.Poll("spawnpoint_jobs_created_total{namespace=\"default\"}",
+  EXPECT_EQ(prom.Poll("spawnpoint_jobs_created_total{namespace=\"" + ns + "\"}",
                       [](double v) { return v == 1; }),
             1);
   EXPECT_EQ(prom.Poll("spawnpoint_leader", [](double v) { return v == 1; }), 1);

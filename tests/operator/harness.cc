@@ -146,9 +146,9 @@ OperatorHarness::~OperatorHarness() {
 
 HttpResponse OperatorHarness::Call(const std::string& method, const std::string& path,
                                    const std::string& body, const std::string& content_type) {
-  kubetest::testing::Headers headers;
+  spawnpoint::testing::Headers headers;
   if (!body.empty()) headers.emplace_back("content-type", content_type);
-  return kubetest::testing::HttpCall(proxy_port_, method, path, body, headers);
+  return spawnpoint::testing::HttpCall(proxy_port_, method, path, body, headers);
 }
 
 HttpResponse OperatorHarness::AddFaults(const std::string& spec) {

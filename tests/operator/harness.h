@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/apiserver/test_server.h"  // HttpCall: the proxy speaks plain HTTP
+#include "tests/support/http_call.h"  // the proxy speaks plain HTTP
 #include "tests/support/test_process.h"
 
 namespace spawnpoint::op::testing {
@@ -32,7 +32,7 @@ struct KubectlResult {
   std::string out, err;
 };
 
-using kubetest::testing::HttpResponse;
+using spawnpoint::testing::HttpResponse;
 
 class OperatorHarness {
  public:

@@ -346,7 +346,7 @@ TEST_F(OperatorTest, HealthReadinessAndMetrics) {
   int port = h_->ProbePort();
   ASSERT_GT(port, 0) << h_->Log();
   auto get = [&](const std::string& path) {
-    return kubetest::testing::HttpCall(port, "GET", path);
+    return spawnpoint::testing::HttpCall(port, "GET", path);
   };
   EXPECT_EQ(get("/healthz").code, 200);
   EXPECT_TRUE(h_->WaitFor([&] { return get("/readyz").code == 200; })) << get("/readyz").body;
@@ -502,7 +502,7 @@ TEST_F(OperatorTest, TwoLeaderElectedOperatorsOnlyOneWritesAndFailoverIsFast) {
   ASSERT_GT(port_b, 0);
   // The follower is ready: standing by behind a leader it has seen.
   ASSERT_TRUE(h_->WaitFor([&] {
-    auto r = kubetest::testing::HttpCall(port_b, "GET", "/readyz");
+    auto r = spawnpoint::testing::HttpCall(port_b, "GET", "/readyz");
     return r.code == 200 && r.body.find("standing by for op-a") != std::string::npos;
   })) << h_->Log(b);
 

@@ -1,4 +1,4 @@
-// Fault rules and the request log: a Go port of tests/apiserver/faults.{h,cc} (the JSON in
+// Fault rules and the request log, as the imitation API server this replaced had them (the JSON in
 // and out, the compact spec, the error messages and Decide's semantics). Both types are
 // safe for concurrent use.
 package main

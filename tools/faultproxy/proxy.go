@@ -1,5 +1,5 @@
-// The proxy: /testing/faults and /testing/requests as the imitation API server
-// (tests/apiserver/api_server.cc) serves them, and everything else forwarded to the
+// The proxy: /testing/faults and /testing/requests as the imitation API server (deleted,
+// issue 23) served them, and everything else forwarded to the
 // upstream kube-apiserver after the fault rules had their say.
 package main
 
@@ -278,7 +278,7 @@ func jwtSubject(token string) string {
 	return claims.Sub
 }
 
-// apiError is a Kubernetes `Status` failure, shaped as tests/apiserver/api_error.cc makes it.
+// apiError is a Kubernetes `Status` failure, shaped as kube-apiserver makes it.
 type apiError struct {
 	code    int
 	reason  string

@@ -1,5 +1,5 @@
-// How a request path reads as a Kubernetes API request: a port of ParseRequestInfo in
-// tests/apiserver/api_server.cc.
+// How a request path reads as a Kubernetes API request (verb, resource, namespace, name), as
+// kube-apiserver's RequestInfo says it.
 package main
 
 import (

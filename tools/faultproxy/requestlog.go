@@ -1,5 +1,5 @@
-// The request log: every proxied request as GET /testing/requests shows it, a port of
-// RequestRecord and RequestLog in tests/apiserver/faults.{h,cc}. Safe for concurrent use.
+// The request log: every proxied request as GET /testing/requests shows it. Safe for
+// concurrent use.
 package main
 
 import (
