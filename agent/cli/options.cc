@@ -111,7 +111,8 @@ flags:
   --shm-path DIR             the shared-memory mount to check (default /dev/shm)
   --cgroup-memory-events F   cgroup v2 memory.events, to recognise OOM kills
   --metrics-addr HOST:PORT   serve /metrics, /status, /healthz and /readyz there
-                             (default :9400; "off" or "" serves nothing)
+                             (default 127.0.0.1:9400, this machine only; :9400 for
+                             every interface; "off" or "" serves nothing)
   --dcgm-compatible-names    also export GPU metrics under DCGM exporter's names
   --full-env                 plan: include the inherited environment
   -h, --help                 this text

@@ -39,7 +39,9 @@ struct AgentOptions {
   std::string memory_events = "/sys/fs/cgroup/memory.events";
   bool full_env = false;  // plan: print the inherited environment too
   // /metrics, /status, /healthz, /readyz (agent/status/agent_endpoint.h); "" or "off": none.
-  std::string metrics_addr = ":9400";
+  // Loopback by default: a local `run` is nobody else's business. The operator gives a pod's
+  // agent its address explicitly (the pod network's port, read by the operator).
+  std::string metrics_addr = "127.0.0.1:9400";
   bool dcgm_compatible_names = false;  // also export DCGM exporter's GPU metric names
 
   bool operator==(const AgentOptions&) const = default;

@@ -1,7 +1,7 @@
-// The node agent's HTTP endpoint on --metrics-addr (default ":9400"): /metrics (Prometheus
-// text format 0.0.4), /status (JSON, read by the operator), /healthz and /readyz (ready
-// while the ranks run). It costs one thread and a listening socket; everything is computed
-// when asked. A node's training never fails because of its metrics: the agent warns and
+// The node agent's HTTP endpoint on --metrics-addr (default "127.0.0.1:9400"; ":9400" in a pod):
+// /metrics (Prometheus text format 0.0.4), /status (JSON, read by the operator), /healthz and
+// /readyz (ready while the ranks run). It costs one thread and a listening socket; everything is
+// computed when asked. A node's training never fails because of its metrics: the agent warns and
 // runs on when the address cannot be bound.
 //
 // Thread-safety: every method is thread-safe.

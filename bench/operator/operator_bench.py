@@ -171,7 +171,7 @@ def main():
         metrics_port = free_port()
         operator = subprocess.Popen(
             [bins["spawnpoint-operator"], "--kubeconfig", kubeconfig,
-             "--metrics-addr", f"127.0.0.1:{metrics_port}", "--health-addr", "0",
+             "--metrics-addr", f"127.0.0.1:{metrics_port}", "--health-addr", "off",
              "--utilisation-interval", "0", "--max-concurrent-reconciles", str(args.workers),
              "--kube-api-qps", str(args.qps), "--kube-api-burst", str(args.burst),
              "--log-level", "warning"],

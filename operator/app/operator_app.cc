@@ -227,7 +227,7 @@ int RunOperator(const OperatorOptions& o) {
   // address when it differs (probes then never queue behind a slow scrape).
   std::vector<std::unique_ptr<metrics::MetricsServer>> servers;
   for (const std::string& addr : {o.metrics_addr, o.health_addr}) {
-    if (addr.empty() || addr == "0") continue;
+    if (addr.empty()) continue;                                // off
     if (!servers.empty() && addr == o.metrics_addr) continue;  // same address: one server
     auto server = metrics::MetricsServer::Start(
         {.address = addr, .registry = addr == o.metrics_addr ? &registry : nullptr});

@@ -56,8 +56,9 @@ flags:
   --leader-elect-renew-deadline D the leader gives up if it cannot renew this long (10s)
   --leader-elect-retry-period D   how often to try to acquire or renew (2s)
   --identity ID                   this replica's identity (default hostname_pid)
-  --metrics-addr ADDR             serve /metrics on ADDR (default :8080; 0 disables)
-  --health-addr ADDR              serve /healthz and /readyz on ADDR (default :8081; 0 disables)
+  --metrics-addr ADDR             serve /metrics on ADDR (default :8080; off disables)
+  --health-addr ADDR              serve /healthz and /readyz on ADDR (default :8081; off
+                                  disables)
   --agent-image IMAGE             image the agent is copied from by an init container
                                   (default ghcr.io/spawnpoint/agent:latest)
   --agent-path PATH               the trainer images already have the agent at PATH: no init
@@ -166,6 +167,10 @@ StatusOr<OperatorOptions> ParseOperatorArgs(const std::vector<std::string>& args
     if (it == valued.end()) return InvalidArgument("unknown flag \"" + flag + "\"; see --help");
     SP_ASSIGN_OR_RETURN(std::string flag_value, FlagValue(arg, args, &i));
     SP_RETURN_IF_ERROR(it->second(flag, flag_value));
+  }
+  // "off" turns an address off, as the agent's --metrics-addr says it; "0" and "" still do.
+  for (std::string* addr : {&o.metrics_addr, &o.health_addr}) {
+    if (*addr == "off" || *addr == "0") addr->clear();
   }
   if (o.leader_elect) {
     if (!(o.lease_duration > o.renew_deadline)) {

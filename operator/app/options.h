@@ -23,8 +23,8 @@ struct OperatorOptions {
   Clock::Duration renew_deadline = std::chrono::seconds(10);
   Clock::Duration retry_period = std::chrono::seconds(2);
   std::string identity;                // "": hostname_pid
-  std::string metrics_addr = ":8080";  // "0" or "": off
-  std::string health_addr = ":8081";   // "0" or "": off
+  std::string metrics_addr = ":8080";  // "": off (the flag also takes "off" and "0")
+  std::string health_addr = ":8081";   // "": off (the flag also takes "off" and "0")
   std::string agent_image = "ghcr.io/spawnpoint/agent:latest";
   std::string agent_path;   // non-empty: the trainer images have the agent here
   std::string master_addr;  // non-empty: MASTER_ADDR for every job

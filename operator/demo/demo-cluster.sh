@@ -54,7 +54,7 @@ kubectl apply -f crds/trainingjob.yaml
 say "spawnpoint-operator (agent used in place, rendezvous on 127.0.0.1: pod DNS does not resolve here)"
 "$build/bin/spawnpoint-operator" --kubeconfig "$KUBECONFIG" \
   --agent-path "$root/$build/bin/spawnpoint-agent" --master-addr 127.0.0.1 \
-  --health-addr 0 --metrics-addr 0 --utilisation-interval 0 2>"$work/operator.log" &
+  --health-addr off --metrics-addr off --utilisation-interval 0 2>"$work/operator.log" &
 pids+=($!)
 echo "logs: structured, one line per event (shown at the end)"
 

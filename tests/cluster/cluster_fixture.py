@@ -182,7 +182,7 @@ class Cluster(object):
             os.path.join(bin_dir, "spawnpoint-operator")] + list(args) + [
             "--kubeconfig", kubeconfig or self.kubeconfig,
             "--agent-path", agent_path or os.path.join(bin_dir, "spawnpoint-agent"),
-            "--master-addr", "127.0.0.1", "--health-addr", "0", "--metrics-addr", "0",
+            "--master-addr", "127.0.0.1", "--health-addr", "off", "--metrics-addr", "off",
             "--agent-status-port", str(free_port()),
             "--utilisation-interval", utilisation_interval])
 

@@ -1,5 +1,5 @@
-// The agent's metrics flags: --metrics-addr (default :9400; "off" or "" disable it; checked
-// when parsed, so a typo is a bad flag before anything starts) and --dcgm-compatible-names.
+// The agent's metrics flags: --metrics-addr (default 127.0.0.1:9400; "off" or "" disable it;
+// checked when parsed, so a typo is a bad flag before anything starts) and --dcgm-compatible-names.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -19,7 +19,7 @@ StatusOr<AgentOptions> Parse(std::vector<std::string> extra) {
 TEST(MetricsOptionsTest, DefaultsServeOnPort9400WithOurNames) {
   auto o = Parse({});
   ASSERT_TRUE(o.ok());
-  EXPECT_EQ(o->metrics_addr, ":9400");
+  EXPECT_EQ(o->metrics_addr, "127.0.0.1:9400") << "a local run serves this machine only";
   EXPECT_FALSE(o->dcgm_compatible_names);
 }
 

@@ -57,6 +57,19 @@ TEST(OperatorOptionsTest, ParsesTheFlags) {
   EXPECT_EQ(o->utilisation_interval, Clock::Duration::zero());
 }
 
+TEST(OperatorOptionsTest, OffTurnsAnAddressOffAsTheAgentsFlagDoes) {
+  for (const char* off : {"off", "0", ""}) {
+    auto o = ParseOperatorArgs({"--metrics-addr", off, "--health-addr", off});
+    ASSERT_TRUE(o.ok()) << off << ": " << o.status().message();
+    EXPECT_EQ(o->metrics_addr, "") << off;
+    EXPECT_EQ(o->health_addr, "") << off;
+  }
+  auto defaults = ParseOperatorArgs({});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->metrics_addr, ":8080");
+  EXPECT_EQ(defaults->health_addr, ":8081");
+}
+
 TEST(OperatorOptionsTest, RejectsBadFlagsByName) {
   EXPECT_THAT(ParseOperatorArgs({"--bogus"}).status().message(),
               HasSubstr("unknown flag \"--bogus\""));
