@@ -89,7 +89,7 @@ commands:
   version         print the version
 
 flags:
-  -f, --file FILE            the TrainingJob manifest (YAML or JSON)
+  -f, --file FILE            the TrainingJob manifest (YAML or JSON); `run FILE` works too
   --job-env VAR              read the manifest from environment variable VAR instead
                              of a file (what the operator gives its pods)
   --job NAME                 which TrainingJob, when FILE has several
@@ -195,6 +195,15 @@ StatusOr<AgentOptions> ParseAgentArgs(const std::vector<std::string>& args) {
       continue;
     }
     auto it = valued.find(flag);
+    if (it == valued.end() && !flag.empty() && flag[0] != '-') {
+      // `run job.yaml`: the manifest given as it is everywhere else, without -f.
+      if (!o.file.empty()) {
+        return InvalidArgument("two manifests for " + cmd + ": \"" + o.file + "\" and \"" + flag +
+                               "\"; give one (one file may hold several documents)");
+      }
+      o.file = args[i];
+      continue;
+    }
     if (it == valued.end()) {
       return InvalidArgument("unknown flag \"" + flag + "\" for " + cmd + "; see --help");
     }

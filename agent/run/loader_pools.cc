@@ -66,9 +66,13 @@ Status LoaderPools::Start(const NodePlan& plan, ProcessSpawner* spawner,
     }
   }
   if (!pools_.empty()) {
-    Say(plan.job_name + ": " + std::to_string(pools_.size()) +
-        (plan.ranks.front().pool->python ? " Python" : "") + " loader pools of " +
-        std::to_string(pools_.front()->spec().workers) + " workers started" +
+    auto count = [](size_t n, const std::string& what) {
+      return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+    };
+    Say(plan.job_name + ": " +
+        count(pools_.size(),
+              plan.ranks.front().pool->python ? "Python loader pool" : "loader pool") +
+        " of " + count(static_cast<size_t>(pools_.front()->spec().workers), "worker") + " started" +
         (plan.ranks.front().pool->auto_workers ? " (workersPerRank auto: ranks pick the knee)"
                                                : ""));
   }

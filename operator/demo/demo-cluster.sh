@@ -8,8 +8,9 @@
 # to Succeeded; both ranks' final parameters are compared. Everything is cleaned up.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-build=${BUILD:-build}
 root=$PWD
+build=${BUILD:-build}
+case "$build" in /*) ;; *) build=$root/$build ;; esac  # BUILD relative to the root, or absolute
 
 for bin in spawnpoint-operator spawnpoint-agent spawnpoint-example-trainer; do
   if [ ! -x "$build/bin/$bin" ]; then
@@ -40,7 +41,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# Bold headings on a terminal only: piped or logged, plain text.
+if [ -t 1 ]; then
+  say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+else
+  say() { printf '\n== %s\n' "$*"; }
+fi
 
 say "a real control plane on loopback, and 2 local nodes that run pods as local processes"
 bash scripts/cluster.sh up --dir "$work/cluster" --nodes 2 >"$work/cluster.out"
@@ -53,13 +59,13 @@ kubectl apply -f crds/trainingjob.yaml
 
 say "spawnpoint-operator (agent used in place, rendezvous on 127.0.0.1: pod DNS does not resolve here)"
 "$build/bin/spawnpoint-operator" --kubeconfig "$KUBECONFIG" \
-  --agent-path "$root/$build/bin/spawnpoint-agent" --master-addr 127.0.0.1 \
+  --agent-path "$build/bin/spawnpoint-agent" --master-addr 127.0.0.1 \
   --health-addr off --metrics-addr off --utilisation-interval 0 2>"$work/operator.log" &
 pids+=($!)
 echo "logs: structured, one line per event (shown at the end)"
 
 manifest=examples/local-cluster.yaml
-if [ "$build" != build ]; then
+if [ "$build" != "$root/build" ]; then
   sed "s#build/bin/spawnpoint-example-trainer#$build/bin/spawnpoint-example-trainer#" \
     "$manifest" >"$work/local-cluster.yaml"
   manifest=$work/local-cluster.yaml

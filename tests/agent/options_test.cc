@@ -40,6 +40,22 @@ TEST(AgentOptionsTest, RejectsBadFlagsWithTheFlagNamed) {
   EXPECT_THAT(value.status().message(), HasSubstr("-f: missing value"));
 }
 
+TEST(AgentOptionsTest, TheManifestMayComeWithoutDashF) {
+  for (const auto& args :
+       std::vector<std::vector<std::string>>{{"run", "job.yaml", "--gpu-backend", "none"},
+                                             {"plan", "--gpu-backend", "none", "job.yaml"}}) {
+    auto o = ParseAgentArgs(args);
+    ASSERT_TRUE(o.ok()) << o.status().message();
+    EXPECT_EQ(o->file, "job.yaml");
+    EXPECT_EQ(o->gpu_backend, "none");
+  }
+  auto twice = ParseAgentArgs({"run", "-f", "a.yaml", "b.yaml"});
+  EXPECT_THAT(twice.status().message(),
+              HasSubstr("two manifests for run: \"a.yaml\" and \"b.yaml\""));
+  auto env = ParseAgentArgs({"run", "job.yaml", "--job-env", "SPAWNPOINT_JOB"});
+  EXPECT_THAT(env.status().message(), HasSubstr("either -f FILE or --job-env VAR, not both"));
+}
+
 TEST(AgentOptionsTest, JobEnvReplacesTheFile) {
   auto o = ParseAgentArgs({"run", "--job-env", "SPAWNPOINT_JOB", "--node-rank", "0"});
   ASSERT_TRUE(o.ok()) << o.status().message();
