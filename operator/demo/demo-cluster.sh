@@ -3,9 +3,11 @@
 # scripts/cluster.sh starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler
 # on loopback and tests/cluster/local_node.py's 2 nodes, which run each pod's trainer
 # container as a local process; spawnpoint-operator turns
-# examples/local-cluster.yaml (2 nodes x 1 CPU rank of the example DDP trainer) into a
-# Service and two pods that run spawnpoint-agent; `kubectl get tj -w` shows the job move
-# to Succeeded; both ranks' final parameters are compared. Everything is cleaned up.
+# examples/local-cluster.yaml (2 nodes x 1 CPU rank of the example DDP trainer), or the
+# manifest JOB names (e.g. JOB=examples/python/ddp.yaml), into a Service and one pod per
+# node that runs spawnpoint-agent; `kubectl get tj -w` shows the job move to Succeeded; the
+# ranks' final parameters (their `final rank=R ... params=H` lines) are compared. Everything
+# is cleaned up.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -64,14 +66,19 @@ say "spawnpoint-operator (agent used in place, rendezvous on 127.0.0.1: pod DNS 
 pids+=($!)
 echo "logs: structured, one line per event (shown at the end)"
 
-manifest=examples/local-cluster.yaml
+manifest=${JOB:-examples/local-cluster.yaml}
+[ -f "$manifest" ] || { echo "demo-cluster: no manifest $manifest (JOB)" >&2; exit 2; }
+shown=$manifest
 if [ "$build" != "$root/build" ]; then
   sed "s#build/bin/spawnpoint-example-trainer#$build/bin/spawnpoint-example-trainer#" \
-    "$manifest" >"$work/local-cluster.yaml"
-  manifest=$work/local-cluster.yaml
+    "$manifest" >"$work/job.yaml"
+  manifest=$work/job.yaml
 fi
-say "kubectl apply -f examples/local-cluster.yaml"
-kubectl apply -f "$manifest"
+say "kubectl apply -f $shown"
+ref=$(kubectl apply -f "$manifest" -o name)
+echo "$ref created"
+job=${ref##*/}
+nodes=$(kubectl get tj "$job" -o jsonpath='{.spec.nodes}')
 
 say "kubectl get tj -w"
 kubectl get tj -w &
@@ -79,7 +86,7 @@ pids+=($!)
 watch_pid=$!
 phase=
 for _ in $(seq 1800); do
-  phase=$(kubectl get tj local-cluster -o jsonpath='{.status.phase}' 2>/dev/null || true)
+  phase=$(kubectl get tj "$job" -o jsonpath='{.status.phase}' 2>/dev/null || true)
   [ "$phase" = Succeeded ] || [ "$phase" = Failed ] && break
   sleep 0.1
 done
@@ -90,24 +97,25 @@ say "kubectl get tj,pods,svc"
 kubectl get tj -o wide
 kubectl get pods,svc
 
-say "the ranks' last lines (the local node's logs of pods local-cluster-node-N)"
+say "the ranks' last lines (the local node's logs of pods $job-node-N)"
 params=()
-for node in 0 1; do
-  logs=$(cat "$work"/cluster/node/pods/default_local-cluster-node-"$node"_*/trainer.log)
+for ((node = 0; node < nodes; node++)); do
+  logs=$(cat "$work"/cluster/node/pods/default_"$job"-node-"$node"_*/trainer.log)
   echo "$logs" | grep -E "final rank|ranks succeeded|failed" || echo "$logs" | tail -5
   params+=("$(echo "$logs" | sed -n 's/.*final rank=.*params=\([0-9a-f]*\).*/\1/p' | head -1)")
 done
 
 say "result"
-kubectl get tj local-cluster -o jsonpath='phase={.status.phase} restarts={.status.restarts} started={.status.startTime} completed={.status.completionTime}{"\n"}'
-if [ "$phase" = Succeeded ] && [ -n "${params[0]}" ] && [ "${params[0]}" = "${params[1]}" ]; then
-  echo "both ranks ended with params=${params[0]}: DDP kept them in step"
+kubectl get tj "$job" -o jsonpath='phase={.status.phase} restarts={.status.restarts} started={.status.startTime} completed={.status.completionTime}{"\n"}'
+distinct=$(printf '%s\n' "${params[@]}" | sort -u)
+if [ "$phase" = Succeeded ] && [ -n "${params[0]}" ] && [ "$distinct" = "${params[0]}" ]; then
+  echo "the ranks of all $nodes nodes ended with params=${params[0]}: DDP kept them in step"
   echo
   echo "operator log (last lines):"
   tail -6 "$work/operator.log"
   exit 0
 fi
 echo "demo-cluster: the job did not succeed (phase '$phase')" >&2
-kubectl get tj local-cluster -o yaml >&2 || true
+kubectl get tj "$job" -o yaml >&2 || true
 tail -20 "$work/operator.log" >&2
 exit 1

@@ -41,17 +41,19 @@ def main():
     sys.path.insert(0, here)
     import test_batch_codec
     import test_exit
+    import test_fork_scripts
     import test_libuv
     import test_lightning
     import test_loader_worker
     import test_pool_agent
+    import test_quickstart
     import test_rank_side
     import test_shim
 
     suite = unittest.TestSuite()
     for name in args.tests:  # a class of any of these modules, by its name
         modules = (test_rank_side, test_libuv, test_exit, test_batch_codec, test_loader_worker,
-                   test_pool_agent, test_lightning)
+                   test_pool_agent, test_lightning, test_fork_scripts, test_quickstart)
         module = next((m for m in modules if hasattr(m, name.split(".")[0])), test_shim)
         suite.addTest(unittest.defaultTestLoader.loadTestsFromName(name, module))
     started = time.monotonic()

@@ -145,7 +145,7 @@ class RankEnvTest(unittest.TestCase):
 
 JOB = RankEnv(loader_workers=2, prefetch_factor=3, timeout_s=30.0)
 ALL_FROM_JOB = {"num_workers": 2, "multiprocessing_context": "spawn", "persistent_workers": True,
-                "prefetch_factor": 3, "timeout": 30.0}
+                "prefetch_factor": 3}
 
 
 class LoaderPolicyTest(unittest.TestCase):
@@ -164,7 +164,7 @@ class LoaderPolicyTest(unittest.TestCase):
             self.assertEqual(kwargs, ALL_FROM_JOB, explicit)
             self.assertEqual(policy.debug_line(notes), (
                 "set num_workers=0->2 (job), multiprocessing_context='spawn', "
-                "persistent_workers=True, prefetch_factor=3 (job), timeout=30s (job)"))
+                "persistent_workers=True, prefetch_factor=3 (job)"))
             self.assertEqual(policy.warnings_in(notes), [])
 
     def test_the_codes_own_choices_are_kept(self):
@@ -214,9 +214,27 @@ class LoaderPolicyTest(unittest.TestCase):
         self.assertEqual(policy.warnings_in(notes), [])
 
     def test_only_arguments_this_torch_accepts(self):
-        kwargs, notes = self.decide(accepted={"num_workers", "timeout"})
-        self.assertEqual(kwargs, {"num_workers": 2, "timeout": 30.0})
-        self.assertEqual(policy.debug_line(notes), "set num_workers=0->2 (job), timeout=30s (job)")
+        kwargs, notes = self.decide(accepted={"num_workers", "prefetch_factor"})
+        self.assertEqual(kwargs, {"num_workers": 2, "prefetch_factor": 3})
+        self.assertEqual(policy.debug_line(notes),
+                         "set num_workers=0->2 (job), prefetch_factor=3 (job)")
+
+    def test_the_jobs_timeout_is_never_passed_to_the_dataloader(self):
+        # torch's timeout= makes one slow batch fatal to the rank; the job's timeoutSeconds
+        # means "replace the hung worker", which the agent's pool does.
+        for explicit in ({}, {"num_workers": 2}):
+            kwargs, notes = self.decide(explicit=explicit)
+            self.assertNotIn("timeout", kwargs)
+            self.assertNotIn("timeout", policy.debug_line(notes))
+        kwargs, notes = self.decide(explicit={"timeout": 5})
+        self.assertNotIn("timeout", kwargs)
+        self.assertIn("kept: timeout=5", policy.debug_line(notes))
+
+    def test_the_pool_replaces_a_worker_after_the_codes_timeout_or_else_the_jobs(self):
+        self.assertEqual(policy.job_timeout_s(JOB, 0), 30.0)
+        self.assertEqual(policy.job_timeout_s(JOB, 2.5), 2.5)
+        self.assertEqual(policy.job_timeout_s(RankEnv(), 0), 0.0)
+        self.assertEqual(policy.job_timeout_s(None, 0), 0.0)
 
     def test_odd_num_workers_are_left_to_torch(self):
         for odd in (None, -1, "2"):

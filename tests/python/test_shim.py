@@ -276,8 +276,9 @@ class LoaderArgsTest(ShimTestCase):
                           prefetch_factor=DataLoader([0]).prefetch_factor)  # 2; None since 2.0
 
     def test_job_workers_when_the_code_left_zero(self):
+        # The job's timeoutSeconds (30 here) is never passed: 0 is torch's own default.
         self.assertLoader("job_workers", batch_size=4, num_workers=2, context="spawn",
-                          persistent_workers=True, prefetch_factor=3, timeout=30)
+                          persistent_workers=True, prefetch_factor=3, timeout=0)
         self.assertLoader("job_workers_explicit_zero", num_workers=2, context="spawn",
                           persistent_workers=True)
 
@@ -375,7 +376,7 @@ class LoaderArgsTest(ShimTestCase):
         built = len(self.report["scenarios"]) - 2 + 1
         self.assertEqual(len(lines), built, "\n".join(lines))
         self.assertIn("set num_workers=0->2 (job), multiprocessing_context='spawn', "
-                      "persistent_workers=True, prefetch_factor=3 (job), timeout=30s (job)",
+                      "persistent_workers=True, prefetch_factor=3 (job)",
                       self.stderr)
         self.assertIn("kept: num_workers=2, multiprocessing_context='fork'", self.stderr)
 
@@ -538,7 +539,7 @@ class AgentTest(WorkerAssertions, ShimTestCase):
         with open(samples(loader)[0]["shim_file"]) as shipped, open(SHIM_FILE) as source:
             self.assertEqual(shipped.read(), source.read(), "the agent ships a stale shim")
         self.assertIn("set num_workers=0->2 (job), multiprocessing_context='spawn', "
-                      "persistent_workers=True, prefetch_factor=2 (job), timeout=60s (job)",
+                      "persistent_workers=True, prefetch_factor=2 (job)",
                       proc.stderr + proc.stdout)
 
 

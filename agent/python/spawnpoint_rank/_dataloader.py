@@ -28,8 +28,9 @@ import inspect
 import os
 import sys
 
+from . import _script
 from . import env as _env
-from ._report import report_once, warn
+from ._report import fatal, report_once, warn
 from .policy import debug_line, loader_defaults, warnings_in
 
 _PICKLE_FALLBACK = (
@@ -37,12 +38,32 @@ _PICKLE_FALLBACK = (
     "dataset, collate_fn and worker_init_fn to be picklable and they are not (%s: %s); this "
     "loader runs in the main process as the code asked. Define them at module level (no "
     "lambdas or local functions) to get workers.")
+_UNGUARDED_FALLBACK = (
+    "spawnpoint: the job asked for %d DataLoader workers, but this loader runs in the main "
+    "process: %s")
 _PICKLE_ERROR = (
     "spawnpoint starts DataLoader workers with 'spawn' (a forked worker of a process with a "
     "GPU context crashes or hangs), which pickles the dataset, collate_fn and "
     "worker_init_fn; one of them cannot be pickled (%s: %s). Define them at module level (no "
     "lambdas or local functions), or pass multiprocessing_context='fork' explicitly to "
     "accept fork's risks.")
+
+
+def _spawns(loader):
+    """Whether torch's workers for `loader` would be spawned (or forkserver'd): children that
+    import the trainer's script before they work."""
+    context = loader.multiprocessing_context
+    if isinstance(context, str):
+        name = context
+    elif context is not None:
+        name = getattr(context, "_name", None)
+    else:
+        mp = sys.modules.get("multiprocessing")
+        try:
+            name = mp.get_start_method() if mp is not None else None
+        except Exception:
+            name = None
+    return name in ("spawn", "forkserver")
 
 
 def _in_daemon_process():
@@ -60,9 +81,10 @@ def _warm_pool():
     if not getattr(sys.modules.get(__package__), "loader_service", None):
         return
     try:
-        from . import _pool
+        from . import _byvalue, _pool
         from . import _pool_iter  # noqa: F401  (imported for its cost)
 
+        _byvalue.cloudpickle()
         _pool.service()
     except Exception:
         pass
@@ -140,6 +162,17 @@ def patch(dlmod):
             if reason:
                 report_once("a DataLoader of %s runs on torch's own workers, not the agent's "
                             "pool: %s" % (type(self.dataset).__name__, reason))
+        if self.num_workers > 0 and _spawns(self):
+            where = _script.unguarded_call()
+            if where is not None:  # torch's spawned workers would run the script again
+                info = self.__dict__.get("_spawnpoint_shim")
+                if info and info["workers_from_job"]:
+                    warn(_UNGUARDED_FALLBACK % (info["workers_from_job"], _script.advice(
+                        where, "iterates a DataLoader", loader=True)), 2)
+                    info["workers_from_job"] = 0
+                    self.num_workers = 0
+                    return original_get_iterator(self)
+                fatal(_script.advice(where, "starts DataLoader workers", loader=True))
         try:
             return original_get_iterator(self)
         except Exception as err:

@@ -42,7 +42,7 @@ import pickle
 import sys
 import time
 
-from . import _pool
+from . import _byvalue, _pool, _script, env, policy
 from ._report import report_once
 
 _COPY_NOTE = (
@@ -83,16 +83,22 @@ def pool_iterator(loader):
              "auto_collation": loader._auto_collation}
     try:
         # Pickled once: these bytes go to the workers (the base seed beside them, as the
-        # iterator draws it).
-        payload = pickle.dumps(parts, protocol=pickle.HIGHEST_PROTOCOL)
+        # iterator draws it). By value where cloudpickle can: then the workers never import
+        # the trainer's script (it may have no main guard; its lambdas have no name).
+        payload, by_value = _byvalue.dumps(parts, pickle.HIGHEST_PROTOCOL)
     except Exception as err:  # torch's own spawn workers report it in their words
         return None, "the dataset, collate_fn or worker_init_fn cannot be pickled (%s: %s)" % (
             type(err).__name__, err)
+    if not by_value and _script.unguarded_call(2) is not None:
+        # The workers would import the script to unpickle what it defines, and run its
+        # unguarded training: torch's path says so in one line instead.
+        return None, ("what the script defines cannot be sent by value (%s), and the script "
+                      "trains at import time" % (_byvalue.why_not() or "see above"))
     cls = _classes.get(dlmod)
     if cls is None:
         cls = _classes[dlmod] = _make_class(dlmod)
     try:
-        return cls(loader, svc, payload), None
+        return cls(loader, svc, payload, by_value), None
     except _pool.ServiceError as err:
         if err.kind in ("workers", "protocol", "gone"):
             return None, str(err)
@@ -103,12 +109,14 @@ def _make_class(dlmod):
     base = dlmod._BaseDataLoaderIter
 
     class _PoolDataLoaderIter(base):
-        def __init__(self, loader, svc, payload):
+        def __init__(self, loader, svc, payload, by_value):
             base.__init__(self, loader)  # draws the base seed from loader.generator
             self._svc = svc
             self._prefetch = max(1, int(getattr(loader, "prefetch_factor", None) or 2))
-            self._timeout_ms = int(max(0.0, float(loader.timeout or 0)) * 1000)
-            self._pickle = _write_pickle(svc.pool_dir, payload, self._base_seed)
+            # An overdue batch's worker is replaced (never the rank failed, as torch's
+            # timeout= does): after the code's timeout=, else the job's timeoutSeconds.
+            self._timeout_ms = int(policy.job_timeout_s(env.current(), loader.timeout) * 1000)
+            self._pickle = _write_pickle(svc.pool_dir, payload, self._base_seed, by_value)
             self._session = None
             self._ring = None
             self._epoch = -1       # the epoch's number on the wire (skips voided predictions)
@@ -410,25 +418,29 @@ def _predict_window(it, count, sampler_step):
         restore()
 
 
-def _write_pickle(pool_dir, payload, base_seed):
+def _write_pickle(pool_dir, payload, base_seed, by_value):
     """Writes what the workers need for a loader (worker.py's unwrap reads it); its path.
 
     As a spawned DataLoader worker gets it: multiprocessing's preparation data (the rank's
-    sys.path, working directory and main module, so that what the trainer's script defines
-    unpickles), the pickled loader dict (`payload`, in a protocol the workers' Python reads)
-    and the iterator's base seed."""
+    sys.path and working directory, and, unless the payload is by value, its main module, so
+    that what the trainer's script defines unpickles), the pickled loader dict (`payload`, in
+    a protocol the workers' Python reads), whether cloudpickle made it (`by_value`: the
+    workers need it importable) and the iterator's base seed."""
     from multiprocessing import spawn
 
     try:
         preparation = spawn.get_preparation_data("spawnpoint-loader-worker")
         for secret in ("authkey", "log_to_stderr", "log_level"):  # never leaves the rank
             preparation.pop(secret, None)
+        if by_value:  # nothing of the script is needed: never run it in a worker
+            preparation.pop("init_main_from_path", None)
+            preparation.pop("init_main_from_name", None)
     except Exception:  # e.g. an interactive main: no main module to import in the workers
         preparation = None
     path = os.path.join(pool_dir, "loader-%d-%d.pkl" % (os.getpid(), next(_counter)))
     with open(path + ".tmp", "wb") as f:
-        pickle.dump({"preparation": preparation, "payload": payload, "base_seed": base_seed}, f,
-                    protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump({"preparation": preparation, "payload": payload, "base_seed": base_seed,
+                     "by_value": by_value}, f, protocol=pickle.HIGHEST_PROTOCOL)
     os.rename(path + ".tmp", path)
     return path
 

@@ -34,3 +34,13 @@ def report_once(message):
 def warn(message, stacklevel):
     """A RuntimeWarning attributed to the frame `stacklevel` levels above the caller."""
     warnings.warn(message, RuntimeWarning, stacklevel=stacklevel + 2)
+
+
+def fatal(message):
+    """Ends the process with exit code 1 after one stderr line, 'spawnpoint: <message>': for
+    a mistake whose own failure would be misleading (a port clash, workers that never start).
+    SystemExit, so atexit handlers run and no traceback is printed; the trainer's `except
+    Exception` does not catch it."""
+    sys.stderr.write("spawnpoint: %s\n" % message)
+    sys.stderr.flush()
+    raise SystemExit(1)

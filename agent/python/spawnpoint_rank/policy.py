@@ -21,6 +21,17 @@ LOADER_ARGUMENTS = frozenset(("num_workers", "multiprocessing_context", "persist
                               "prefetch_factor", "timeout"))
 
 
+def job_timeout_s(env: Optional[RankEnv], loader_timeout: float) -> float:
+    """Seconds after which the agent's pool replaces the worker of an overdue batch: the
+    DataLoader's own timeout= when the code passed one, else the job's
+    loader.timeoutSeconds; 0: never."""
+    if loader_timeout and loader_timeout > 0:
+        return float(loader_timeout)
+    if env is not None and env.timeout_s:
+        return float(env.timeout_s)
+    return 0.0
+
+
 def loader_defaults(env: RankEnv, explicit: Mapping[str, Any], iterable: bool, daemonic: bool,
                     accepted: AbstractSet[str] = LOADER_ARGUMENTS
                     ) -> Tuple[Dict[str, Any], List[str]]:
@@ -39,8 +50,9 @@ def loader_defaults(env: RankEnv, explicit: Mapping[str, Any], iterable: bool, d
     IterableDataset (each worker would replay the stream) nor in a daemonic process. With
     workers (the code's or the job's): multiprocessing_context='spawn' unless the code chose
     one (an explicit fork is honoured with a warning); persistent_workers=True unless the code
-    chose or the job turned it off; the job's prefetch_factor and timeout unless the code
-    passed them.
+    chose or the job turned it off; the job's prefetch_factor unless the code passed one. The
+    job's timeout is never passed (torch would make a slow batch kill the rank): the agent's
+    pool replaces a worker whose batch is overdue by it (job_timeout_s).
     """
     kwargs = {}  # type: Dict[str, Any]
     notes = []   # type: List[str]
@@ -80,16 +92,16 @@ def loader_defaults(env: RankEnv, explicit: Mapping[str, Any], iterable: bool, d
             kwargs["persistent_workers"] = True
             notes.append(SET + "persistent_workers=True")
 
-    for name, value, shown in (
-            ("prefetch_factor", env.prefetch_factor, "prefetch_factor=%r (job)"),
-            ("timeout", env.timeout_s, "timeout=%gs (job)")):
-        if name not in accepted:
-            continue
-        if name in explicit:
-            notes.append(KEPT + "%s=%r" % (name, explicit[name]))
-        elif value is not None:
-            kwargs[name] = value
-            notes.append(SET + shown % value)
+    if "prefetch_factor" in accepted:
+        if "prefetch_factor" in explicit:
+            notes.append(KEPT + "prefetch_factor=%r" % (explicit["prefetch_factor"],))
+        elif env.prefetch_factor is not None:
+            kwargs["prefetch_factor"] = env.prefetch_factor
+            notes.append(SET + "prefetch_factor=%r (job)" % env.prefetch_factor)
+    # The job's timeout is never passed as timeout=: torch makes an overdue batch fatal to the
+    # rank, where the job's means "replace the hung worker" (the agent's pool does).
+    if "timeout" in explicit:
+        notes.append(KEPT + "timeout=%r" % (explicit["timeout"],))
     return kwargs, notes
 
 

@@ -72,7 +72,7 @@ import struct
 import sys
 import traceback
 
-from . import _batch_codec, _preload
+from . import _batch_codec, _byvalue, _preload
 
 PROTOCOL_VERSION = 1
 CONFIGURE, HELLO, RING, PROBE, PROBE_RESULT, TASK, DONE, ERROR = range(1, 9)
@@ -253,10 +253,11 @@ def _without_worker_info(fn, data):
 
 def unwrap(spec):
     """The loader dict of a pickle file. The rank side wraps it as {"preparation",
-    "payload", "base_seed"}: multiprocessing's spawn preparation data of the rank (its
-    sys.path, working directory and main module), applied here as a spawned child applies it,
-    so classes and functions defined in the trainer's script (__main__) unpickle; then the
-    payload, the pickled loader dict, with the iterator's base seed."""
+    "payload", "base_seed", "by_value"}: multiprocessing's spawn preparation data of the rank
+    (its sys.path and working directory, and its main module unless the payload came by
+    value), applied here as a spawned child applies it; then the payload, the pickled loader
+    dict (by cloudpickle when by_value: what the trainer's script defines comes by value and
+    the script is never run here), with the iterator's base seed."""
     if "payload" not in spec:
         return spec
     preparation = spec.get("preparation")
@@ -264,6 +265,9 @@ def unwrap(spec):
         from multiprocessing import spawn
 
         spawn.prepare(preparation)
+    if spec.get("by_value") and _byvalue.cloudpickle() is None:
+        raise ImportError("the rank pickled this loader with cloudpickle, which this worker "
+                          "cannot import (%s)" % (_byvalue.why_not() or "?"))
     loaded = pickle.loads(spec["payload"])
     if "base_seed" in spec:
         loaded["base_seed"] = spec["base_seed"]
@@ -555,6 +559,7 @@ def main():
         sys.stdout.reconfigure(line_buffering=True)  # whole, prompt lines to the pool's pipe
     _preload.wait_for_turn(os.environ)
     _preload.preload(os.environ)
+    _byvalue.cloudpickle()  # what unpickles the rank's loaders (~40 ms): not at the first batch
     _preload.close_env_fd(os.environ, _preload.STARTED_FD_ENV)  # the next worker's turn
     Worker(listen, env_int("SPAWNPOINT_LOADER_WORKER_ID", 0),
            env_int("SPAWNPOINT_LOADER_RANK", 0),
