@@ -58,6 +58,15 @@ export KUBECONFIG=$work/cluster/admin.kubeconfig KUBECACHEDIR=$work/kubecache
 
 say "kubectl apply -f crds/trainingjob.yaml"
 kubectl apply -f crds/trainingjob.yaml
+# Until the server has set Established, TrainingJobs are "no matches for kind" (and
+# `kubectl wait` fails at once on a CRD that has no conditions yet): poll it.
+for _ in $(seq 300); do
+  established=$(kubectl get crd trainingjobs.spawnpoint.dev \
+    -o jsonpath='{.status.conditions[?(@.type=="Established")].status}' 2>/dev/null || true)
+  [ "$established" = True ] && break
+  sleep 0.1
+done
+[ "$established" = True ] || { echo "demo-cluster: the CRD was not Established in 30 s" >&2; exit 1; }
 
 say "spawnpoint-operator (agent used in place, rendezvous on 127.0.0.1: pod DNS does not resolve here)"
 "$build/bin/spawnpoint-operator" --kubeconfig "$KUBECONFIG" \
