@@ -14,6 +14,7 @@
 
 #include "api/field_path.h"
 #include "api/field_reader.h"
+#include "api/schema.h"
 #include "api/yaml_to_json.h"
 
 namespace spawnpoint::api {
@@ -81,8 +82,8 @@ class Decoder : public FieldReader {
  public:
   // `document` is the document's number in a YAML stream (0 when decoding an API object);
   // `from_yaml` adds hints that only make sense in YAML text.
-  Decoder(int document, bool from_yaml)
-      : FieldReader(from_yaml, MisplacedFieldHint), document_(document) {}
+  Decoder(int document, bool from_yaml, ParseOptions options = {})
+      : FieldReader(from_yaml, MisplacedFieldHint), document_(document), options_(options) {}
 
   Status Decode(const json& object, TrainingJob* job);
 
@@ -92,6 +93,7 @@ class Decoder : public FieldReader {
   Status DecodeSpec(const Field& spec_field, TrainingJobSpec* spec);
   Status DecodeTemplate(const Field& field, TrainingJobSpec* spec);
   Status DecodeTrainer(const json& container, const FieldPath& path, TrainerContainer* trainer);
+  Status DecodeEnv(const json& container, const FieldPath& path, TrainerContainer* trainer);
   Status DecodeLoader(const Field& field, LoaderSpec* loader);
   Status DecodePreloadModules(const Field& field, std::vector<std::string>* modules);
   Status DecodeRestartPolicy(const Field& field, RestartPolicy* policy);
@@ -100,6 +102,7 @@ class Decoder : public FieldReader {
   Status DecodeRunPolicy(const Field& field, RunPolicy* policy);
 
   const int document_;
+  const ParseOptions options_;
 };
 
 Status Decoder::Decode(const json& object, TrainingJob* job) {
@@ -248,6 +251,8 @@ Status Decoder::DecodeTemplate(const Field& field, TrainingJobSpec* spec) {
       break;
     }
   }
+  // Typos and wrong types anywhere in the template, as the API server finds them.
+  SP_RETURN_IF_ERROR(CheckSchema(*field.value, field.path, PodTemplateSchema(), this));
   return DecodeTrainer((*containers.value)[trainer], containers.path.Index(trainer),
                        &spec->trainer);
 }
@@ -270,7 +275,34 @@ Status Decoder::DecodeTrainer(const json& container, const FieldPath& path,
     FieldPath list = path / (from_command ? "command" : "args");
     return Fail(list.Index(0), "must not be empty: it is the program every rank runs");
   }
+  return DecodeEnv(container, path, trainer);
+}
 
+// "fieldRef metadata.name", "secretKeyRef s/k": what a valueFrom or envFrom entry reads.
+std::string DescribeSource(const json& source) {
+  if (!source.is_object() || source.empty()) return Describe(source);
+  const auto& [kind, ref] = *source.items().begin();
+  std::string what = kind;
+  if (!ref.is_object()) return what;
+  for (const char* key : {"fieldPath", "resource", "name", "path"}) {
+    auto it = ref.find(key);
+    if (it == ref.end() || !it->is_string()) continue;
+    what += " " + it->get<std::string>();
+    auto sub = ref.find("key");
+    if (sub != ref.end() && sub->is_string()) what += "/" + sub->get<std::string>();
+    break;
+  }
+  return what;
+}
+
+Status Decoder::DecodeEnv(const json& container, const FieldPath& path, TrainerContainer* trainer) {
+  Field env_from = Get(container, path, "envFrom");
+  if (options_.local && env_from.value && !env_from.value->empty()) {
+    Field first{&(*env_from.value)[0], env_from.path.Index(0)};
+    return Fail(first.path, "a local run cannot resolve envFrom (" + DescribeSource(*first.value) +
+                                "); set the variables with env and value: instead, or run on "
+                                "the cluster");
+  }
   Field env = Get(container, path, "env");
   if (!env.value) return Status::Ok();
   if (!env.value->is_array()) return WrongType(env, "a list of {name, value} entries");
@@ -284,7 +316,12 @@ Status Decoder::DecodeTrainer(const json& container, const FieldPath& path,
     if (!name.value) return Fail(name.path, "required; the environment variable's name");
     SP_RETURN_IF_ERROR(ReadString(name, &var.name));
     // valueFrom is resolved by the kubelet; such entries stay only in pod_template.
-    if (Get(*entry.value, entry.path, "valueFrom").value) continue;
+    if (Field from = Get(*entry.value, entry.path, "valueFrom"); from.value) {
+      if (!options_.local) continue;
+      return Fail(from.path, "a local run cannot resolve valueFrom (" +
+                                 DescribeSource(*from.value) +
+                                 "); give value: instead, or run on the cluster");
+    }
     SP_RETURN_IF_ERROR(ReadString(Get(*entry.value, entry.path, "value"), &var.value));
     trainer->env.push_back(std::move(var));
   }
@@ -489,7 +526,8 @@ const char* CleanPodPolicyName(CleanPodPolicy policy) {
 }
 
 StatusOr<std::vector<TrainingJob>> ParseTrainingJobs(std::string_view text,
-                                                     const std::string& source) {
+                                                     const std::string& source,
+                                                     ParseOptions options) {
   SP_ASSIGN_OR_RETURN(std::vector<YamlDocument> documents, ParseYamlStream(text, source));
   size_t non_empty = std::count_if(documents.begin(), documents.end(),
                                    [](const YamlDocument& d) { return !d.value.is_null(); });
@@ -502,7 +540,7 @@ StatusOr<std::vector<TrainingJob>> ParseTrainingJobs(std::string_view text,
   std::vector<TrainingJob> jobs;
   for (const YamlDocument& document : documents) {
     if (document.value.is_null()) continue;
-    Decoder decoder(document.number, /*from_yaml=*/true);
+    Decoder decoder(document.number, /*from_yaml=*/true, options);
     TrainingJob job;
     Status status = decoder.Decode(document.value, &job);
     if (!status.ok()) {
@@ -517,7 +555,8 @@ StatusOr<std::vector<TrainingJob>> ParseTrainingJobs(std::string_view text,
   return jobs;
 }
 
-StatusOr<std::vector<TrainingJob>> LoadTrainingJobsFile(const std::string& path) {
+StatusOr<std::vector<TrainingJob>> LoadTrainingJobsFile(const std::string& path,
+                                                        ParseOptions options) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return NotFound("cannot read " + path + ": " + std::strerror(errno));
   std::string text;
@@ -534,7 +573,7 @@ StatusOr<std::vector<TrainingJob>> LoadTrainingJobsFile(const std::string& path)
     text.append(buffer, static_cast<size_t>(n));
   }
   ::close(fd);
-  return ParseTrainingJobs(text, path);
+  return ParseTrainingJobs(text, path, options);
 }
 
 StatusOr<TrainingJob> TrainingJobFromJson(const json& object) {

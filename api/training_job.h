@@ -58,9 +58,12 @@ struct RunPolicy {
   CleanPodPolicy clean_pod_policy = CleanPodPolicy::kRunning;
 };
 
+// A literal env entry of the trainer container. Entries with valueFrom stay only in the
+// template JSON: in a pod the kubelet resolves them into the pod's environment, which the
+// agent passes to the ranks; a local run rejects them (ParseOptions::local).
 struct EnvVar {
   std::string name;
-  std::string value;  // only literal values; valueFrom entries are kept in the template JSON
+  std::string value;
 };
 
 // The container that runs the job: the one named "trainer", else the first.
@@ -112,15 +115,26 @@ const char* CleanPodPolicyName(CleanPodPolicy policy);
 // Parses a Kubernetes quantity ("8Gi", "512Mi", "1G", "1000000", "1.5Gi") into bytes.
 StatusOr<int64_t> ParseQuantity(std::string_view text);
 
+struct ParseOptions {
+  // The job runs here, without a kubelet (spawnpoint-agent run/plan -f): the trainer
+  // container's env entries with valueFrom and its envFrom are errors, since nothing can
+  // resolve them (false: in a pod, where the kubelet does).
+  bool local = false;
+};
+
 // Parses every document of a YAML stream (JSON is YAML) and returns the TrainingJobs in
 // it, defaulted and validated. Documents of other kinds are an error (naming kind and
 // document); empty documents are skipped, but a stream without any is an error. `source`
 // names the input in messages (usually the file path). Unquoted scalars mean what they mean
-// to kubectl (YAML 1.1): yes/no/on/off are booleans and 0644 is octal.
+// to kubectl (YAML 1.1): yes/no/on/off are booleans and 0644 is octal. spec.template is
+// checked against Kubernetes' PodTemplateSpec schema, the one in the CRD (api/schema.h):
+// unknown fields and wrong types inside it are errors, as with kubectl's strict validation.
 StatusOr<std::vector<TrainingJob>> ParseTrainingJobs(std::string_view text,
-                                                     const std::string& source);
+                                                     const std::string& source,
+                                                     ParseOptions options = {});
 // Reads the file and calls ParseTrainingJobs; an unreadable file is an error naming it.
-StatusOr<std::vector<TrainingJob>> LoadTrainingJobsFile(const std::string& path);
+StatusOr<std::vector<TrainingJob>> LoadTrainingJobsFile(const std::string& path,
+                                                        ParseOptions options = {});
 
 // From an API object (as the operator receives it): defaulted and validated; errors name
 // the field path.

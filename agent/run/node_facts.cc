@@ -23,7 +23,9 @@ std::string JobSource(const AgentOptions& o) {
 }
 
 StatusOr<std::vector<api::TrainingJob>> ReadJobs(const AgentOptions& o) {
-  if (o.job_env.empty()) return api::LoadTrainingJobsFile(o.file);
+  // A manifest file is a local run's: nothing resolves valueFrom/envFrom here. --job-env is
+  // how the operator starts a pod's agent, whose environment the kubelet has resolved.
+  if (o.job_env.empty()) return api::LoadTrainingJobsFile(o.file, {.local = true});
   const char* text = getenv(o.job_env.c_str());
   if (text == nullptr) {
     return InvalidArgument("--job-env " + o.job_env + ": the environment variable is not set");

@@ -195,6 +195,38 @@ TEST_F(PlanCliTest, NoGpuWithGpusPerNodeIsAnErrorWithTheFix) {
   EXPECT_THAT(p.Stderr(), HasSubstr("gpusPerNode: 0"));
 }
 
+// A valueFrom entry is the kubelet's: in a pod (--job-env, as the operator starts the agent)
+// the ranks get the value the kubelet put in the pod's environment; a local run (-f) cannot
+// resolve it and says so before anything starts.
+TEST_F(PlanCliTest, ValueFromReachesTheRanksInAPodAndStopsALocalRun) {
+  const std::string job =
+      "apiVersion: spawnpoint.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: resnet}\n"
+      "spec:\n  template:\n    spec:\n      containers:\n      - name: trainer\n"
+      "        command: [/bin/true]\n        env:\n        - {name: A, value: '1'}\n"
+      "        - name: TRAINER_POD\n          valueFrom: {fieldRef: {fieldPath: metadata.name}}\n";
+  testing::TestProcess pod({AGENT_BIN, "plan", "--job-env", "SPAWNPOINT_JOB", "--node-rank", "0",
+                            "--gpu-backend", "none", "--full-env"},
+                           {{"SPAWNPOINT_JOB", job}, {"TRAINER_POD", "resnet-node-0"}});
+  ASSERT_EQ(pod.Wait(milliseconds(30'000)), 0) << pod.Stderr();
+  auto j = nlohmann::json::parse(pod.Stdout());
+  EXPECT_EQ(j["ranks"][0]["env"]["TRAINER_POD"], "resnet-node-0");
+  EXPECT_EQ(j["ranks"][0]["env"]["A"], "1");
+
+  testing::WriteFile(dir_.File("job.yaml"), job);
+  for (const char* command : {"plan", "run"}) {
+    testing::TestProcess local({AGENT_BIN, command, "-f", dir_.File("job.yaml"), "--gpu-backend",
+                                "none", "--master-port", "0"},
+                               {{"TRAINER_POD", "resnet-node-0"}});
+    EXPECT_EQ(local.Wait(milliseconds(30'000)), 2) << command << ": " << local.Stderr();
+    EXPECT_THAT(local.Stderr(),
+                HasSubstr("job.yaml:13:22: spec.template.spec.containers[0].env[1].valueFrom: a "
+                          "local run cannot resolve valueFrom (fieldRef metadata.name); give "
+                          "value: instead, or run on the cluster"))
+        << command;
+    EXPECT_EQ(local.Stdout(), "") << command;
+  }
+}
+
 TEST_F(PlanCliTest, MissingNvmlLibraryIsNamed) {
   testing::WriteFile(dir_.File("job.yaml"), GpuJob(2, "shared"));
   testing::TestProcess p({AGENT_BIN, "plan", "-f", dir_.File("job.yaml"), "--gpu-backend", "nvml",

@@ -1,6 +1,7 @@
 // Every manifest in tests/data/bad-manifests must be rejected with kInvalidArgument and a
 // one-line message containing the text of the .expect file beside it (which includes the
-// file:line:col location and the field path).
+// file:line:col location and the field path). They are read as `spawnpoint-agent run -f` reads
+// them (ParseOptions::local), so env entries only a kubelet can resolve are errors too.
 
 #include <algorithm>
 #include <filesystem>
@@ -55,7 +56,7 @@ TEST(BadManifests, EachIsRejectedWithItsLocationAndField) {
     EXPECT_TRUE(StartsWithLocation(expected, manifest.filename().string()))
         << ".expect must hold the file:line:col location: " << expected;
 
-    auto jobs = LoadTrainingJobsFile(manifest.string());
+    auto jobs = LoadTrainingJobsFile(manifest.string(), {.local = true});
     if (jobs.ok()) {
       ADD_FAILURE() << "accepted";
       continue;

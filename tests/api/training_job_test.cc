@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "api/schema.h"
+
 namespace spawnpoint::api {
 namespace {
 
@@ -479,7 +481,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(TrainingJob, MetadataErrors) {
   auto with_metadata = [](const std::string& metadata) {
     return "apiVersion: spawnpoint.dev/v1alpha1\nkind: TrainingJob\nmetadata:\n" + metadata +
-           "spec:\n  template: {spec: {containers: [{command: [sh]}]}}\n";
+           "spec:\n  template: {spec: {containers: [{name: t, command: [sh]}]}}\n";
   };
   const std::string rule =
       "lowercase letters, digits and '-', starting with a letter and ending with a letter or "
@@ -575,8 +577,7 @@ TEST(TrainingJob, TemplateErrors) {
                                      "        - name: log-shipper\n"
                                      "        - name: trainer\n          env: [{value: x}]\n"
                                      "          args: [train.py]\n")),
-            "job.yaml:11:17: spec.template.spec.containers[1].env[0].name: required; the "
-            "environment variable's name");
+            "job.yaml:11:17: spec.template.spec.containers[1].env[0].name: required");
   EXPECT_EQ(ParseError(with_template(
                 "  template:\n    spec:\n      containers:\n"
                 "        - name: trainer\n          args: [train.py]\n"
@@ -586,8 +587,8 @@ TEST(TrainingJob, TemplateErrors) {
   EXPECT_EQ(ParseError(with_template("  template:\n    spec:\n      containers:\n"
                                      "        - name: trainer\n          args: [train.py]\n"
                                      "          env: {A: b}\n")),
-            "job.yaml:11:16: spec.template.spec.containers[0].env: must be a list of {name, value} "
-            "entries; got an object");
+            "job.yaml:11:16: spec.template.spec.containers[0].env: must be a list, got an "
+            "object");
   EXPECT_EQ(ParseError(with_template("  template:\n    spec:\n      containers:\n"
                                      "        - name: trainer\n          args: [train.py]\n"
                                      "          image: 2.1\n")),
@@ -630,7 +631,8 @@ TEST(TrainingJob, PlainScalarsResolveAsKubectlDoes) {
   // Quoted and block scalars stay strings, whatever they look like.
   job = ParseOne(
       "apiVersion: spawnpoint.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: job}\nspec:\n"
-      "  template:\n    spec:\n      containers:\n        - args:\n            - '1'\n"
+      "  template:\n    spec:\n      containers:\n        - name: t\n          args:\n            "
+      "- '1'\n"
       "            - \"true\"\n            - !!str 3\n            - |\n              multi\n"
       "              line\n          env:\n"
       "            - {name: A, value: \"null\"}\n            - {name: B, value: '0644'}\n");
@@ -714,7 +716,7 @@ TEST(TrainingJob, JsonTextIsYaml) {
   std::string text =
       R"({"apiVersion": "spawnpoint.dev/v1alpha1", "kind": "TrainingJob", "metadata": {"name": "j"},)"
       "\n"
-      R"( "spec": {"nodes": 2, "template": {"spec": {"containers": [{"command": ["a"]}]}}}})";
+      R"( "spec": {"nodes": 2, "template": {"spec": {"containers": [{"name": "t", "command": ["a"]}]}}}})";
   EXPECT_EQ(ParseOne(text).spec.nodes, 2);
   std::string bad = text;
   bad.replace(bad.find("\"nodes\": 2"), 10, "\"nodes\": \"2\"");
@@ -752,6 +754,160 @@ TEST(TrainingJob, AliasExpansionIsBounded) {
   }
   EXPECT_EQ(ParseError(bomb),
             "job.yaml:1:35: the document has more than 100000 values (recursive aliases?)");
+}
+
+}  // namespace
+}  // namespace spawnpoint::api
+
+namespace spawnpoint::api {
+namespace {
+
+// A template with what real pods carry: quantities, security contexts, volumes, probes.
+constexpr const char* kFullTemplate = R"(apiVersion: spawnpoint.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: job}
+spec:
+  template:
+    metadata:
+      labels: {team: vision, example.com/any-key: x}
+      annotations: {example.com/note: "free text"}
+      creationTimestamp: null
+    spec:
+      securityContext: {runAsNonRoot: true, runAsUser: 1000, fsGroup: 1000}
+      nodeSelector: {example.com/pool: gpu}
+      tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+      volumes:
+        - {name: data, emptyDir: {sizeLimit: 1Gi}}
+        - {name: cfg, configMap: {name: cfg, defaultMode: 0644}}
+      containers:
+        - name: trainer
+          image: ghcr.io/example/resnet:2.1
+          command: [python3, train.py]
+          args: [--epochs, "2"]
+          resources:
+            limits: {cpu: 2, memory: 4Gi, example.com/fpga: 1}
+            requests: {cpu: 500m, memory: 1.5Gi}
+          securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+          ports: [{name: http, containerPort: 8080}]
+          readinessProbe: {httpGet: {path: /healthz, port: http}, periodSeconds: 5}
+          volumeMounts: [{name: data, mountPath: /data}]
+          env:
+            - {name: A, value: "1"}
+)";
+
+std::string LocalError(const std::string& yaml) {
+  auto jobs = ParseTrainingJobs(yaml, "job.yaml", {.local = true});
+  if (jobs.ok()) return "accepted";
+  return jobs.status().message();
+}
+
+TEST(PodTemplateSchema, AFullTemplateIsAcceptedLocallyAndOnTheCluster) {
+  auto jobs = ParseTrainingJobs(kFullTemplate, "job.yaml", {.local = true});
+  ASSERT_TRUE(jobs.ok()) << jobs.status().message();
+  EXPECT_EQ(jobs->front().spec.trainer.args, (std::vector<std::string>{"--epochs", "2"}));
+  auto object = json::parse(TrainingJobToJson(jobs->front()).dump());
+  EXPECT_TRUE(TrainingJobFromJson(object).ok());
+}
+
+TEST(PodTemplateSchema, TyposAreUnknownFieldsWithLocationAndSuggestion) {
+  std::string yaml = kFullTemplate;
+  yaml.replace(yaml.find("          args:"), 15, "          arg: ");
+  std::string error = ParseError(yaml);
+  EXPECT_TRUE(
+      error.starts_with("job.yaml:21:11: spec.template.spec.containers[0].arg: unknown "
+                        "field (did you mean \"args\"?); allowed: args, command,"))
+      << error;
+  yaml = kFullTemplate;
+  yaml.replace(yaml.find("periodSeconds"), 13, "periodSecond");
+  EXPECT_TRUE(ParseError(yaml).starts_with(
+      "job.yaml:27:67: spec.template.spec.containers[0].readinessProbe.periodSecond: unknown "
+      "field (did you mean \"periodSeconds\"?)"))
+      << ParseError(yaml);
+  yaml = kFullTemplate;
+  yaml.replace(yaml.find("fsGroup"), 7, "fsgroup");
+  EXPECT_TRUE(ParseError(yaml).starts_with(
+      "job.yaml:11:62: spec.template.spec.securityContext.fsgroup: unknown field (did you mean "
+      "\"fsGroup\"?)"))
+      << ParseError(yaml);
+  // The operator's path (JSON from the API server) checks the same schema.
+  json object = TrainingJobToJson(ParseOne(kFullTemplate));
+  object["spec"]["template"]["spec"]["containers"][0]["arg"] = json::array({"x"});
+  auto job = TrainingJobFromJson(object);
+  ASSERT_FALSE(job.ok());
+  EXPECT_TRUE(job.status().message().starts_with(
+      "spec.template.spec.containers[0].arg: unknown field (did you mean \"args\"?)"));
+}
+
+TEST(PodTemplateSchema, TypesAreCheckedWithTheFieldPath) {
+  auto replaced = [](const std::string& from, const std::string& to) {
+    std::string yaml = kFullTemplate;
+    yaml.replace(yaml.find(from), from.size(), to);
+    return ParseError(yaml);
+  };
+  EXPECT_EQ(replaced("securityContext: {runAsNonRoot: true, runAsUser: 1000, fsGroup: 1000}",
+                     "securityContext: restricted"),
+            "job.yaml:11:24: spec.template.spec.securityContext: must be an object, got string "
+            "\"restricted\"");
+  EXPECT_EQ(replaced("containerPort: 8080", "containerPort: http"),
+            "job.yaml:26:47: spec.template.spec.containers[0].ports[0].containerPort: must be an "
+            "integer, got string \"http\"");
+  EXPECT_EQ(replaced("memory: 4Gi", "memory: 4 GiB"),
+            "job.yaml:23:38: spec.template.spec.containers[0].resources.limits.memory: must be a "
+            "quantity such as \"2\", \"500m\" or \"4Gi\", got \"4 GiB\"");
+  EXPECT_EQ(replaced("cpu: 500m", "cpu: 0.5"),
+            "job.yaml:24:29: spec.template.spec.containers[0].resources.requests.cpu: must be an "
+            "integer or a quantity string such as \"500m\" or \"4Gi\" (quote a fraction: "
+            "\"0.5\"), got number 0.5");
+  EXPECT_EQ(replaced("runAsNonRoot: true", "runAsNonRoot: sure"),
+            "job.yaml:11:39: spec.template.spec.securityContext.runAsNonRoot: must be a boolean "
+            "(true or false), got string \"sure\"");
+  EXPECT_EQ(replaced("labels: {team: vision", "labels: {team: 7"),
+            "job.yaml:7:22: spec.template.metadata.labels.team: must be a string, got number 7 "
+            "(quote it to make it a string)");
+  EXPECT_EQ(
+      replaced("- {name: A, value: \"1\"}", "- {name: A, value: \"1\"}\n            - {name: A}"),
+      "job.yaml:31:15: spec.template.spec.containers[0].env[1]: duplicate entry (name "
+      "\"A\") also at index 0; each must be unique");
+  EXPECT_EQ(replaced("mountPath: /data", "mountPath: null"),
+            "job.yaml:28:50: spec.template.spec.containers[0].volumeMounts[0].mountPath: required");
+}
+
+TEST(PodTemplateSchema, LocalRunsRejectWhatOnlyAKubeletResolves) {
+  std::string yaml = std::string(kFullTemplate) +
+                     "            - name: POD_NAME\n"
+                     "              valueFrom: {fieldRef: {fieldPath: metadata.name}}\n";
+  EXPECT_EQ(LocalError(yaml),
+            "job.yaml:32:26: spec.template.spec.containers[0].env[1].valueFrom: a local run "
+            "cannot resolve valueFrom (fieldRef metadata.name); give value: instead, or run on "
+            "the cluster");
+  // In a pod the kubelet resolves it: the entry stays in the template, not in trainer.env.
+  TrainingJob job = ParseOne(yaml);
+  ASSERT_EQ(job.spec.trainer.env.size(), 1u);
+  EXPECT_EQ(job.spec.pod_template["spec"]["containers"][0]["env"][1]["valueFrom"]["fieldRef"]
+                                 ["fieldPath"],
+            "metadata.name");
+
+  yaml = std::string(kFullTemplate) +
+         "            - {name: TOKEN, valueFrom: {secretKeyRef: {name: wandb, key: token}}}\n";
+  EXPECT_TRUE(LocalError(yaml).find("env[1].valueFrom: a local run cannot resolve valueFrom "
+                                    "(secretKeyRef wandb/token)") != std::string::npos)
+      << LocalError(yaml);
+  yaml = std::string(kFullTemplate) + "          envFrom: [{configMapRef: {name: cfg}}]\n";
+  EXPECT_EQ(LocalError(yaml),
+            "job.yaml:31:21: spec.template.spec.containers[0].envFrom[0]: a local run cannot "
+            "resolve envFrom (configMapRef cfg); set the variables with env and value: instead, "
+            "or run on the cluster");
+  EXPECT_EQ(ParseError(yaml), "accepted");
+}
+
+TEST(PodTemplateSchema, Quantities) {
+  for (const char* good :
+       {"1", "0", "+2", "-1", "500m", "1.5Gi", "1.", ".5", "2E", "1e3", "1E-3", "7Ki", "100n"}) {
+    EXPECT_TRUE(IsQuantity(good)) << good;
+  }
+  for (const char* bad : {"", "Gi", "1 Gi", "1GB", "1e", "1.5.5", "lots", "1Mii", "."}) {
+    EXPECT_FALSE(IsQuantity(bad)) << bad;
+  }
 }
 
 }  // namespace

@@ -3,7 +3,9 @@ the pinned kube-apiserver that scripts/cluster.sh starts on loopback, driven wit
 kubectl. The server must default, validate and print TrainingJobs as docs/trainingjob.md
 says: every default in its field table (read from the document, so the two cannot drift
 apart), the documented rejections with the field's path, unknown fields refused by kubectl's
-strict field validation (the server's), and the printer columns of `kubectl get tj`.
+strict field validation (the server's), also inside spec.template (the CRD carries Kubernetes'
+PodTemplateSpec schema, scripts/gen-pod-template-schema.py), a full pod template kept as
+given, and the printer columns of `kubectl get tj`.
 
     python3 test_crd_on_real_server.py --source-dir REPO [--tools-bin DIR] [unittest args]
 
@@ -33,6 +35,60 @@ metadata: {name: %s}
 spec:
   nodes: 1
 %s  template: {spec: {containers: [{name: trainer, image: example.invalid/trainer}]}}
+"""
+
+
+# A job with a full pod template: TEMPLATE % (name, pod spec lines, trainer container lines).
+TEMPLATE = """\
+apiVersion: spawnpoint.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: %s}
+spec:
+  template:
+    metadata: {labels: {team: vision}, creationTimestamp: null}
+    spec:
+%s      containers:
+        - name: trainer
+          image: example.invalid/trainer
+          command: [python3, train.py]
+%s"""
+
+FULL_POD = """\
+      securityContext: {runAsNonRoot: true, runAsUser: 1000, fsGroup: 1000}
+      nodeSelector: {example.com/pool: gpu}
+      tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+      volumes:
+        - name: data
+          emptyDir: {sizeLimit: 1Gi}
+        - name: config
+          configMap: {name: cfg, items: [{key: a, path: a.json}], defaultMode: 0644}
+      imagePullSecrets: [{name: registry}]
+      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+              - matchExpressions: [{key: zone, operator: In, values: [a, b]}]
+"""
+
+FULL_CONTAINER = """\
+          args: [--epochs, "2"]
+          workingDir: /workspace
+          env:
+            - {name: BATCH, value: "256"}
+            - name: POD_NAME
+              valueFrom: {fieldRef: {fieldPath: metadata.name}}
+            - name: TOKEN
+              valueFrom: {secretKeyRef: {name: s, key: k}}
+          envFrom: [{configMapRef: {name: cfg}}]
+          resources:
+            limits: {cpu: 2, memory: 4Gi}
+            requests: {cpu: 500m, memory: 1Gi}
+          securityContext:
+            allowPrivilegeEscalation: false
+            capabilities: {drop: [ALL]}
+          ports: [{name: http, containerPort: 8080}]
+          readinessProbe: {httpGet: {path: /healthz, port: http}, periodSeconds: 5}
+          volumeMounts: [{name: data, mountPath: /data}, {name: config, mountPath: /cfg}]
 """
 
 
@@ -137,6 +193,79 @@ class CrdOnRealServerTest(unittest.TestCase):
         self.assertIn('unknown field "spec.nodez"', out)
         code, _ = kubectl("get", "tj", "typo")
         self.assertNotEqual(code, 0, "the job with a typo was created")
+
+    def apply_template(self, name, container_lines, pod_lines=""):
+        """Applies a job whose trainer container has `container_lines` (YAML at the
+        container's indentation) and whose pod spec has `pod_lines`."""
+        manifest = TEMPLATE % (name, pod_lines, container_lines)
+        return kubectl("apply", "-f", "-", stdin=manifest)
+
+    def test_pod_template_typos_are_refused_with_their_path(self):
+        # kubectl's default, strict field validation (kubectl >= 1.27), done by the server
+        # against the CRD's PodTemplateSpec schema.
+        code, out = self.apply_template("tmpl-typo", "          arg: [--epochs, '2']\n")
+        self.assertNotEqual(code, 0, out)
+        self.assertIn('unknown field "spec.template.spec.containers[0].arg"', out)
+        code, _ = kubectl("get", "tj", "tmpl-typo")
+        self.assertNotEqual(code, 0, "the job with a typo in its template was created")
+        code, out = self.apply_template("tmpl-typo", "", "      nodeSelectr: {a: b}\n")
+        self.assertNotEqual(code, 0, out)
+        self.assertIn('unknown field "spec.template.spec.nodeSelectr"', out)
+
+    def test_pod_template_types_are_checked(self):
+        cases = [
+            ("          command: python3\n", "spec.template.spec.containers[0].command"),
+            ("          resources: {limits: {memory: lots}}\n",
+             "spec.template.spec.containers[0].resources.limits.memory"),
+            ("          ports: [{containerPort: http}]\n",
+             "spec.template.spec.containers[0].ports[0].containerPort"),
+            # A CRD's int-or-string takes no fractions (the agent says so too: "500m").
+            ("          resources: {requests: {cpu: 0.5}}\n",
+             "spec.template.spec.containers[0].resources.requests.cpu"),
+            ("          env: [{name: A, value: '1'}, {name: A, value: '2'}]\n",
+             "spec.template.spec.containers[0].env[1]: Duplicate value"),
+            ("          volumeMounts: [{name: data}]\n",
+             "spec.template.spec.containers[0].volumeMounts[0].mountPath: Required value"),
+        ]
+        for lines, field in cases:
+            with self.subTest(field=field):
+                code, out = self.apply_template("tmpl-type", lines)
+                self.assertNotEqual(code, 0, "accepted: %s" % lines)
+                self.assertIn(field, out)
+
+    def test_a_full_pod_template_is_accepted_and_kept(self):
+        container = FULL_CONTAINER
+        code, out = self.apply_template("tmpl-full", container, FULL_POD)
+        self.assertEqual(code, 0, out)
+        code, out = kubectl("get", "tj", "tmpl-full", "-o", "json")
+        self.assertEqual(code, 0, out)
+        tmpl = json.loads(out)["spec"]["template"]
+        c = tmpl["spec"]["containers"][0]
+        self.assertEqual(c["env"][1], {"name": "POD_NAME",
+                                       "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+        self.assertEqual(c["env"][2]["valueFrom"]["secretKeyRef"], {"name": "s", "key": "k"})
+        self.assertEqual(c["resources"]["limits"], {"cpu": 2, "memory": "4Gi"})
+        self.assertEqual(c["resources"]["requests"]["cpu"], "500m")
+        self.assertEqual(c["securityContext"]["capabilities"], {"drop": ["ALL"]})
+        self.assertEqual(c["readinessProbe"]["httpGet"]["port"], "http")
+        self.assertEqual(c["ports"], [{"name": "http", "containerPort": 8080,
+                                       "protocol": "TCP"}])  # the server's default
+        self.assertEqual(tmpl["metadata"]["labels"], {"team": "vision"})
+        self.assertEqual(tmpl["spec"]["volumes"][0]["emptyDir"], {"sizeLimit": "1Gi"})
+        self.assertEqual(tmpl["spec"]["nodeSelector"], {"example.com/pool": "gpu"})
+        self.assertEqual(tmpl["spec"]["tolerations"][0]["key"], "nvidia.com/gpu")
+        self.assertEqual(tmpl["spec"]["securityContext"]["fsGroup"], 1000)
+
+    def test_the_crd_fits_kubectls_last_applied_annotation(self):
+        # Client-side `kubectl apply` keeps the whole CRD in an annotation, and annotations
+        # are limited to 256 KiB in all: the PodTemplateSpec schema must leave room.
+        code, out = kubectl("get", "crd", "trainingjobs.spawnpoint.dev", "-o", "json")
+        self.assertEqual(code, 0, out)
+        crd = json.loads(out)
+        applied = crd["metadata"]["annotations"][
+            "kubectl.kubernetes.io/last-applied-configuration"]
+        self.assertLess(len(applied), 200 * 1024)
+        self.assertIn("readinessProbe", applied)  # the generated schema is in it
 
     def test_printer_columns_and_short_name(self):
         code, out = self.apply("columns", "  procsPerNode: 2\n")

@@ -74,8 +74,13 @@ TEST_F(OperatorTest, TwoNodeJobGetsServiceAndPodsAndKubectlShowsTheColumns) {
   job["spec"]["shmSize"] = "2Gi";
   job["spec"]["rendezvous"]["port"] = 29600;
   job["spec"]["template"]["metadata"]["labels"]["team"] = "vision";
+  // valueFrom entries are the kubelet's to resolve: the pod keeps them as written, and the
+  // agent hands the pod's environment to the ranks.
   job["spec"]["template"]["spec"]["containers"][0]["env"] = {
-      {{"name", "NCCL_DEBUG"}, {"value", "INFO"}}};
+      {{"name", "NCCL_DEBUG"}, {"value", "INFO"}},
+      {{"name", "TRAINER_POD"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}},
+      {{"name", "WANDB_KEY"},
+       {"valueFrom", {{"secretKeyRef", {{"name", "wandb"}, {"key", "token"}}}}}}};
   ApplyRunning(job);
   const json tj = h_->Job("resnet");
 
@@ -117,6 +122,10 @@ TEST_F(OperatorTest, TwoNodeJobGetsServiceAndPodsAndKubectlShowsTheColumns) {
     EXPECT_EQ(Env(c, "NODE_RANK")["value"], std::to_string(i));
     EXPECT_EQ(Env(c, "NNODES")["value"], "2");
     EXPECT_EQ(Env(c, "NCCL_DEBUG")["value"], "INFO");
+    EXPECT_EQ(Env(c, "TRAINER_POD")["valueFrom"],
+              json({{"fieldRef", {{"apiVersion", "v1"}, {"fieldPath", "metadata.name"}}}}));
+    EXPECT_EQ(Env(c, "WANDB_KEY")["valueFrom"]["secretKeyRef"],
+              json({{"name", "wandb"}, {"key", "token"}}));
     EXPECT_THAT(Env(c, "SPAWNPOINT_JOB")["value"].get<std::string>(),
                 HasSubstr("\"python3\",\"train.py\""));
     bool shm = false, shm_mount = false;
