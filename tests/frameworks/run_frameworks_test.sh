@@ -8,7 +8,8 @@
 # Lightning in a venv, cached) and runs SCRIPT there with scripts/in-root.sh by the venv's
 # python: the bundle at /opt/spawnpoint, this folder at /opt/spawnpoint-tests,
 # tests/foreign at /opt/spawnpoint-foreign (its foreign_common.py: run_agent, Checks),
-# tests/python/pool_trainers at /opt/spawnpoint-pool-trainers,
+# tests/python/pool_trainers at /opt/spawnpoint-pool-trainers, examples/ at
+# /opt/spawnpoint-repo/examples (the examples run from /opt/spawnpoint-repo as from the root),
 # SPAWNPOINT_FOREIGN_SUITE=trixie. Exit status: SCRIPT's; 1 when the environment cannot be
 # made or the bundle is missing (a failure, not a skip); 77 (skip) only when not run as root.
 set -uo pipefail
@@ -59,6 +60,7 @@ echo "in the frameworks environment: $python /opt/spawnpoint-tests/$script $*"
 bash "$repo/scripts/in-root.sh" --bundle "$bundle" --ro-bind "$here:/opt/spawnpoint-tests" \
   --ro-bind "$repo/tests/foreign:/opt/spawnpoint-foreign" \
   --ro-bind "$repo/tests/python/pool_trainers:/opt/spawnpoint-pool-trainers" \
+  --ro-bind "$repo/examples:/opt/spawnpoint-repo/examples" \
   --env SPAWNPOINT_FOREIGN_SUITE=trixie --env PYTHONDONTWRITEBYTECODE=1 \
   --env PYTHONUNBUFFERED=1 "$root" -- "$python" "/opt/spawnpoint-tests/$script" "$@"
 rc=$?
