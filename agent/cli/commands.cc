@@ -1,23 +1,68 @@
 #include "agent/cli/commands.h"
 
 #include <iostream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
 #include "agent/process/spawner.h"
 #include "agent/run/node_agent.h"
 #include "agent/run/node_facts.h"
+#include "agent/run/preflight.h"
 #include "agent/run/report.h"
 #include "common/clock.h"
 
 namespace spawnpoint::agent {
 namespace {
 
+// The job the options name. Everything LoadJob reads is the agent's input, so each of its
+// errors is bad input (exit 2): a missing or unreadable manifest file as much as a typo.
+StatusOr<api::TrainingJob> LoadInput(const AgentOptions& o) {
+  auto job = LoadJob(o);
+  if (!job.ok() && job.status().code() != StatusCode::kInvalidArgument) {
+    return InvalidArgument(job.status().message());
+  }
+  return job;
+}
+
 // The job and this node as the options name them; nothing started.
 StatusOr<NodeFacts> LoadNode(const AgentOptions& o) {
-  SP_ASSIGN_OR_RETURN(api::TrainingJob job, LoadJob(o));
+  SP_ASSIGN_OR_RETURN(api::TrainingJob job, LoadInput(o));
   SP_ASSIGN_OR_RETURN(std::shared_ptr<devices::GpuBackend> backend, OpenGpuBackend(o, job));
   return DiscoverNode(o, std::move(job), std::move(backend));
+}
+
+// How long plan waits for an interpreter to import torch (~1-2 s on an idle machine).
+constexpr std::chrono::seconds kTorchProbeTimeout{30};
+
+// Adds each rank's program as the spawner will exec it ("executable", an absolute path)
+// and, for a Python rank, "torchVersion": what its interpreter imports, or null with one
+// warning line per interpreter that cannot (the ranks would fail later with
+// ModuleNotFoundError). `probed` remembers the interpreters already run.
+Status AddExecutables(const NodePlan& plan, ProcessSpawner* spawner,
+                      std::map<std::string, TorchProbe>* probed, nlohmann::json* out) {
+  for (size_t i = 0; i < plan.ranks.size(); ++i) {
+    const RankPlan& rank = plan.ranks[i];
+    auto exe = ResolveRankExecutable(rank);
+    if (!exe.ok()) return InvalidArgument("the trainer container's " + exe.status().message());
+    (*out)["ranks"][i]["executable"] = *exe;
+    if (!IsPythonCommand(rank.argv)) continue;
+    auto it = probed->find(*exe);
+    if (it == probed->end()) {
+      it = probed->emplace(*exe, ProbeTorch(spawner, *exe, rank, kTorchProbeTimeout)).first;
+      if (!it->second.version) {
+        const std::string from =
+            rank.argv.front() == *exe ? "" : " (`" + rank.argv.front() + "` on the ranks' PATH)";
+        Say("warning: " + plan.job_name + ": the ranks' interpreter " + *exe + from +
+            " cannot import torch: " + it->second.error +
+            "; the ranks will fail when they import it. Put the interpreter that has torch "
+            "in command: (its absolute path), or first on PATH");
+      }
+    }
+    (*out)["ranks"][i]["torchVersion"] =
+        it->second.version ? nlohmann::json(*it->second.version) : nlohmann::json(nullptr);
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -36,6 +81,8 @@ int PlanCommand(const AgentOptions& o) {
   }
   const bool local_nodes = o.node_rank < 0 && nnodes > 1;
   const auto shares = SplitCpusAcrossNodes(node->cpus.AllCpus(), nnodes);
+  auto spawner = MakeVforkSpawner();
+  std::map<std::string, TorchProbe> probed;
   for (int i : node_ranks) {
     PlanRequest request =
         MakeRequest(o, *node, i, o.restart_count, port, "$TMPDIR/spawnpoint-XXXXXX");
@@ -47,14 +94,18 @@ int PlanCommand(const AgentOptions& o) {
     auto plan = MakeNodePlan(request);
     if (!plan.ok()) return Fail(plan.status());
     if (Status s = CheckCommand(plan->ranks.front()); !s.ok()) return Fail(s);
-    out.push_back(NodePlanToJson(*plan, o.full_env));
+    nlohmann::json node_plan = NodePlanToJson(*plan, o.full_env);
+    if (Status s = AddExecutables(*plan, spawner.get(), &probed, &node_plan); !s.ok()) {
+      return Fail(s);
+    }
+    out.push_back(std::move(node_plan));
   }
   std::cout << (o.node_rank >= 0 ? out[0] : out).dump(2) << std::endl;
   return 0;
 }
 
 int RunCommand(const AgentOptions& o, SignalWatcher* signals) {
-  auto job = LoadJob(o);
+  auto job = LoadInput(o);
   if (!job.ok()) return Fail(job.status());
   auto backend = OpenGpuBackend(o, *job);
   if (!backend.ok()) return Fail(backend.status());

@@ -1,7 +1,7 @@
-// The agent's commands. Each returns the process exit code: 0 success; 2 bad input
-// (manifest, flags), nothing started; 1 the environment cannot run the job (no GPU,
-// /dev/shm too small), nothing started; otherwise the failing rank's code (128+signal for
-// a signal), or 128+signal when the agent itself was stopped.
+// The agent's commands. Each returns the process exit code, as agent/run/exit_codes.h
+// tables it: 0 success; 1 the job failed (the rank's own code and cause are in the
+// termination log) or this machine cannot run it; 2 bad input (flags, manifest, manifest
+// file, command), nothing started; 128+N when the agent itself was stopped by signal N.
 #pragma once
 
 #include "agent/cli/options.h"

@@ -84,8 +84,9 @@ Runs a TrainingJob's ranks on this node as spawned (never forked) processes.
 commands:
   run  -f FILE    run this node's share of the job (every node's, locally, when the job
                   has several nodes and --node-rank is not given)
-  plan -f FILE    print, as JSON, what run would start: argv, environment, devices and
-                  CPU set per rank; starts nothing
+  plan -f FILE    print, as JSON, what run would start: argv, the program it execs
+                  (resolved on PATH), environment, devices and CPU set per rank; warns
+                  when a Python rank's interpreter cannot import torch; starts no rank
   version         print the version
 
 flags:
@@ -99,8 +100,9 @@ flags:
   --master-port P            rendezvous port (default spec.rendezvous.port; 0 picks a free one)
   --grace-period SECONDS     SIGTERM to SIGKILL grace for stopping ranks (default 30)
   --status-interval SECONDS  how often the status line is printed (default 10)
-  --status-file PATH         also write the status, with every rank's loader statistics,
-                             as JSON to PATH at each status interval and at the end
+  --status-file PATH         also write the status document to PATH: byte for byte what
+                             /status serves (fields: docs/status.md), replaced atomically
+                             whenever it changes and at the end with the final phase
   --termination-log PATH     where the failure is written for Kubernetes
                              (default /dev/termination-log, written only if it exists)
   --max-restarts N           override spec.restartPolicy.maxRestarts
@@ -116,6 +118,14 @@ flags:
   --dcgm-compatible-names    also export GPU metrics under DCGM exporter's names
   --full-env                 plan: include the inherited environment
   -h, --help                 this text
+
+exit codes:
+  0      the job succeeded
+  1      the job failed: a rank failed and was not restarted (the rank's own exit code,
+         signal and cause are in the termination log and on the last line); or this
+         machine cannot run it (no GPU, an unhealthy GPU, /dev/shm too small)
+  2      bad input: flags, the manifest or its file, the trainer command; nothing started
+  128+N  the agent itself was stopped by signal N (SIGTERM: 143, SIGINT: 130)
 )";
 }
 

@@ -1,5 +1,6 @@
 #include "agent/run/attempt_decision.h"
 
+#include "agent/run/exit_codes.h"
 #include "api/restart_rule.h"
 
 namespace spawnpoint::agent {
@@ -23,8 +24,8 @@ const char* AgentPhaseName(AgentPhase phase) {
 AttemptDecision Decide(const GangResult& result, int restarts, const api::RestartPolicy& policy,
                        bool owns_gang) {
   AttemptDecision d;
-  d.exit_code = result.ExitCode();
   if (result.outcome == GangOutcome::kSucceeded) {
+    d.exit_code = kExitSucceeded;
     d.reason = "Succeeded";
     return d;
   }
@@ -32,8 +33,11 @@ AttemptDecision Decide(const GangResult& result, int restarts, const api::Restar
     d.phase = AgentPhase::kTerminated;
     d.reason = "Terminated";
     d.message = "stopped by " + SignalName(result.interrupt_signal);
+    d.exit_code = result.ExitCode();  // 128 + the signal that stopped the agent
     return d;
   }
+  // The rank's own code goes to the termination log; the agent's says "the job failed".
+  d.exit_code = kExitJobFailed;
   d.failure = result.failure;
   const int code = d.failure->status.ShellCode();
   d.phase = AgentPhase::kFailed;

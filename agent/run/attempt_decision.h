@@ -27,7 +27,9 @@ struct AttemptDecision {
   // One line: "stopped by SIGTERM"; for a failure not restarted, why ("exit code 1 is
   // not retryable"); empty otherwise.
   std::string message;
-  int exit_code = 0;                     // the agent's, when it does not restart
+  // The agent's, when it does not restart (agent/run/exit_codes.h): 0, 1 for a failure
+  // (the rank's own code is in `failure`), 128 + N when a signal stopped the agent.
+  int exit_code = 0;
   std::chrono::milliseconds backoff{0};  // restart: the wait before the next attempt
   std::optional<RankFailure> failure;    // the failing member, for a restart or a failure
 };

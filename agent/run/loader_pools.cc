@@ -123,20 +123,4 @@ std::string LoaderPools::Summary(const NodePlan& plan) const {
   return buf;
 }
 
-nlohmann::json LoaderPools::StatusJson(const NodePlan& plan) const {
-  nlohmann::json ranks = nlohmann::json::array();
-  for (const auto& r : plan.ranks) {
-    nlohmann::json entry = {{"rank", r.rank}};
-    if (r.pool) {
-      nlohmann::json stats = ReadStats(*r.pool);
-      if (!stats.is_discarded()) entry["stats"] = stats;
-      for (auto& p : pools_) {
-        if (p->spec().rank == r.rank) entry["pool"] = p->StatusJson();
-      }
-    }
-    ranks.push_back(entry);
-  }
-  return ranks;
-}
-
 }  // namespace spawnpoint::agent

@@ -41,8 +41,6 @@ class LoaderPools {
 
   // ", data stall 4%, 1234 samples/s" from the ranks' loader statistics, or "".
   std::string Summary(const NodePlan& plan) const;
-  // Per rank of `plan`: {"rank", "stats" (the rank's loader), "pool" (its workers)}.
-  nlohmann::json StatusJson(const NodePlan& plan) const;
 
   const std::vector<std::unique_ptr<loader::PoolSupervisor>>* list() const { return &pools_; }
 

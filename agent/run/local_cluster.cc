@@ -87,6 +87,13 @@ void LocalCluster::Refine(RankFailure& f) const {
   if (j.is_discarded() || !j.contains("rank")) return;
   f.rank = j.value("rank", f.rank);
   f.local_rank = j.value("localRank", f.local_rank);
+  // The node agent exits 1 for any failed rank; the rank's own code decides the restart.
+  if (j.contains("exitCode") && j["exitCode"].is_number_integer()) {
+    const int code = j["exitCode"].get<int>();
+    const bool signalled = j.contains("signal") && code > 128;
+    f.status.signal = signalled ? code - 128 : 0;
+    f.status.exit_code = signalled ? 0 : code;
+  }
   f.cause.message = j.value("message", f.cause.message);
   std::string reason = j.value("reason", "");
   for (auto r : {ExitReason::kUserError, ExitReason::kOomKilled, ExitReason::kShmExhausted,

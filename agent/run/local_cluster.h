@@ -27,7 +27,8 @@ class LocalCluster {
 
   // The node agents of attempt `restart`.
   std::vector<GangMember> MembersFor(int restart) const;
-  // Refines a failed node agent's report with the rank its termination log names.
+  // Refines a failed node agent's report with the rank, exit code, signal and cause its
+  // termination log names (the node agent itself exits 1 for any failed rank).
   void Refine(RankFailure& failure) const;
 
   // The options of node `node`'s agent in attempt `restart`.

@@ -1,9 +1,13 @@
 #include "agent/run/node_agent.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <filesystem>
 
+#include "agent/run/exit_codes.h"
 #include "agent/run/preflight.h"
 #include "agent/run/report.h"
 
@@ -16,6 +20,11 @@ using std::chrono::milliseconds;
 constexpr milliseconds kBackoffSignalCheck{50};
 
 bool RunsLocalCluster(const AgentOptions& o, int nnodes) { return nnodes > 1 && o.node_rank < 0; }
+
+std::string HostName() {
+  char buf[HOST_NAME_MAX + 1] = {0};
+  return gethostname(buf, sizeof(buf) - 1) == 0 ? buf : "";
+}
 
 }  // namespace
 
@@ -72,15 +81,36 @@ Status NodeAgent::Validate() const {
 }
 
 Status NodeAgent::StartPools() {
-  if (!plan_) return Status::Ok();
+  if (!plan_) {
+    // The local cluster's node agents serve their own nodes' /status; this agent's
+    // document has the node agents as members and no ranks.
+    NodeStatusOptions o;
+    o.identity = {
+        .job = node_.job.name, .job_namespace = node_.job.namespace_, .hostname = HostName()};
+    o.members = nnodes_;
+    o.restart_count = options_.restart_count;
+    StartStatus(std::move(o));
+    return Status::Ok();
+  }
   Say(node_.job.name + ": node " + std::to_string(node_rank_) + "/" + std::to_string(nnodes_) +
       ", " + std::to_string(plan_->ranks_per_node) + " ranks of " +
       std::to_string(plan_->world_size) + ", backend " + plan_->backend + ", GPUs: " +
       node_.gpu_backend + ", rendezvous " + plan_->master_addr + ":" + std::to_string(port_));
   SP_RETURN_IF_ERROR(pools_.Start(*plan_, spawner_, options_.memory_events));
-  endpoint_ = StartAgentEndpoint(options_.metrics_addr, options_.dcgm_compatible_names, *plan_,
-                                 node_.backend.get(), pools_.list());
+  StartStatus(NodeStatusOptionsFor(*plan_, options_.dcgm_compatible_names, node_.backend.get(),
+                                   pools_.list()));
+  endpoint_ = StartAgentEndpoint(options_.metrics_addr, node_.job.name, status_.get());
   return Status::Ok();
+}
+
+void NodeAgent::StartStatus(NodeStatusOptions o) {
+  if (!options_.status_file.empty()) {
+    o.on_document = [path = options_.status_file](const std::string& text) {
+      WriteStatusFile(path, text);
+    };
+  }
+  status_ = std::make_unique<NodeStatus>(std::move(o));
+  status_->Publish();  // phase Starting: the file exists before any rank starts
 }
 
 int NodeAgent::Run() {
@@ -111,8 +141,8 @@ int NodeAgent::Run() {
       Report(AttemptDecision{.phase = AgentPhase::kTerminated,
                              .reason = "Terminated",
                              .message = "stopped by " + SignalName(sig) + " during restart backoff",
-                             .exit_code = 128 + sig});
-      code = 128 + sig;
+                             .exit_code = ExitForSignal(sig)});
+      code = ExitForSignal(sig);
       break;
     }
   }
@@ -169,28 +199,18 @@ void NodeAgent::Report(const AttemptDecision& d, int up, int total) {
   const std::string& job = node_.job.name;
   const std::string elapsed = FormatElapsed(clock_->Now() - start_);
   const char* phase = AgentPhaseName(d.phase);
-  if (d.failure && endpoint_) {
-    endpoint_->OnRankFailure(d.failure->rank, ExitReasonName(d.failure->cause.reason));
-  }
   if (d.phase == AgentPhase::kFailed) {
     Say(job + ": failed: " + d.failure->Line() + " (not restarted: " + d.message + ")");
   }
-  // The status: the endpoint's phase, and the status file.
-  if (endpoint_) endpoint_->OnPhase(phase, up, total, restart_);
-  if (!options_.status_file.empty()) {
-    nlohmann::json doc = {
-        {"job", job},
-        {"namespace", node_.job.namespace_},
-        {"nodeRank", node_rank_},
-        {"phase", phase},
-        {"membersUp", up},
-        {"members", total},
-        {"restarts", restart_},
-        {"elapsedSeconds", std::chrono::duration<double>(clock_->Now() - start_).count()},
-    };
-    if (plan_) doc["loader"] = pools_.StatusJson(*plan_);
-    WriteStatusFile(options_.status_file, doc);
+  // The status document (served on /status, written to --status-file), and readiness.
+  if (status_) {
+    if (d.failure) {
+      status_->OnRankFailure(d.failure->rank, ExitReasonName(d.failure->cause.reason),
+                             d.failure->ToJson());
+    }
+    status_->OnPhase(phase, up, total, restart_);
   }
+  if (endpoint_) endpoint_->SetReadiness(phase, up, total);
   // The console line, and the termination log when the job ends.
   switch (d.phase) {
     case AgentPhase::kRunning:
@@ -234,7 +254,8 @@ int NodeAgent::WaitOutBackoff(milliseconds wait) {
 }
 
 void NodeAgent::Stop() {
-  endpoint_.reset();  // it reads the pools
+  endpoint_.reset();  // it serves the status
+  status_.reset();    // it reads the pools
   // The pools outlive every attempt; they end with the job.
   pools_.Stop(std::min<milliseconds>(options_.grace_period, milliseconds(5000)));
   if (!pool_root_.empty()) std::filesystem::remove_all(pool_root_);

@@ -23,6 +23,7 @@
 #include "agent/run/local_cluster.h"
 #include "agent/run/node_facts.h"
 #include "agent/status/agent_endpoint.h"
+#include "agent/status/node_status.h"
 #include "agent/supervisor/gang.h"
 #include "agent/supervisor/signals.h"
 #include "api/training_job.h"
@@ -58,8 +59,11 @@ class NodeAgent {
   Status Plan();
   // The command resolves and the shared memory is big enough (ranks mode).
   Status Validate() const;
-  // Says what runs, then starts the loader pools and the endpoint (ranks mode).
+  // Says what runs, then starts the loader pools and the endpoint (ranks mode), and the
+  // status document (both modes).
   Status StartPools();
+  // Makes the status document, wired to --status-file, and publishes its first (Starting).
+  void StartStatus(NodeStatusOptions options);
   // The members of attempt `restart`: this node's ranks, or the cluster's node agents.
   StatusOr<std::vector<GangMember>> MembersFor(int restart) const;
   // Runs one attempt of the gang to its end. REQUIRES: the SignalWatcher's thread.
@@ -71,7 +75,8 @@ class NodeAgent {
   // Waits out a restart backoff on the clock; a termination signal (returned) ends it.
   // REQUIRES: the SignalWatcher's thread.
   int WaitOutBackoff(std::chrono::milliseconds wait);
-  // Stops the endpoint, then the pools, and removes the pool directory. Idempotent.
+  // Stops the endpoint and the status, then the pools, and removes the pool directory.
+  // Idempotent.
   void Stop();
 
   // Constant after Create().
@@ -90,8 +95,11 @@ class NodeAgent {
   std::optional<NodePlan> plan_;  // ranks mode: the first attempt's plan
   std::unique_ptr<LocalCluster> cluster_;  // local multi-node mode instead of ranks
 
-  // Started by Run(); destroyed in reverse (the endpoint reads the pools).
+  // Started by Run(); destroyed in reverse (the endpoint serves the status, which reads
+  // the pools).
   LoaderPools pools_;
+  // The one status document: /status serves it, --status-file gets each new one.
+  std::unique_ptr<NodeStatus> status_;
   std::unique_ptr<AgentEndpoint> endpoint_;
   Clock::TimePoint start_{};
   int restart_ = 0;         // attempts before the current one, earlier agents' included

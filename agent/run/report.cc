@@ -8,6 +8,8 @@
 #include <cstring>
 #include <fstream>
 
+#include "agent/run/exit_codes.h"
+
 namespace spawnpoint::agent {
 
 void Say(const std::string& line) {
@@ -16,7 +18,7 @@ void Say(const std::string& line) {
 }
 
 int ExitCodeFor(const Status& status) {
-  return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
+  return status.code() == StatusCode::kInvalidArgument ? kExitBadInput : kExitJobFailed;
 }
 
 int Fail(const Status& status) {
@@ -32,11 +34,11 @@ std::string FormatElapsed(Clock::Duration elapsed) {
   return buf;
 }
 
-void WriteStatusFile(const std::string& path, const nlohmann::json& document) {
+void WriteStatusFile(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << document.dump() << "\n";
+    out << text;
   }
   if (rename(tmp.c_str(), path.c_str()) != 0) {
     Say("warning: cannot write the status file " + path + ": " + strerror(errno));
@@ -56,9 +58,21 @@ bool ShouldWriteTerminationLog(const AgentOptions& o) {
 
 void WriteTerminationLog(const AgentOptions& o, const nlohmann::json& message) {
   if (!ShouldWriteTerminationLog(o)) return;
-  std::ofstream out(o.termination_log, std::ios::trunc);
+  constexpr size_t kLimit = 4000;  // Kubernetes keeps 4096 bytes
   std::string text = message.dump();
-  if (text.size() > 4000) text = text.substr(0, 4000);
+  if (text.size() > kLimit && message.contains("message") && message["message"].is_string()) {
+    nlohmann::json shorter = message;
+    const std::string m = message["message"].get<std::string>();
+    const size_t excess = text.size() - kLimit + 3;  // and "..."
+    // Escapes may make the dump longer than the text: cut until it fits.
+    for (size_t keep = m.size() > excess ? m.size() - excess : 0;; keep = keep * 3 / 4) {
+      shorter["message"] = m.substr(0, keep) + "...";
+      text = shorter.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      if (text.size() <= kLimit || keep == 0) break;
+    }
+  }
+  if (text.size() > kLimit) text = text.substr(0, kLimit);
+  std::ofstream out(o.termination_log, std::ios::trunc);
   out << text << "\n";
   if (!out) Say("warning: cannot write the termination log " + o.termination_log);
 }

@@ -16,7 +16,8 @@ namespace spawnpoint::agent {
 // "[spawnpoint] <line>" on stderr, in one write().
 void Say(const std::string& line);
 
-// The exit code for an error before anything started: 2 bad input, 1 anything else.
+// The exit code for an error before anything started (agent/run/exit_codes.h): 2 for bad
+// input (InvalidArgument), 1 for anything else.
 int ExitCodeFor(const Status& status);
 // Says "error: <message>" and returns ExitCodeFor(status).
 int Fail(const Status& status);
@@ -24,13 +25,13 @@ int Fail(const Status& status);
 // "1:02:03" (hours unpadded).
 std::string FormatElapsed(Clock::Duration elapsed);
 
-// Replaces the status file with `document` atomically (write, then rename), so a reader
-// never sees half of it; warns when it cannot.
-void WriteStatusFile(const std::string& path, const nlohmann::json& document);
+// Replaces the status file with `text` (a NodeStatus document, as /status serves it)
+// atomically (write, then rename), so a reader never sees half of it; warns when it cannot.
+void WriteStatusFile(const std::string& path, const std::string& text);
 
-// Writes `message` (cut to 4000 bytes: Kubernetes keeps 4096) to the termination log when
-// one is wanted: --termination-log given, or the default path exists (the kubelet creates
-// it in pods).
+// Writes `message` to the termination log when one is wanted: --termination-log given, or
+// the default path exists (the kubelet creates it in pods). Kubernetes keeps 4096 bytes:
+// a longer message has its "message" field shortened, so the log stays one JSON object.
 void WriteTerminationLog(const AgentOptions& o, const nlohmann::json& message);
 
 }  // namespace spawnpoint::agent

@@ -36,16 +36,14 @@ std::string HostName() {
 bool MetricsDisabled(const std::string& address) { return address.empty() || address == "off"; }
 
 StatusOr<std::unique_ptr<AgentEndpoint>> AgentEndpoint::Start(const std::string& address,
-                                                              NodeStatusOptions options) {
+                                                              NodeStatus* status) {
   std::unique_ptr<AgentEndpoint> e(new AgentEndpoint());
-  e->status_ = std::make_unique<NodeStatus>(std::move(options));
   SP_ASSIGN_OR_RETURN(e->server_, metrics::MetricsServer::Start(
-                                      {.address = address, .registry = &e->status_->registry()}));
-  NodeStatus* status = e->status_.get();
+                                      {.address = address, .registry = &status->registry()}));
   e->server_->Handle("/status", [status](const metrics::HttpRequest&) {
     metrics::HttpResponse r;
     r.content_type = "application/json";
-    r.body = status->StatusJson().dump() + "\n";
+    r.body = status->Publish();
     return r;
   });
   e->server_->SetReady(false, "ranks not started");
@@ -56,19 +54,16 @@ AgentEndpoint::~AgentEndpoint() {
   if (server_) server_->Stop();
 }
 
-void AgentEndpoint::OnPhase(const std::string& phase, int up, int total, int restarts) {
-  status_->OnPhase(phase, up, total, restarts);
+void AgentEndpoint::SetReadiness(const std::string& phase, int up, int total) {
   const bool ready = phase == "Running" && up > 0;
   server_->SetReady(ready, ready ? ""
                                  : "phase " + phase + ", " + std::to_string(up) + "/" +
                                        std::to_string(total) + " ranks up");
 }
 
-std::unique_ptr<AgentEndpoint> StartAgentEndpoint(
-    const std::string& address, bool dcgm_compatible_names, const NodePlan& plan,
-    devices::GpuBackend* backend,
+NodeStatusOptions NodeStatusOptionsFor(
+    const NodePlan& plan, bool dcgm_compatible_names, devices::GpuBackend* backend,
     const std::vector<std::unique_ptr<loader::PoolSupervisor>>* pools) {
-  if (MetricsDisabled(address)) return nullptr;
   NodeStatusOptions o;
   o.identity = IdentityFromEnvironment(Environment(), HostName(), plan.job_name, plan.job_namespace,
                                        plan.node_rank);
@@ -85,14 +80,19 @@ std::unique_ptr<AgentEndpoint> StartAgentEndpoint(
   }
   o.dcgm_compatible_names = dcgm_compatible_names;
   o.restart_count = plan.restart_count;
-  auto endpoint = AgentEndpoint::Start(address, std::move(o));
+  return o;
+}
+
+std::unique_ptr<AgentEndpoint> StartAgentEndpoint(const std::string& address,
+                                                  const std::string& job_name, NodeStatus* status) {
+  if (MetricsDisabled(address)) return nullptr;
+  auto endpoint = AgentEndpoint::Start(address, status);
   if (!endpoint.ok()) {
-    Say("warning: " + plan.job_name + ": no metrics or status endpoint: " +
-        endpoint.status().message() + " (use --metrics-addr HOST:PORT, or off)");
+    Say("warning: " + job_name + ": no metrics or status endpoint: " + endpoint.status().message() +
+        " (use --metrics-addr HOST:PORT, or off)");
     return nullptr;
   }
-  Say(plan.job_name + ": metrics on http://" + (*endpoint)->address() +
-      "/metrics, status on /status");
+  Say(job_name + ": metrics on http://" + (*endpoint)->address() + "/metrics, status on /status");
   return std::move(endpoint).value();
 }
 

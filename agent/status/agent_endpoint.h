@@ -1,5 +1,6 @@
 // The node agent's HTTP endpoint on --metrics-addr (default "127.0.0.1:9400"; ":9400" in a pod):
-// /metrics (Prometheus text format 0.0.4), /status (JSON, read by the operator), /healthz and
+// /metrics (Prometheus text format 0.0.4), /status (JSON, read by the operator; the document
+// NodeStatus::Publish() makes, as --status-file gets it: docs/status.md), /healthz and
 // /readyz (ready while the ranks run). It costs one thread and a listening socket; everything is
 // computed when asked. A node's training never fails because of its metrics: the agent warns and
 // runs on when the address cannot be bound.
@@ -25,34 +26,36 @@ bool MetricsDisabled(const std::string& address);
 
 class AgentEndpoint {
  public:
-  // Serves `status` on `address` (metrics/server.h's forms). Errors as MetricsServer::Start.
+  // Serves `status` (not owned; it must outlive the endpoint) on `address`
+  // (metrics/server.h's forms): /status is status->Publish(). Errors as MetricsServer::Start.
   static StatusOr<std::unique_ptr<AgentEndpoint>> Start(const std::string& address,
-                                                        NodeStatusOptions options);
-  ~AgentEndpoint();  // stops the server first, so no request sees a half-destroyed status
+                                                        NodeStatus* status);
+  ~AgentEndpoint();  // stops the server first, so no request outlives it
 
-  NodeStatus& status() { return *status_; }
   int port() const { return server_->port(); }
   const std::string& address() const { return server_->address(); }
 
-  // NodeStatus::OnPhase, and readiness: ready while the phase is Running with ranks up.
-  void OnPhase(const std::string& phase, int up, int total, int restarts);
-  void OnRankFailure(int rank, const std::string& reason) { status_->OnRankFailure(rank, reason); }
+  // Readiness: ready while the phase is Running with ranks up.
+  void SetReadiness(const std::string& phase, int up, int total);
 
  private:
   AgentEndpoint() = default;
-  std::unique_ptr<NodeStatus> status_;
   std::unique_ptr<metrics::MetricsServer> server_;
 };
 
-// What `spawnpoint-agent run` calls once the node's plan is made and its pools started:
-// the endpoint for this node, or nullptr when disabled or when it cannot be bound; either
-// outcome is said on stderr ("[spawnpoint] <job>: metrics on http://..." or a warning).
-// `pools` (may be null) must outlive the endpoint.
-// `backend` (may be null) is sampled at every scrape and must outlive the endpoint too.
-std::unique_ptr<AgentEndpoint> StartAgentEndpoint(
-    const std::string& address, bool dcgm_compatible_names, const NodePlan& plan,
-    devices::GpuBackend* backend,
+// The NodeStatus of this node's plan: its identity from the environment (pod, namespace,
+// container, node name), ranks, GPUs and pools. `pools` (may be null) and `backend` (may be
+// null; sampled at every reading) must outlive the NodeStatus.
+NodeStatusOptions NodeStatusOptionsFor(
+    const NodePlan& plan, bool dcgm_compatible_names, devices::GpuBackend* backend,
     const std::vector<std::unique_ptr<loader::PoolSupervisor>>* pools);
+
+// What `spawnpoint-agent run` calls once the node's plan is made and its pools started:
+// the endpoint serving `status` (which must outlive it), or nullptr when disabled or when
+// it cannot be bound; either outcome is said on stderr ("[spawnpoint] <job>: metrics on
+// http://..." or a warning).
+std::unique_ptr<AgentEndpoint> StartAgentEndpoint(const std::string& address,
+                                                  const std::string& job_name, NodeStatus* status);
 
 // The address node `node` of a job run entirely on this machine gets, so the node agents do
 // not fight over one port: HOST:(PORT + node). Port 0 and a disabled address stay as they

@@ -164,15 +164,23 @@ NodeStatus::NodeStatus(NodeStatusOptions options)
 }
 
 void NodeStatus::OnPhase(const std::string& phase, int up, int total, int restarts) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Apply(phase, up, total, restarts);
+  }
+  Publish();
+}
+
+void NodeStatus::Apply(const std::string& phase, int up, int total, int restarts) {
   const auto& id = options_.identity;
-  std::lock_guard<std::mutex> lock(mu_);
   phase_name_ = phase;
   // The gang reports how many ranks run, not which: all of them or none is exact; in
   // between (ranks finishing at different times, or being stopped after a failure) the
   // per-rank flags keep what was last known until the attempt ends (OnRankFailure, then a
   // phase other than Running, clear them).
   const bool running = phase == "Running";
-  ranks_up_count_ = running ? up : 0;
+  members_up_ = running ? up : 0;
+  ranks_up_count_ = options_.ranks.empty() ? 0 : members_up_;
   if (!running || up == 0) {
     std::fill(up_.begin(), up_.end(), false);
   } else if (up == total) {
@@ -196,9 +204,15 @@ void NodeStatus::OnPhase(const std::string& phase, int up, int total, int restar
   }
 }
 
-void NodeStatus::OnRankFailure(int rank, const std::string& reason) {
+void NodeStatus::OnRankFailure(int rank, const std::string& reason, const json& failure) {
   const auto& id = options_.identity;
   std::lock_guard<std::mutex> lock(mu_);
+  if (failure.is_object()) {
+    last_failure_ = failure;
+    // Stable fields: "signal" is there, null, when no signal ended the rank.
+    if (!last_failure_.contains("signal")) last_failure_["signal"] = nullptr;
+    last_failure_["time"] = UtcNow();
+  }
   rank_failures_->WithLabels({id.job_namespace, id.job, std::to_string(rank), reason})->Inc();
   for (size_t i = 0; i < options_.ranks.size(); ++i) {
     if (options_.ranks[i].rank == rank) {
@@ -251,7 +265,9 @@ NodeStatus::Reading NodeStatus::Read() {
   std::lock_guard<std::mutex> lock(mu_);
   r.phase = phase_name_;
   r.ranks_up = ranks_up_count_;
+  r.members_up = members_up_;
   r.restarts = restarts_;
+  r.last_failure = last_failure_;
   for (size_t i = 0; i < r.ranks.size(); ++i) {
     RankReading& rr = r.ranks[i];
     rr.up = up_[i];
@@ -422,8 +438,22 @@ void NodeStatus::Collect(std::vector<CollectedFamily>* out) {
   }
 }
 
-json NodeStatus::StatusJson() {
-  const Reading r = Read();
+std::string NodeStatus::Publish() {
+  std::lock_guard<std::mutex> lock(doc_mu_);
+  std::string text = Document(Read()).dump() + "\n";
+  last_document_ = text;
+  if (options_.on_document) options_.on_document(text);
+  return text;
+}
+
+json NodeStatus::StatusJson() { return json::parse(Publish()); }
+
+std::string NodeStatus::LastDocument() const {
+  std::lock_guard<std::mutex> lock(doc_mu_);
+  return last_document_;
+}
+
+json NodeStatus::Document(const Reading& r) {
   const auto& id = options_.identity;
   json gpus = json::array();
   double util_sum = 0;
@@ -434,17 +464,18 @@ json NodeStatus::StatusJson() {
               {"pciBusId", g.device.pci_bus_id},
               {"modelName", g.device.name},
               {"rank", g.rank >= 0 ? json(g.rank) : json(nullptr)}};
-    if (g.sample) {
-      const auto& s = *g.sample;
-      if (s.utilisation) {
-        e["utilisation"] = *s.utilisation;
-        util_sum += *s.utilisation;
-        ++util_n;
-      }
-      if (s.memory_used_bytes) e["memoryUsedBytes"] = *s.memory_used_bytes;
-      if (s.memory_total_bytes) e["memoryTotalBytes"] = *s.memory_total_bytes;
-      if (s.power_watts) e["powerWatts"] = *s.power_watts;
-      if (s.temperature_celsius) e["temperatureCelsius"] = *s.temperature_celsius;
+    // Every reading is there, null when the backend gave none.
+    auto value = [](const auto& v) { return v ? json(*v) : json(nullptr); };
+    const devices::GpuSample none{};
+    const auto& s = g.sample ? *g.sample : none;
+    e["utilisation"] = value(s.utilisation);
+    e["memoryUsedBytes"] = value(s.memory_used_bytes);
+    e["memoryTotalBytes"] = value(s.memory_total_bytes);
+    e["powerWatts"] = value(s.power_watts);
+    e["temperatureCelsius"] = value(s.temperature_celsius);
+    if (s.utilisation) {
+      util_sum += *s.utilisation;
+      ++util_n;
     }
     gpus.push_back(std::move(e));
   }
@@ -453,7 +484,11 @@ json NodeStatus::StatusJson() {
   double stall_sum = 0, sps_sum = 0;
   int stall_n = 0, sps_n = 0;
   for (const auto& rr : r.ranks) {
-    json e = {{"rank", rr.info.rank}, {"localRank", rr.info.local_rank}, {"up", rr.up}};
+    json e = {{"rank", rr.info.rank},
+              {"localRank", rr.info.local_rank},
+              {"up", rr.up},
+              {"stats", rr.stats ? *rr.stats : json(nullptr)},
+              {"pool", rr.pool ? *rr.pool : json(nullptr)}};
     if (rr.stats) {
       e["stats"] = *rr.stats;
       ++sps_n;
@@ -463,7 +498,6 @@ json NodeStatus::StatusJson() {
         ++stall_n;
       }
     }
-    if (rr.pool) e["pool"] = *rr.pool;
     loader.push_back(std::move(e));
   }
 
@@ -474,9 +508,13 @@ json NodeStatus::StatusJson() {
       {"pod", id.pod},
       {"hostname", id.hostname},
       {"phase", r.phase},
+      {"members",
+       options_.members >= 0 ? options_.members : static_cast<int>(options_.ranks.size())},
+      {"membersUp", r.members_up},
       {"ranks", options_.ranks.size()},
       {"ranksUp", r.ranks_up},
       {"restarts", r.restarts},
+      {"lastFailure", r.last_failure},
       {"gpuBackend", options_.gpu_backend_name},
       {"gpuUtilisation", util_n > 0 ? json(util_sum / util_n) : json(nullptr)},
       {"dataStall", stall_n > 0 ? json(stall_sum / stall_n) : json(nullptr)},
@@ -486,8 +524,8 @@ json NodeStatus::StatusJson() {
       {"elapsedSeconds",
        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()},
       {"updated", UtcNow()},
+      {"gpuError", r.gpu_error.empty() ? json(nullptr) : json(r.gpu_error)},
   };
-  if (!r.gpu_error.empty()) out["gpuError"] = r.gpu_error;
   return out;
 }
 

@@ -1,17 +1,25 @@
 // What one node agent exports about its node: Prometheus metrics (per GPU, per rank, per
-// node) and the JSON document served at /status, which the operator reads for a job's
-// status.utilisation. Both views come from the same reading, so they agree.
+// node) and the JSON status document, which the agent serves at /status (the operator reads
+// it for a job's status.utilisation) and writes to --status-file. Both views come from the
+// same reading, so they agree. The document is described field by field in docs/status.md.
 //
 // Two kinds of input:
-//  - events from the gang supervision (OnPhase, OnRankFailure): phases, ranks up, restarts;
-//  - readings taken when someone asks (a scrape, GET /status): the GPU backend's Sample(),
+//  - events from the gang supervision (OnPhase, OnRankFailure): phases, ranks up, restarts,
+//    the last failure;
+//  - readings taken when someone asks (a scrape, Publish()): the GPU backend's Sample(),
 //    every rank's loader statistics file (loader::StatsPath) and every pool's StatusJson().
+//
+// One document, one serializer: Publish() takes a reading, makes the next document, hands
+// its text to NodeStatusOptions::on_document (the status file's writer) and returns the
+// same text (what /status serves). Documents are made and handed on one at a time, in
+// order, so the file never goes back to an older one.
 //
 // The loader's counts restart from zero when a rank restarts (a new Loader); the exported
 // counters add the previous incarnation's last value, so they only ever go up.
 //
 // Thread-safety: every method is thread-safe; readings from concurrent scrapes are
-// serialised. The GPU backend and the pool_status callback must be thread-safe (both are).
+// serialised. The GPU backend, the pool_status callback and on_document must be
+// thread-safe (on_document is called under a lock, one call at a time).
 #pragma once
 
 #include <chrono>
@@ -72,6 +80,13 @@ struct NodeStatusOptions {
   // Also export DCGM exporter's names and labels, so DCGM dashboards (Grafana 12239) work.
   bool dcgm_compatible_names = false;
   int restart_count = 0;  // gang restarts made before this agent started (--restart-count)
+  // The gang's members: this node's ranks (-1: ranks.size()), or the node agents when the
+  // agent runs a job's every node on this machine (and has no ranks of its own).
+  int members = -1;
+  // Called with each new document's text (newline-terminated, byte for byte what /status
+  // serves), one call at a time, in order; nullptr: nobody. The agent writes its
+  // --status-file here.
+  std::function<void(const std::string& text)> on_document;
 };
 
 class NodeStatus {
@@ -81,15 +96,23 @@ class NodeStatus {
   NodeStatus& operator=(const NodeStatus&) = delete;
 
   // The gang's state, as the agent's status line reports it: phase is "Running",
-  // "Restarting", "Succeeded", "Failed" or "Terminated"; up of total ranks are running;
-  // restarts counts gang restarts so far (including those before this agent started).
+  // "Restarting", "Succeeded", "Failed" or "Terminated"; `up` members are running (0 but
+  // while Running; `total` is not used: the members are fixed); restarts counts gang
+  // restarts so far (including those before this agent started). Then publishes.
   void OnPhase(const std::string& phase, int up, int total, int restarts);
   // A rank failed with a classified reason (exit_cause.h: "OOMKilled", "UserError", ...).
-  void OnRankFailure(int rank, const std::string& reason);
+  // `failure` (RankFailure::ToJson(): rank, exit code, signal, cause) becomes the
+  // document's lastFailure from the next document on; null keeps the previous one.
+  void OnRankFailure(int rank, const std::string& reason, const nlohmann::json& failure = nullptr);
 
   std::string phase() const;
-  // The /status document (see docs/metrics.md).
+  // Takes a reading and publishes the next document (see above): its text, as /status
+  // serves it and on_document got it.
+  std::string Publish();
+  // Publish(), parsed.
   nlohmann::json StatusJson();
+  // The text of the last document published; "" before the first.
+  std::string LastDocument() const;
   // Holds every metric; render it for /metrics.
   metrics::Registry& registry() { return registry_; }
 
@@ -122,11 +145,17 @@ class NodeStatus {
     std::vector<RankReading> ranks;
     std::string phase;
     int ranks_up = 0;
+    int members_up = 0;
     int restarts = 0;
+    nlohmann::json last_failure;
   };
 
-  Reading Read();
+  Reading Read();  // takes mu_
+  // OnPhase's bookkeeping. REQUIRES: mu_ held.
+  void Apply(const std::string& phase, int up, int total, int restarts);
   void Collect(std::vector<metrics::CollectedFamily>* out);
+  // The document of one reading. REQUIRES: doc_mu_ held.
+  nlohmann::json Document(const Reading& r);
 
   const NodeStatusOptions options_;
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
@@ -141,11 +170,18 @@ class NodeStatus {
   metrics::Family<metrics::Gauge>* phase_ = nullptr;
   metrics::Family<metrics::Counter>* gpu_errors_ = nullptr;
 
+  // Publishing: held while a document is made and handed to on_document, so documents
+  // go out one at a time and in order. Taken before mu_, never while holding it.
+  mutable std::mutex doc_mu_;
+  std::string last_document_;  // guarded by doc_mu_
+
   mutable std::mutex mu_;  // the state below and the readings
   std::string phase_name_ = "Starting";
   std::vector<bool> up_;  // per entry of options_.ranks
   int ranks_up_count_ = 0;
+  int members_up_ = 0;
   int restarts_ = 0;
+  nlohmann::json last_failure_;                                 // null until a rank fails
   std::map<std::pair<int, std::string>, Monotonic> monotonic_;  // (rank, field)
 };
 

@@ -105,11 +105,13 @@ TEST_F(AgentRunTest, RanksRunWithTorchrunEnvironmentAndPrefixedOutput) {
   EXPECT_THAT(agent->Stderr(), HasSubstr("all ranks succeeded"));
 }
 
-TEST_F(AgentRunTest, RankKilledBySigkillStopsTheOthersAndExits137) {
+// The agent exits 1 for a failed job (agent/run/exit_codes.h); the rank's own code, signal
+// and cause are in the termination log and on the agent's last line.
+TEST_F(AgentRunTest, RankKilledBySigkillStopsTheOthersAndReports137) {
   auto agent = StartAgent({.ranks = 2,
                            .args = {"--pid-dir", pid_dir(), "--fail-rank", "1", "--signal", "9",
                                     "--after-ms", "100", "--run-ms", "-1"}});
-  EXPECT_EQ(agent->Wait(kTimeout), 137) << agent->Stderr();
+  EXPECT_EQ(agent->Wait(kTimeout), 1) << agent->Stderr();
   EXPECT_THAT(agent->Stderr(), HasSubstr("rank 1 (local rank 1, node 0"));
   EXPECT_THAT(agent->Stderr(), HasSubstr("exit code 137 (SIGKILL), reason Killed"));
   auto log = TerminationLog();
@@ -125,11 +127,12 @@ TEST_F(AgentRunTest, RankExitThreeIsAUserErrorAndNotRestarted) {
   auto agent = StartAgent({.ranks = 2,
                            .args = {"--fail-rank", "0", "--exit-code", "3", "--run-ms", "-1"},
                            .max_restarts = 3});
-  EXPECT_EQ(agent->Wait(kTimeout), 3) << agent->Stderr();
+  EXPECT_EQ(agent->Wait(kTimeout), 1) << agent->Stderr();
   EXPECT_THAT(agent->Stderr(), HasSubstr("reason UserError: user error: exited with code 3"));
   EXPECT_THAT(agent->Stderr(), HasSubstr("exit code 3 is not retryable"));
   EXPECT_THAT(agent->Stderr(), Not(HasSubstr("restart 1 of")));
   EXPECT_EQ(TerminationLog()["reason"], "UserError");
+  EXPECT_EQ(TerminationLog()["exitCode"], 3);
 }
 
 TEST_F(AgentRunTest, RankIgnoringSigtermIsKilledAfterTheGracePeriod) {
@@ -177,10 +180,11 @@ TEST_F(AgentRunTest, FailingOnceWithRetryableCodeRestartsTheGang) {
 
 TEST_F(AgentRunTest, RestartsStopAtMaxRestarts) {
   auto agent = StartAgent({.ranks = 1, .args = {"--signal", "9"}, .max_restarts = 1});
-  EXPECT_EQ(agent->Wait(kTimeout), 137) << agent->Stderr();
+  EXPECT_EQ(agent->Wait(kTimeout), 1) << agent->Stderr();
   EXPECT_THAT(agent->Stderr(), HasSubstr("restart 1 of 1"));
   EXPECT_THAT(agent->Stderr(), HasSubstr("maxRestarts (1) reached"));
   EXPECT_EQ(TerminationLog()["restarts"], 1);
+  EXPECT_EQ(TerminationLog()["exitCode"], 137);
 }
 
 TEST_F(AgentRunTest, OomKillIsRecognisedFromTheCgroupCounter) {
@@ -189,14 +193,15 @@ TEST_F(AgentRunTest, OomKillIsRecognisedFromTheCgroupCounter) {
                            .args = {"--fail-rank", "0", "--bump-oom", dir_.File("memory.events"),
                                     "--signal", "9", "--run-ms", "-1"}},
                           {"--cgroup-memory-events", dir_.File("memory.events")});
-  EXPECT_EQ(agent->Wait(kTimeout), 137) << agent->Stderr();
+  EXPECT_EQ(agent->Wait(kTimeout), 1) << agent->Stderr();
   EXPECT_THAT(agent->Stderr(), HasSubstr("reason OOMKilled"));
   EXPECT_EQ(TerminationLog()["reason"], "OOMKilled");
 }
 
 TEST_F(AgentRunTest, SigbusIsReportedAsSharedMemoryExhaustionWithTheFix) {
   auto agent = StartAgent({.ranks = 1, .args = {"--signal", "7"}});
-  EXPECT_EQ(agent->Wait(kTimeout), 128 + SIGBUS) << agent->Stderr();
+  EXPECT_EQ(agent->Wait(kTimeout), 1) << agent->Stderr();
+  EXPECT_EQ(TerminationLog()["exitCode"], 128 + SIGBUS);
   EXPECT_THAT(agent->Stderr(), HasSubstr("reason ShmExhausted"));
   EXPECT_THAT(agent->Stderr(), HasSubstr("raise spec.shmSize"));
 }
@@ -229,7 +234,7 @@ TEST_F(AgentRunTest, TwoLocalNodesRunFourRanksAndReportTheFailingRank) {
                            .ranks = 2,
                            .args = {"--pid-dir", pid_dir(), "--print-env", "--fail-rank", "3",
                                     "--exit-code", "5", "--after-ms", "300", "--run-ms", "-1"}});
-  EXPECT_EQ(agent->Wait(kTimeout), 5) << agent->Stderr();
+  EXPECT_EQ(agent->Wait(kTimeout), 1) << agent->Stderr();
   std::string out = agent->Stdout();
   for (int r = 0; r < 4; ++r) {
     EXPECT_THAT(out, HasSubstr("[rank " + std::to_string(r) + "] env RANK=" + std::to_string(r)));
@@ -240,8 +245,52 @@ TEST_F(AgentRunTest, TwoLocalNodesRunFourRanksAndReportTheFailingRank) {
   EXPECT_THAT(agent->Stderr(), HasSubstr("running 2 nodes locally"));
   EXPECT_THAT(agent->Stderr(), HasSubstr("failed: rank 3 (local rank 1, node 1"));
   EXPECT_EQ(TerminationLog()["rank"], 3);
+  EXPECT_EQ(TerminationLog()["exitCode"], 5) << "the node agent's exit 1 is not the rank's code";
   EXPECT_EQ(Pids("rank-").size(), 4u);
   ExpectAllGone();
+}
+
+// The exit-code table (agent/run/exit_codes.h, README "Exit codes"): the agent's own bad
+// input exits 2 and starts nothing; a rank's exit 2 (an argparse error) is a failed job,
+// exit 1, with the rank's code and cause in the termination log and on the last line.
+TEST_F(AgentRunTest, AMissingManifestFileIsBadInput) {
+  for (const char* command : {"run", "plan"}) {
+    TestProcess agent({AGENT_BIN, command, "-f", dir_.File("no-such-job.yaml")});
+    EXPECT_EQ(agent.Wait(kTimeout), 2) << command << ": " << agent.Stderr();
+    EXPECT_THAT(agent.Stderr(), HasSubstr("no-such-job.yaml: No such file or directory"));
+    EXPECT_EQ(CountLines(agent.Stderr(), ""), 1) << agent.Stderr();
+  }
+}
+
+TEST_F(AgentRunTest, ABadFlagIsBadInput) {
+  TestProcess agent({AGENT_BIN, "run", "-f", WriteJob({.ranks = 1}), "--grace-period", "soon",
+                     "--pid-dir", pid_dir()});
+  EXPECT_EQ(agent.Wait(kTimeout), 2) << agent.Stderr();
+  EXPECT_THAT(agent.Stderr(), HasSubstr("--grace-period"));
+  TestProcess unknown({AGENT_BIN, "run", "-f", WriteJob({.ranks = 1}), "--no-such-flag"});
+  EXPECT_EQ(unknown.Wait(kTimeout), 2) << unknown.Stderr();
+  EXPECT_THAT(unknown.Stderr(), HasSubstr("unknown flag \"--no-such-flag\""));
+  EXPECT_TRUE(std::filesystem::is_empty(pid_dir())) << "a rank ran";
+}
+
+TEST_F(AgentRunTest, ARankThatExitsTwoIsAFailedJobNotBadInput) {
+  auto agent =
+      StartAgent({.ranks = 2, .args = {"--fail-rank", "1", "--exit-code", "2", "--run-ms", "-1"}});
+  const int code = agent->Wait(kTimeout);
+  EXPECT_NE(code, 2) << agent->Stderr();
+  EXPECT_EQ(code, 1) << agent->Stderr();
+  auto log = TerminationLog();
+  EXPECT_EQ(log["rank"], 1);
+  EXPECT_EQ(log["exitCode"], 2);
+  EXPECT_EQ(log["reason"], "UserError");
+  EXPECT_EQ(log["message"], "user error: exited with code 2");
+  EXPECT_FALSE(log.contains("signal"));
+  // The last line says the same.
+  std::string err = agent->Stderr();
+  while (!err.empty() && err.back() == '\n') err.pop_back();
+  EXPECT_THAT(err.substr(err.rfind('\n') + 1), HasSubstr("failed: rank 1 (local rank 1, node 0"));
+  EXPECT_THAT(err.substr(err.rfind('\n') + 1),
+              HasSubstr("exit code 2, reason UserError: user error: exited with code 2"));
 }
 
 }  // namespace

@@ -81,7 +81,25 @@ TEST(AttemptDecisionTest, TheBudgetEndsRestarts) {
   EXPECT_FALSE(d.restart);
   EXPECT_EQ(d.reason, "MaxRestartsReached");
   EXPECT_EQ(d.message, "maxRestarts (2) reached");
-  EXPECT_EQ(d.exit_code, 137);
+  EXPECT_EQ(d.exit_code, 1) << "the job failed; the rank's 137 stays in the failure";
+  EXPECT_EQ(d.failure->status.ShellCode(), 137);
+}
+
+TEST(AttemptDecisionTest, ARanksExitTwoIsAFailedJobNotTheAgentsBadInput) {
+  AttemptDecision d = Decide(FailedWith(2), 0, Policy(3, 10), true);
+  EXPECT_EQ(d.phase, AgentPhase::kFailed);
+  EXPECT_EQ(d.exit_code, 1);
+  EXPECT_EQ(d.failure->status.ShellCode(), 2);
+}
+
+TEST(AttemptDecisionTest, SuccessAndAStopKeepTheirCodes) {
+  GangResult ok;
+  ok.outcome = GangOutcome::kSucceeded;
+  EXPECT_EQ(Decide(ok, 0, Policy(3, 10), true).exit_code, 0);
+  GangResult stopped;
+  stopped.outcome = GangOutcome::kInterrupted;
+  stopped.interrupt_signal = SIGTERM;
+  EXPECT_EQ(Decide(stopped, 0, Policy(3, 10), true).exit_code, 143);
 }
 
 TEST(AttemptDecisionTest, AGangSpanningNodesIsTheOperatorsToRestart) {
@@ -89,7 +107,7 @@ TEST(AttemptDecisionTest, AGangSpanningNodesIsTheOperatorsToRestart) {
   EXPECT_FALSE(d.restart);
   EXPECT_EQ(d.reason, "GangSpansNodes");
   EXPECT_THAT(d.message, HasSubstr("the operator restarts it"));
-  EXPECT_EQ(d.exit_code, 137);
+  EXPECT_EQ(d.exit_code, 1);
 }
 
 }  // namespace

@@ -137,5 +137,17 @@ TEST(AgentOptionsTest, ToArgsWritesOnlyWhatDiffersFromTheDefaults) {
             (std::vector<std::string>{"run", "--file", "job.yaml", "--grace-period", "2.500"}));
 }
 
+// --help states the exit-code table (agent/run/exit_codes.h) and where the status
+// document is described.
+TEST(AgentUsageTest, ShowsTheExitCodesAndTheStatusDocument) {
+  const std::string usage = AgentUsage();
+  EXPECT_THAT(usage, HasSubstr("--status-file PATH         also write the status document"));
+  EXPECT_THAT(usage, HasSubstr("docs/status.md"));
+  EXPECT_THAT(usage, HasSubstr("exit codes:"));
+  EXPECT_THAT(usage, HasSubstr("  2      bad input"));
+  EXPECT_THAT(usage, HasSubstr("  1      the job failed"));
+  EXPECT_THAT(usage, HasSubstr("  128+N  the agent itself was stopped by signal N"));
+}
+
 }  // namespace
 }  // namespace spawnpoint::agent

@@ -1,8 +1,10 @@
 // The node plan on the production discovery path: NVML through dlopen of the fake
 // libnvidia-ml, NUMA and CPUs from a fake sysfs tree.
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -24,6 +26,7 @@ using ::testing::ElementsAre;
 using ::testing::Ge;
 using ::testing::HasSubstr;
 using ::testing::Le;
+using ::testing::Not;
 
 const char* kUuidPrefix = "GPU-6b7c1a2e-0000-4000-8000-0000000000";
 
@@ -573,6 +576,69 @@ TEST_F(PlanCliTest, PrintsAPythonRanksLoaderPool) {
   ASSERT_EQ(bare.Wait(milliseconds(30'000)), 0) << bare.Stderr();
   EXPECT_EQ(nlohmann::json::parse(bare.Stdout())["ranks"][0]["loaderPool"],
             nlohmann::json({{"skipped", "no Python shim shipped with this agent"}}));
+}
+
+// plan shows the program each rank execs, resolved on the ranks' PATH as the spawner will
+// run it, and warns (a line, not an error) when a Python rank's interpreter cannot import
+// torch, so the job does not fail later with ModuleNotFoundError.
+class PlanInterpreterTest : public ::testing::Test {
+ protected:
+  testing::TestProcess Plan(const std::string& command, const std::string& path) {
+    testing::WriteFile(
+        dir_.File("job.yaml"),
+        "apiVersion: spawnpoint.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: py}\n"
+        "spec:\n  procsPerNode: 2\n  template:\n    spec:\n      containers:\n"
+        "      - name: trainer\n        command: [" +
+            command + "]\n");
+    return testing::TestProcess({AGENT_BIN, "plan", "-f", dir_.File("job.yaml"), "--gpu-backend",
+                                 "none", "--node-rank", "0"},
+                                {{"PATH", path}});
+  }
+  testing::TempDir dir_;
+};
+
+TEST_F(PlanInterpreterTest, APythonWithoutTorchIsShownAndWarnedAbout) {
+  // A python3 first on PATH that has no torch, as a venv without it would be.
+  const std::string bin = dir_.File("bin");
+  std::filesystem::create_directories(bin);
+  testing::WriteFile(bin + "/python3",
+                     "#!/bin/sh\necho 'Traceback (most recent call last):' >&2\n"
+                     "echo \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n");
+  ASSERT_EQ(chmod((bin + "/python3").c_str(), 0755), 0);
+  auto p = Plan("python3, train.py", bin + ":/usr/bin:/bin");
+  ASSERT_EQ(p.Wait(milliseconds(60'000)), 0) << p.Stderr();
+  auto j = nlohmann::json::parse(p.Stdout());
+  EXPECT_EQ(j["ranks"][0]["argv"], nlohmann::json({"python3", "train.py"}));
+  EXPECT_EQ(j["ranks"][0]["executable"], bin + "/python3");
+  EXPECT_EQ(j["ranks"][1]["executable"], bin + "/python3");
+  EXPECT_TRUE(j["ranks"][0]["torchVersion"].is_null());
+  EXPECT_THAT(p.Stderr(), HasSubstr("warning: py: the ranks' interpreter " + bin +
+                                    "/python3 (`python3` on the ranks' PATH) cannot import "
+                                    "torch: ModuleNotFoundError: No module named 'torch'"));
+  EXPECT_EQ(testing::CountLines(p.Stderr(), "cannot import torch"), 1) << "once per interpreter";
+}
+
+TEST_F(PlanInterpreterTest, ThePythonWithTorchIsShownWithItsVersion) {
+  testing::TestProcess has_torch({"/usr/bin/python3", "-c", "import torch"});
+  if (has_torch.Wait(milliseconds(60'000)) != 0) {
+    GTEST_SKIP() << "/usr/bin/python3 has no torch here: scripts/install-deps.sh installs it";
+  }
+  auto p = Plan("python3, train.py", "/usr/bin:/bin");
+  ASSERT_EQ(p.Wait(milliseconds(60'000)), 0) << p.Stderr();
+  auto j = nlohmann::json::parse(p.Stdout());
+  EXPECT_EQ(j["ranks"][0]["executable"], "/usr/bin/python3");
+  ASSERT_TRUE(j["ranks"][0]["torchVersion"].is_string()) << j.dump();
+  EXPECT_FALSE(j["ranks"][0]["torchVersion"].get<std::string>().empty());
+  EXPECT_THAT(p.Stderr(), Not(HasSubstr("warning")));
+}
+
+TEST_F(PlanInterpreterTest, AProgramThatIsNotPythonIsShownAndNotProbed) {
+  auto p = Plan("\"true\"", "/usr/bin:/bin");
+  ASSERT_EQ(p.Wait(milliseconds(60'000)), 0) << p.Stderr();
+  auto j = nlohmann::json::parse(p.Stdout());
+  EXPECT_EQ(j["ranks"][0]["executable"], "/usr/bin/true");
+  EXPECT_FALSE(j["ranks"][0].contains("torchVersion"));
+  EXPECT_EQ(p.Stderr(), "");
 }
 
 }  // namespace

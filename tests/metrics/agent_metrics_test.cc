@@ -2,9 +2,11 @@
 // utilisation, memory, power and temperature per GPU) with real ranks and loader pools,
 // scraped while it runs. Its output must pass `promtool check metrics`.
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <regex>
+#include <set>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -200,6 +202,88 @@ TEST(AgentMetricsTest, RankFailuresAndGangRestartsAreCounted) {
   auto promtool = PromtoolCheckMetrics(text);
   if (!promtool) GTEST_SKIP() << "promtool not installed: scripts/install-deps.sh installs it";
   EXPECT_EQ(promtool->code, 0) << promtool->output;
+}
+
+// Top-level keys, and those of a loader entry: what must not change across phases.
+std::set<std::string> DocumentKeys(const nlohmann::json& j) {
+  std::set<std::string> keys;
+  for (const auto& [k, v] : j.items()) keys.insert(k);
+  for (const auto& [k, v] : j["loader"][0].items()) keys.insert("loader[]." + k);
+  return keys;
+}
+
+// One status document (docs/status.md): while the job runs, what /status serves is byte for
+// byte what --status-file holds; the final file has the final phase, the same members and
+// every field; a failure names the rank, its exit code and cause.
+TEST(AgentMetricsTest, TheStatusFileIsTheDocumentStatusServesAtEveryPhase) {
+  for (int code : {0, 3}) {
+    SCOPED_TRACE("rank 1 exits " + std::to_string(code));
+    TempDir dir;
+    const std::string file = dir.File("status.json");
+    // Ranks that wait for the test's word, then rank 1 exits with `code`.
+    WriteFile(dir.File("rank.sh"),
+              "#!/bin/sh\nwhile [ ! -e \"$1/go\" ]; do sleep 0.05; done\n"
+              "if [ \"$RANK\" = 1 ]; then exit \"$2\"; fi\nexit 0\n");
+    ASSERT_EQ(chmod(dir.File("rank.sh").c_str(), 0755), 0);
+    const std::string manifest =
+        "apiVersion: spawnpoint.dev/v1alpha1\nkind: TrainingJob\n"
+        "metadata: {name: status-demo, namespace: ml}\n"
+        "spec:\n  procsPerNode: 2\n  shmSize: 64Mi\n  loader: {workersPerRank: 0}\n"
+        "  template:\n    spec:\n      containers:\n      - name: trainer\n"
+        "        command: [\"" +
+        dir.File("rank.sh") + "\", \"" + dir.path() + "\", \"" + std::to_string(code) + "\"]\n";
+    // No status tick during the test: only its own GETs publish while the ranks wait.
+    AgentUnderTest agent(
+        AGENT_BIN, manifest,
+        {"--metrics-addr", "127.0.0.1:0", "--status-file", file, "--status-interval", "3600"});
+    auto ports = agent.WaitForEndpoints();
+    ASSERT_EQ(ports.size(), 1u) << agent.Stderr();
+    const int port = ports[0];
+
+    std::string served;
+    ASSERT_TRUE(WaitUntil(
+        [&] {
+          served = agent.Get(port, "/status");
+          auto j = nlohmann::json::parse(served, nullptr, false);
+          return j.is_object() && j["phase"] == "Running" && j["membersUp"] == 2;
+        },
+        kDeadline))
+        << served << agent.Stderr();
+    for (int i = 0; i < 3; ++i) {
+      const std::string before = ReadFile(file);
+      served = agent.Get(port, "/status");
+      EXPECT_EQ(ReadFile(file), served) << "the file is the document /status served";
+      EXPECT_NE(served, before) << "each reading is a new document";
+    }
+    auto running = nlohmann::json::parse(served);
+    EXPECT_EQ(running["members"], 2);
+    EXPECT_EQ(running["ranks"], 2);
+    EXPECT_EQ(running["ranksUp"], 2);
+    EXPECT_EQ(running["loader"].size(), 2u);
+    EXPECT_TRUE(running["lastFailure"].is_null());
+
+    WriteFile(dir.File("go"), "");
+    EXPECT_EQ(agent.process().Wait(kDeadline), code == 0 ? 0 : 1) << agent.Stderr();
+    auto final_doc = nlohmann::json::parse(ReadFile(file), nullptr, false);
+    ASSERT_TRUE(final_doc.is_object()) << ReadFile(file);
+    EXPECT_EQ(final_doc["phase"], code == 0 ? "Succeeded" : "Failed");
+    EXPECT_EQ(final_doc["members"], 2) << "members stay the number of members";
+    EXPECT_EQ(final_doc["membersUp"], 0);
+    EXPECT_EQ(final_doc["ranks"], 2);
+    EXPECT_EQ(final_doc["loader"].size(), 2u);
+    EXPECT_EQ(final_doc["loader"][1]["up"], false);
+    EXPECT_EQ(DocumentKeys(final_doc), DocumentKeys(running));
+    EXPECT_EQ(final_doc["job"], "status-demo");
+    EXPECT_EQ(final_doc["pod"], "metrics-demo-node-0");
+    if (code == 0) {
+      EXPECT_TRUE(final_doc["lastFailure"].is_null());
+    } else {
+      EXPECT_EQ(final_doc["lastFailure"]["rank"], 1);
+      EXPECT_EQ(final_doc["lastFailure"]["exitCode"], 3);
+      EXPECT_EQ(final_doc["lastFailure"]["reason"], "UserError");
+      EXPECT_EQ(final_doc["lastFailure"]["message"], "user error: exited with code 3");
+    }
+  }
 }
 
 // Jobs run their course whether the endpoint is off or its port is taken.

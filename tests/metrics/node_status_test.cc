@@ -4,12 +4,15 @@
 #include "agent/status/node_status.h"
 
 #include <filesystem>
+#include <set>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "agent/loader/contract.h"
+#include "agent/run/report.h"
 #include "agent/status/agent_endpoint.h"
+#include "tests/metrics/http_client.h"
 #include "tests/metrics/sample_parser.h"
 #include "tests/support/test_process.h"
 
@@ -332,6 +335,72 @@ TEST_F(NodeStatusTest, PoolExitsByReasonAreExported) {
   EXPECT_EQ(FindSample(s, "spawnpoint_loader_worker_exits_total", {"rank=\"0\"", "Killed"}), 2);
   EXPECT_EQ(FindSample(s, "spawnpoint_loader_worker_exits_total", {"reason=\"OOMKilled\""}), 1);
   EXPECT_EQ(status.StatusJson()["loader"][0]["pool"]["exitsByReason"]["Killed"], 2);
+}
+
+// Top-level keys, and those of the first loader entry: what must not change across phases.
+std::set<std::string> Keys(const nlohmann::json& j) {
+  std::set<std::string> keys;
+  for (const auto& [k, v] : j.items()) keys.insert(k);
+  for (const auto& [k, v] : j["loader"][0].items()) keys.insert("loader[]." + k);
+  for (const auto& [k, v] : j["gpus"][0].items()) keys.insert("gpus[]." + k);
+  return keys;
+}
+
+// One document: what /status serves is, byte for byte, what the status file holds, at
+// every phase; members stay the members and no field disappears.
+TEST_F(NodeStatusTest, TheStatusFileIsTheDocumentStatusServes) {
+  const std::string file = dir_.File("status.json");
+  auto o = Options();
+  o.on_document = [file](const std::string& text) { WriteStatusFile(file, text); };
+  NodeStatus status(o);
+  auto endpoint = AgentEndpoint::Start("127.0.0.1:0", &status);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status().message();
+  const int port = (*endpoint)->port();
+  auto get = [&] {
+    auto r = testing::HttpGet("127.0.0.1", port, "/status");
+    return r.ok() && r->status == 200 ? r->body : "GET /status failed";
+  };
+
+  status.OnPhase("Running", 2, 2, 0);
+  const std::string running_file = testing::ReadFile(file);
+  EXPECT_EQ(running_file, status.LastDocument());
+  WriteStats(0, 10, 0.5, 0.05, 320);
+  const std::string served = get();
+  EXPECT_EQ(served, testing::ReadFile(file)) << "a GET publishes the document it serves";
+  EXPECT_NE(served, running_file) << "the loader statistics moved";
+  auto running = nlohmann::json::parse(served);
+  EXPECT_EQ(running["members"], 2);
+  EXPECT_EQ(running["membersUp"], 2);
+  EXPECT_TRUE(running["lastFailure"].is_null());
+  EXPECT_EQ(running["loader"][0]["stats"]["batches"], 10);
+  EXPECT_TRUE(running["loader"][1]["stats"].is_null()) << "no statistics yet, but the field";
+
+  // A failure: the last document the endpoint served and the file are the same.
+  gpus_.samples[0].power_watts.reset();  // a reading the backend no longer gives
+  status.OnRankFailure(1, "UserError",
+                       {{"rank", 1},
+                        {"localRank", 1},
+                        {"nodeRank", 0},
+                        {"exitCode", 3},
+                        {"reason", "UserError"},
+                        {"message", "user error: exited with code 3"}});
+  status.OnPhase("Failed", 0, 0, 0);
+  const std::string failed_file = testing::ReadFile(file);
+  auto failed = nlohmann::json::parse(failed_file);
+  EXPECT_EQ(failed["phase"], "Failed");
+  EXPECT_EQ(failed["members"], 2) << "members stay the number of members";
+  EXPECT_EQ(failed["membersUp"], 0);
+  EXPECT_EQ(failed["lastFailure"]["exitCode"], 3);
+  EXPECT_TRUE(failed["lastFailure"]["signal"].is_null());
+  EXPECT_EQ(Keys(failed), Keys(running));
+  const std::string last = get();
+  EXPECT_EQ(last, testing::ReadFile(file));
+  EXPECT_EQ(nlohmann::json::parse(last)["phase"], "Failed");
+
+  status.OnPhase("Succeeded", 0, 0, 0);
+  const std::string succeeded = get();
+  EXPECT_EQ(succeeded, testing::ReadFile(file));
+  EXPECT_EQ(Keys(nlohmann::json::parse(testing::ReadFile(file))), Keys(running));
 }
 
 }  // namespace

@@ -118,6 +118,38 @@ TEST(HttpTest, ReaderOverLoopback) {
   EXPECT_FALSE(HttpGet("127.0.0.1", port, "/status", milliseconds(500)).ok());
 }
 
+// The agent's document as docs/status.md states it: every field present, null where there
+// is nothing (a GPU reading the backend did not give, a rank without loader statistics).
+TEST(HttpTest, AggregatesTheAgentsDocumentWithItsNulls) {
+  const json doc = json::parse(R"({
+    "job": "resnet", "namespace": "ml", "nodeRank": 0, "pod": "resnet-node-0",
+    "hostname": "gpu-node-7", "phase": "Running", "members": 3, "membersUp": 3, "ranks": 3,
+    "ranksUp": 3, "restarts": 1, "lastFailure": {"rank": 1, "localRank": 1, "nodeRank": 0,
+    "exitCode": 137, "signal": "SIGKILL", "reason": "Killed", "message": "killed",
+    "time": "2025-05-20T10:11:12Z"}, "gpuBackend": "nvml", "gpuUtilisation": 0.9,
+    "dataStall": 0.2, "samplesPerSecond": 150, "gpuError": null,
+    "gpus": [{"gpu": 0, "uuid": "GPU-0", "pciBusId": "0000:07:00.0", "modelName": "A100",
+              "rank": 0, "utilisation": 0.9, "memoryUsedBytes": 1, "memoryTotalBytes": 2,
+              "powerWatts": null, "temperatureCelsius": null},
+             {"gpu": 1, "uuid": "GPU-1", "pciBusId": "0000:0f:00.0", "modelName": "A100",
+              "rank": 1, "utilisation": null, "memoryUsedBytes": null,
+              "memoryTotalBytes": null, "powerWatts": null, "temperatureCelsius": null}],
+    "loader": [{"rank": 0, "localRank": 0, "up": true, "pool": null,
+                "stats": {"dataStall": 0.1, "samplesPerSecond": 100}},
+               {"rank": 1, "localRank": 1, "up": true, "pool": {"workers": []},
+                "stats": {"dataStall": 0.3, "samplesPerSecond": 50}},
+               {"rank": 2, "localRank": 2, "up": true, "pool": null, "stats": null}],
+    "elapsedSeconds": 812.4, "updated": "2025-05-20T10:11:12Z"})");
+  std::vector<PodReading> readings;
+  readings.push_back({"resnet-node-0", doc});
+  json u = AggregateUtilisation(readings, "2025-05-20T10:11:13Z");
+  EXPECT_DOUBLE_EQ(u["gpu"].get<double>(), 0.9) << "a null utilisation is no reading";
+  EXPECT_DOUBLE_EQ(u["dataStall"].get<double>(), 0.2) << "a rank without statistics is skipped";
+  EXPECT_DOUBLE_EQ(u["samplesPerSecond"].get<double>(), 150.0);
+  EXPECT_EQ(u["pods"], 1);
+  EXPECT_FALSE(u.contains("error"));
+}
+
 class ScriptedReader : public AgentStatusReader {
  public:
   StatusOr<json> Read(const std::string& ip, int port) override {
