@@ -225,5 +225,25 @@ TEST_F(NodeAgentTest, ASignalDuringTheBackoffEndsIt) {
   EXPECT_EQ(log["message"], "agent stopped by SIGINT during restart backoff");
 }
 
+// Kubernetes keeps 4096 bytes of a termination message; the operator parses it as JSON, and
+// a cut one would leave it the agent's exit code 1 instead of the rank's code.
+TEST(TerminationLogTest, ALongMessageIsShortenedAndStaysOneJsonObject) {
+  TempDir dir;
+  AgentOptions o;
+  o.termination_log = dir.File("termination-log");
+  o.termination_log_explicit = true;
+  WriteTerminationLog(o, {{"rank", 3},
+                          {"exitCode", 137},
+                          {"reason", "OOMKilled"},
+                          {"message", std::string(6000, 'x') + "\"quoted\"\n"}});
+  const std::string text = ReadFile(dir.File("termination-log"));
+  EXPECT_LE(text.size(), 4001u);  // and a newline
+  auto log = nlohmann::json::parse(text, nullptr, false);
+  ASSERT_TRUE(log.is_object()) << text.substr(0, 200);
+  EXPECT_EQ(log["exitCode"], 137);
+  EXPECT_EQ(log["rank"], 3);
+  EXPECT_THAT(log["message"].get<std::string>(), HasSubstr("xxx..."));
+}
+
 }  // namespace
 }  // namespace spawnpoint::agent
