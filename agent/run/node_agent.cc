@@ -186,9 +186,10 @@ StatusOr<GangResult> NodeAgent::RunAttempt(int restart) {
     go.keep_pids = [this] { return pools_.Pids(); };
     go.on_tick = [this] { pools_.Tick(); };
   }
-  GangResult result = Gang(spawner_, signals_, std::move(go)).Run(std::move(members));
-  if (result.failure && cluster_) cluster_->Refine(*result.failure);
-  return result;
+  if (cluster_) {  // a node agent's failure is its rank's
+    go.refine_failure = [this](RankFailure& f) { cluster_->Refine(f); };
+  }
+  return Gang(spawner_, signals_, std::move(go)).Run(std::move(members));
 }
 
 AttemptDecision NodeAgent::Decide(const GangResult& result) const {

@@ -230,6 +230,7 @@ GangResult Gang::Run(std::vector<GangMember> members) {
       it->status = ExitStatus::FromWaitStatus(wstatus);
       if (!it->status.Success() && !stopping) {
         record_failure(*it, it->status);
+        if (options_.refine_failure && result.failure) options_.refine_failure(*result.failure);
         WriteAll(options_.error_fd, "[spawnpoint] " + result.failure->Line() + "\n");
         begin_stop(SIGTERM);
       }

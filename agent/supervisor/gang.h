@@ -50,6 +50,9 @@ struct GangOptions {
   // Called about every tick_interval while the gang runs (deferred worker respawns).
   std::function<void()> on_tick;
   std::chrono::milliseconds tick_interval{200};
+  // Called on the first failure before it is reported: a member that is itself an agent
+  // fills in the rank that failed under it, with that rank's exit code and cause.
+  std::function<void(RankFailure& failure)> refine_failure;
   Clock* clock = RealClock::Get();  // deadlines and intervals; must outlive Run()
 };
 

@@ -246,6 +246,8 @@ TEST_F(AgentRunTest, TwoLocalNodesRunFourRanksAndReportTheFailingRank) {
   EXPECT_THAT(agent->Stderr(), HasSubstr("failed: rank 3 (local rank 1, node 1"));
   EXPECT_EQ(TerminationLog()["rank"], 3);
   EXPECT_EQ(TerminationLog()["exitCode"], 5) << "the node agent's exit 1 is not the rank's code";
+  EXPECT_THAT(agent->Stderr(), Not(HasSubstr("rank -1"))) << "a node agent reports its rank";
+  EXPECT_THAT(agent->Stderr(), Not(HasSubstr("exit code 1,")));
   EXPECT_EQ(Pids("rank-").size(), 4u);
   ExpectAllGone();
 }
