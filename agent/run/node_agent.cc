@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <filesystem>
@@ -105,8 +106,11 @@ Status NodeAgent::StartPools() {
 
 void NodeAgent::StartStatus(NodeStatusOptions o) {
   if (!options_.status_file.empty()) {
-    o.on_document = [path = options_.status_file](const std::string& text) {
-      WriteStatusFile(path, text);
+    // Every GET /status makes a document: a file that cannot be written is said once.
+    o.on_document = [path = options_.status_file,
+                     warned = std::make_shared<std::atomic<bool>>(false)](const std::string& text) {
+      Status s = WriteStatusFile(path, text);
+      if (!s.ok() && !warned->exchange(true)) Say("warning: " + s.message() + " (said once)");
     };
   }
   status_ = std::make_unique<NodeStatus>(std::move(o));

@@ -34,15 +34,24 @@ std::string FormatElapsed(Clock::Duration elapsed) {
   return buf;
 }
 
-void WriteStatusFile(const std::string& path, const std::string& text) {
+Status WriteStatusFile(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << text;
+    out.close();
+    if (!out) {
+      const std::string why = strerror(errno);
+      unlink(tmp.c_str());
+      return Unavailable("cannot write the status file " + tmp + ": " + why);
+    }
   }
   if (rename(tmp.c_str(), path.c_str()) != 0) {
-    Say("warning: cannot write the status file " + path + ": " + strerror(errno));
+    const std::string why = strerror(errno);
+    unlink(tmp.c_str());
+    return Unavailable("cannot write the status file " + path + ": " + why);
   }
+  return Status::Ok();
 }
 
 namespace {

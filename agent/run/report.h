@@ -26,8 +26,9 @@ int Fail(const Status& status);
 std::string FormatElapsed(Clock::Duration elapsed);
 
 // Replaces the status file with `text` (a NodeStatus document, as /status serves it)
-// atomically (write, then rename), so a reader never sees half of it; warns when it cannot.
-void WriteStatusFile(const std::string& path, const std::string& text);
+// atomically (write, then rename), so a reader never sees half of it. An error names the
+// file and why; the old content stays.
+Status WriteStatusFile(const std::string& path, const std::string& text);
 
 // Writes `message` to the termination log when one is wanted: --termination-log given, or
 // the default path exists (the kubelet creates it in pods). Kubernetes keeps 4096 bytes:

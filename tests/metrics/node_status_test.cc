@@ -351,7 +351,9 @@ std::set<std::string> Keys(const nlohmann::json& j) {
 TEST_F(NodeStatusTest, TheStatusFileIsTheDocumentStatusServes) {
   const std::string file = dir_.File("status.json");
   auto o = Options();
-  o.on_document = [file](const std::string& text) { WriteStatusFile(file, text); };
+  o.on_document = [file](const std::string& text) {
+    EXPECT_TRUE(WriteStatusFile(file, text).ok());
+  };
   NodeStatus status(o);
   auto endpoint = AgentEndpoint::Start("127.0.0.1:0", &status);
   ASSERT_TRUE(endpoint.ok()) << endpoint.status().message();
