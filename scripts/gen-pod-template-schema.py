@@ -110,9 +110,9 @@ class Converter:
         if len(refs) > 1:
             raise SystemExit("more than one $ref in %s" % s)
         out = self.ref(refs[0][len(REF):]) if refs else {}
-        unknown = set(s) - set(KEPT) - set(DROPPED) - {"oneOf"}
-        if unknown or "oneOf" in s:
-            raise SystemExit("unexpected keys %s in %s" % (sorted(unknown | {"oneOf"}), s))
+        unknown = set(s) - set(KEPT) - set(DROPPED)  # oneOf, say: only IntOrString, Quantity
+        if unknown:
+            raise SystemExit("unexpected keys %s in %s" % (sorted(unknown), s))
         for key in KEPT:
             if key in s:
                 out[key] = s[key]

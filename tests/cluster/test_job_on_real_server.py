@@ -4,7 +4,8 @@ pods as local processes, the real spawnpoint-operator and the real agent. The ex
 (examples/local-cluster.yaml: 2 nodes, 1 CPU rank each) must reach Succeeded, its pods
 scheduled one per node, both ranks ending with the same parameters; deleting the job must
 take its pods and Service with it (the controller-manager's garbage collector, through the
-owner references the operator sets).
+owner references the operator sets). A valueFrom env entry (fieldRef, secretKeyRef) reaches
+the rank.
 
     python3 test_job_on_real_server.py --source-dir REPO --build-dir BUILD [unittest args]
 """
@@ -87,6 +88,52 @@ class JobOnRealServerTest(unittest.TestCase):
             return not [n for n in names if n.startswith("local-cluster-")] and \
                 "local-cluster" not in services
         self.wait("the job's pods and Service garbage collected", collected, 120)
+
+    def test_value_from_env_reaches_the_rank(self):
+        # The kubelet (here local_node.py) resolves valueFrom into the pod's environment; the
+        # operator keeps the entries in the pod and the agent passes that environment to
+        # each rank. The rank's exit code is the check: Succeeded only if it saw the values.
+        code, out = self.cluster.kubectl("create", "secret", "generic", "wandb",
+                                         "--from-literal=token=s3cret")
+        self.assertEqual(code, 0, out)
+        manifest = VALUE_FROM_JOB % cluster_fixture.free_port()
+        code, out = self.cluster.kubectl("apply", "-f", "-", stdin=manifest)
+        self.assertEqual(code, 0, out)
+
+        def phase():
+            return self.kubectl_json("get", "tj", "value-from").get("status", {}).get("phase")
+        self.wait("phase Succeeded", lambda: phase() in ("Succeeded", "Failed"))
+        job = self.kubectl_json("get", "tj", "value-from")
+        self.assertEqual(job["status"]["phase"], "Succeeded", json.dumps(job["status"]))
+        pod = self.kubectl_json("get", "pod", "value-from-node-0")
+        env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+        self.assertEqual(env["TRAINER_POD"]["valueFrom"]["fieldRef"]["fieldPath"],
+                         "metadata.name")
+
+
+# One node, one CPU rank that exits 0 only if both valueFrom variables reached it.
+VALUE_FROM_JOB = """\
+apiVersion: spawnpoint.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: value-from}
+spec:
+  template:
+    spec:
+      containers:
+        - name: trainer
+          image: example.invalid/none  # local_node.py runs the command as it is
+          command: [/bin/sh, -c,
+                    'test "$TRAINER_POD" = value-from-node-0 && test "$WANDB_TOKEN" = s3cret']
+          env:
+            - name: TRAINER_POD
+              valueFrom: {fieldRef: {fieldPath: metadata.name}}
+            - name: WANDB_TOKEN
+              valueFrom: {secretKeyRef: {name: wandb, key: token}}
+  loader: {workersPerRank: 0}
+  restartPolicy: {maxRestarts: 0}
+  rendezvous: {port: %d}
+  runPolicy: {cleanPodPolicy: None}
+"""
 
 
 if __name__ == "__main__":
