@@ -72,7 +72,12 @@ std::optional<PoolPlan> PlanPool(const PlanRequest& request,
   }
   pool.dir = request.pool_root + "/rank-" + std::to_string(rank.rank);
   for (const auto& [k, v] : rank.env) {
-    if (IsRankIdentity(k) || k == "OMP_NUM_THREADS") continue;
+    // A Python worker sees its rank's identity, as torch's own workers inherit it (a dataset
+    // may shard by RANK); not the restart count, which its rank's restarts outlive. A C++
+    // worker is the trainer's program in worker mode: no identity, so it never takes
+    // itself for a rank.
+    if (k == "OMP_NUM_THREADS" || k == "TORCHELASTIC_RESTART_COUNT") continue;
+    if (IsRankIdentity(k) && !python) continue;
     // A Python worker behaves as stock torch (a DataLoader built inside a dataset is
     // stock); PYTHONPATH still holds the shim's directory, for spawnpoint_rank. Its
     // SPAWNPOINT_LOADER_PRELOAD and _MAIN are the job's, set below.

@@ -94,7 +94,8 @@ Status NodeAgent::StartPools() {
     return Status::Ok();
   }
   Say(node_.job.name + ": node " + std::to_string(node_rank_) + "/" + std::to_string(nnodes_) +
-      ", " + std::to_string(plan_->ranks_per_node) + " ranks of " +
+      ", " + std::to_string(plan_->ranks_per_node) +
+      (plan_->ranks_per_node == 1 ? " rank of " : " ranks of ") +
       std::to_string(plan_->world_size) + ", backend " + plan_->backend + ", GPUs: " +
       node_.gpu_backend + ", rendezvous " + plan_->master_addr + ":" + std::to_string(port_));
   SP_RETURN_IF_ERROR(pools_.Start(*plan_, spawner_, options_.memory_events));

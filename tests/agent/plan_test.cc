@@ -372,17 +372,21 @@ TEST(LoaderPoolPlanTest, PythonRankGetsAPoolOfPythonWorkers) {
     EXPECT_EQ(pool.dir, dir);
     EXPECT_EQ(pool.service_socket, dir + "/service.sock");
 
-    // The workers: the rank's environment without its identity and without the shim's
-    // switch (stock torch), one OpenMP thread, the modules to preload.
+    // The workers: the rank's environment, its identity included (torch's own workers
+    // inherit it: a dataset may shard by RANK) but not its restart count (the workers
+    // outlive restarts), without the shim's switch (stock torch), one OpenMP thread, the
+    // modules to preload.
     EXPECT_THAT(pool.env, Contains("SPAWNPOINT_LOADER_PRELOAD=torch,numpy,torchvision.transforms"));
     EXPECT_THAT(pool.env, Contains("OMP_NUM_THREADS=1"));
     EXPECT_THAT(pool.env, Contains(std::string("PYTHONPATH=") + kShim + ":/user/lib"));
     EXPECT_THAT(pool.env, Contains("PATH=/usr/bin"));
+    for (const char* name : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) {
+      EXPECT_THAT(pool.env, Contains(std::string(name) + "=" + r.env.at(name)));
+    }
     const std::vector<std::string> names = Names(pool.env);
     for (const char* absent :
-         {"SPAWNPOINT_SHIM", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-          "TORCHELASTIC_RESTART_COUNT", "SPAWNPOINT_LOADER_POOL_DIR", "SPAWNPOINT_LOADER_SERVICE",
-          "SPAWNPOINT_LOADER_AUTO_WORKERS"}) {
+         {"SPAWNPOINT_SHIM", "TORCHELASTIC_RESTART_COUNT", "SPAWNPOINT_LOADER_POOL_DIR",
+          "SPAWNPOINT_LOADER_SERVICE", "SPAWNPOINT_LOADER_AUTO_WORKERS"}) {
       EXPECT_THAT(names, Not(Contains(absent)));
     }
     EXPECT_EQ(std::count(names.begin(), names.end(), "OMP_NUM_THREADS"), 1);
@@ -516,6 +520,10 @@ TEST(LoaderPoolPlanTest, CppPoolsAreUnchanged) {
   EXPECT_EQ(r.pool->argv, std::vector<std::string>{"/bin/true"});
   EXPECT_EQ(r.pool->service_socket, "");
   EXPECT_THAT(Names(r.pool->env), Not(Contains("SPAWNPOINT_LOADER_PRELOAD")));
+  // The trainer's program in worker mode never sees a rank's identity.
+  for (const char* absent : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) {
+    EXPECT_THAT(Names(r.pool->env), Not(Contains(absent)));
+  }
   EXPECT_EQ(r.env.at("SPAWNPOINT_LOADER_WORKERS"), "2");
   EXPECT_EQ(r.env.at("SPAWNPOINT_LOADER_AUTO_WORKERS"), "1");
   EXPECT_EQ(r.env.count("SPAWNPOINT_LOADER_SERVICE"), 0u);

@@ -116,7 +116,7 @@ class ForkScriptTest(unittest.TestCase):
         self.assertEqual(code, 1, output)
         lines = [line for line in output.splitlines() if ADVICE in line]
         self.assertEqual(len(lines), 2, output)  # one per rank
-        self.assertIn("no_guard.py:46 starts DataLoader workers", lines[0])
+        self.assertIn("no_guard.py:48 starts DataLoader workers", lines[0])
         self.assertNotIn("Address already in use", output)
         self.assertNotIn("Traceback", output)
         self.assertEqual(self.results(out), {})

@@ -20,7 +20,9 @@ class Noisy(Dataset):
         return 32
 
     def __getitem__(self, index):
-        return torch.full((3,), float(index) + OFFSET) + torch.rand(3), index
+        # RANK, as torch's own workers inherit it from their rank (datasets shard by it).
+        shift = OFFSET + float(os.environ["RANK"])
+        return torch.full((3,), float(index) + shift) + torch.rand(3), index
 
 
 def make_init(shift):
