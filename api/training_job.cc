@@ -15,6 +15,7 @@
 #include "api/field_path.h"
 #include "api/field_reader.h"
 #include "api/schema.h"
+#include "api/torchrun_spec.h"
 #include "api/yaml_to_json.h"
 
 namespace spawnpoint::api {
@@ -221,7 +222,8 @@ Status Decoder::DecodeSpec(const Field& spec_field, TrainingJobSpec* spec) {
   SP_RETURN_IF_ERROR(DecodeRendezvous(Get(s, path, "rendezvous"), &spec->rendezvous_port));
   SP_RETURN_IF_ERROR(DecodeShmSize(Get(s, path, "shmSize"), spec));
   SP_RETURN_IF_ERROR(DecodeRunPolicy(Get(s, path, "runPolicy"), &spec->run_policy));
-  return Status::Ok();
+  // A command that starts torchrun: the agent launches what it would (needs the spec above).
+  return ApplyTorchrunCommand(s, path, spec, this);
 }
 
 Status Decoder::DecodeTemplate(const Field& field, TrainingJobSpec* spec) {

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/torchrun_command.h"
 #include "common/status.h"
 
 namespace spawnpoint::api {
@@ -74,6 +75,9 @@ struct TrainerContainer {
   std::vector<std::string> args;
   std::vector<EnvVar> env;
   std::string working_dir;
+  // Set when command + args started torchrun (api/torchrun_command.h): command is then what
+  // one rank runs, without torchrun, and args is empty; this says how it was written.
+  std::optional<TorchrunLaunch> torchrun;
 };
 
 struct TrainingJobSpec {
