@@ -17,10 +17,14 @@ namespace {
 
 // The job the options name. Everything LoadJob reads is the agent's input, so each of its
 // errors is bad input (exit 2): a missing or unreadable manifest file as much as a typo.
+// A command that started torchrun is said in one line, at plan and run time.
 StatusOr<api::TrainingJob> LoadInput(const AgentOptions& o) {
   auto job = LoadJob(o);
   if (!job.ok() && job.status().code() != StatusCode::kInvalidArgument) {
     return InvalidArgument(job.status().message());
+  }
+  if (job.ok() && job->spec.trainer.torchrun) {
+    Say(job->name + ": " + job->spec.trainer.torchrun->Summary(api::RanksPerNode(job->spec)));
   }
   return job;
 }

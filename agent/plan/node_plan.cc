@@ -196,6 +196,7 @@ StatusOr<NodePlan> MakeNodePlan(const PlanRequest& request) {
   plan.backend = api::BackendName(api::EffectiveBackend(spec));
   plan.gpu_backend = request.gpu_backend;
   plan.restart_count = request.restart_count;
+  plan.torchrun = spec.trainer.torchrun;
 
   SP_ASSIGN_OR_RETURN(
       std::vector<devices::RankDevices> assigned,
@@ -214,7 +215,9 @@ StatusOr<NodePlan> MakeNodePlan(const PlanRequest& request) {
     RankPlan r;
     r.local_rank = local;
     r.rank = plan.node_rank * plan.ranks_per_node + local;
-    r.argv = command;
+    // torch.distributed.launch without --use_env gives each rank --local_rank=N.
+    const auto& torchrun = spec.trainer.torchrun;
+    r.argv = torchrun && torchrun->local_rank_arg ? torchrun->RankArgv(local) : command;
     r.working_dir = spec.trainer.working_dir;
     r.devices = assigned[local];
 
@@ -335,18 +338,29 @@ nlohmann::json NodePlanToJson(const NodePlan& plan, bool full_env) {
     }
     ranks.push_back(rank);
   }
-  return {{"job", plan.job_name},
-          {"namespace", plan.job_namespace},
-          {"nodeRank", plan.node_rank},
-          {"nnodes", plan.nnodes},
-          {"ranksPerNode", plan.ranks_per_node},
-          {"worldSize", plan.world_size},
-          {"masterAddr", plan.master_addr},
-          {"masterPort", plan.master_port},
-          {"backend", plan.backend},
-          {"gpuBackend", plan.gpu_backend},
-          {"restartCount", plan.restart_count},
-          {"ranks", ranks}};
+  nlohmann::json out = {{"job", plan.job_name},
+                        {"namespace", plan.job_namespace},
+                        {"nodeRank", plan.node_rank},
+                        {"nnodes", plan.nnodes},
+                        {"ranksPerNode", plan.ranks_per_node},
+                        {"worldSize", plan.world_size},
+                        {"masterAddr", plan.master_addr},
+                        {"masterPort", plan.master_port},
+                        {"backend", plan.backend},
+                        {"gpuBackend", plan.gpu_backend},
+                        {"restartCount", plan.restart_count},
+                        {"ranks", ranks}};
+  if (plan.torchrun) {
+    nlohmann::json flags = nlohmann::json::array();
+    for (const auto& f : plan.torchrun->flags) {
+      flags.push_back({{"flag", f.written}, {"effect", f.effect}});
+    }
+    out["rewrittenFrom"] = {{"launcher", plan.torchrun->launcher},
+                            {"command", plan.torchrun->original},
+                            {"flags", flags},
+                            {"summary", plan.torchrun->Summary(plan.ranks_per_node)}};
+  }
+  return out;
 }
 
 }  // namespace spawnpoint::agent

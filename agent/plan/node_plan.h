@@ -88,6 +88,9 @@ struct NodePlan {
   std::string backend;
   std::string gpu_backend;
   int restart_count = 0;
+  // The trainer's command started torchrun: the ranks run what it would (the job's
+  // spec.trainer.torchrun); shown as "rewrittenFrom" in the plan.
+  std::optional<api::TorchrunLaunch> torchrun;
   std::vector<RankPlan> ranks;
 };
 

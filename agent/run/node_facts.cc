@@ -105,10 +105,36 @@ StatusOr<int> FreePort() {
   return port;
 }
 
-}  // namespace
+// A bare `torchrun` in the command: the ranks run the interpreter of torchrun's shebang
+// line (torchrun found on the ranks' PATH), else python3 (api/torchrun_command.h).
+void ResolveTorchrunInterpreter(api::TrainingJob* job) {
+  api::TrainerContainer& trainer = job->spec.trainer;
+  if (!trainer.torchrun || !trainer.torchrun->interpreter_from_launcher) return;
+  const char* agent_path = getenv("PATH");
+  std::string path = agent_path ? agent_path : "/usr/bin:/bin";
+  for (const auto& var : trainer.env) {
+    if (var.name == "PATH") path = var.value;
+  }
+  std::string launcher = trainer.torchrun->launcher_program;
+  if (!trainer.working_dir.empty() && launcher.find('/') != std::string::npos &&
+      launcher[0] != '/') {
+    launcher = trainer.working_dir + "/" + launcher;
+  }
+  auto resolved = ResolveExecutable(launcher, path);
+  if (!resolved.ok()) return;
+  int fd = open(resolved->c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  char head[1024];
+  ssize_t n = read(fd, head, sizeof head);
+  close(fd);
+  if (n <= 0) return;
+  std::string interpreter = api::PythonFromShebang(std::string_view(head, n));
+  if (interpreter.empty()) return;
+  trainer.torchrun->interpreter = interpreter;
+  trainer.command = trainer.torchrun->RankArgv();
+}
 
-StatusOr<api::TrainingJob> LoadJob(const AgentOptions& o) {
-  SP_ASSIGN_OR_RETURN(std::vector<api::TrainingJob> jobs, ReadJobs(o));
+StatusOr<api::TrainingJob> PickJob(const AgentOptions& o, std::vector<api::TrainingJob> jobs) {
   if (!o.job_name.empty()) {
     for (auto& j : jobs) {
       if (j.name == o.job_name) return j;
@@ -121,6 +147,15 @@ StatusOr<api::TrainingJob> LoadJob(const AgentOptions& o) {
                            " TrainingJobs (" + JobNames(jobs) + "): choose one with --job NAME");
   }
   return jobs.front();
+}
+
+}  // namespace
+
+StatusOr<api::TrainingJob> LoadJob(const AgentOptions& o) {
+  SP_ASSIGN_OR_RETURN(std::vector<api::TrainingJob> jobs, ReadJobs(o));
+  SP_ASSIGN_OR_RETURN(api::TrainingJob job, PickJob(o, std::move(jobs)));
+  ResolveTorchrunInterpreter(&job);
+  return job;
 }
 
 StatusOr<std::unique_ptr<devices::GpuBackend>> OpenGpuBackend(const AgentOptions& o,
