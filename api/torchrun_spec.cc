@@ -1,6 +1,8 @@
 #include "api/torchrun_spec.h"
 
 #include <charconv>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,9 +13,10 @@ namespace {
 
 using nlohmann::json;
 
-// "name: value" when the spec sets the value, else "" (the default is not a choice).
+// Who fixed a value: the manifest ("spec.procsPerNode: 8") or a flag taken before
+// ("--nnodes=2"); empty while only the default holds it, so a flag may take it.
 struct Fixed {
-  std::string by;  // "spec.procsPerNode: 8", or the flag that set it ("--nnodes=2")
+  std::string by;
   bool fixed() const { return !by.empty(); }
 };
 
@@ -31,7 +34,8 @@ bool Present(const json& object, std::string_view key) {
   return it != object.end() && !it->is_null();
 }
 
-// The path of the trainer container, as Decoder::DecodeTemplate chose it.
+// The path of the trainer container, as Decoder::DecodeTemplate chose it (it has checked
+// that template.spec.containers is a non-empty list).
 FieldPath TrainerPath(const json& spec_json, const FieldPath& spec_path) {
   const json& containers = spec_json["template"]["spec"]["containers"];
   size_t index = 0;
