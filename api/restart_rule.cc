@@ -10,11 +10,35 @@ bool IsRetryableExitCode(const RestartPolicy& policy, int shell_code) {
   return std::find(codes.begin(), codes.end(), shell_code) != codes.end();
 }
 
-Clock::Duration RestartBackoff(const RestartPolicy& policy, int restart) {
-  if (restart < 1 || policy.backoff_seconds <= 0) return Clock::Duration::zero();
+int QuickFailuresAfter(const RestartPolicy& policy, int quick_before, Clock::Duration ran) {
+  if (ran >= std::chrono::seconds(policy.reset_after_seconds)) return 1;
+  return std::max(0, quick_before) + 1;
+}
+
+Clock::Duration RestartBackoff(const RestartPolicy& policy, int quick) {
+  if (quick <= 1 || policy.backoff_seconds <= 0) return Clock::Duration::zero();
   Clock::Duration wait = std::chrono::seconds(policy.backoff_seconds);
-  for (int i = 1; i < restart && wait < kMaxRestartBackoff; ++i) wait *= 2;
+  for (int i = 2; i < quick && wait < kMaxRestartBackoff; ++i) wait *= 2;
   return std::min<Clock::Duration>(wait, kMaxRestartBackoff);
+}
+
+std::string RestartWhen(const RestartPolicy& policy, int quick) {
+  const Clock::Duration wait = RestartBackoff(policy, quick);
+  if (wait <= Clock::Duration::zero()) return "now";
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(wait).count();
+  std::string seconds = ms % 1000 == 0
+                            ? std::to_string(ms / 1000)
+                            : std::to_string(ms / 1000) + "." + std::to_string(ms % 1000 / 100);
+  const int n = quick;
+  const int last = n % 10, tens = n % 100 / 10;
+  const char* suffix = tens == 1   ? "th"
+                       : last == 1 ? "st"
+                       : last == 2 ? "nd"
+                       : last == 3 ? "rd"
+                                   : "th";
+  return "in " + seconds + "s: " + std::to_string(n) + suffix +
+         " quick failure in a row (attempts under " + std::to_string(policy.reset_after_seconds) +
+         "s)";
 }
 
 RestartVerdict JudgeRestart(const RestartPolicy& policy, int restarts_done, bool retryable) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <string>
 
 #include "api/training_job.h"
 #include "common/clock.h"
@@ -18,9 +19,29 @@ inline constexpr std::chrono::seconds kMaxRestartBackoff{300};
 // or, with none listed, if it is 128-255 (signals, OOM kills, preemption).
 bool IsRetryableExitCode(const RestartPolicy& policy, int shell_code);
 
-// The wait before restart `restart` (1 for the first): backoffSeconds doubled each restart,
-// capped at kMaxRestartBackoff; zero for restart < 1 or backoffSeconds <= 0.
-Clock::Duration RestartBackoff(const RestartPolicy& policy, int restart);
+// The restart schedule. The first failure of a long run is usually a preemption, a lost
+// node or a killed rank, where waiting helps nobody; a crash loop is where waiting matters.
+// So a gang restarts at once after a failure that follows a healthy run, and backs off only
+// while attempts keep failing quickly, as the kubelet treats a crash loop:
+//   - an attempt that ran at least resetAfterSeconds before it failed was healthy: the
+//     failure is the first of a new run of quick failures (1);
+//   - one that failed sooner is one more quick failure in a row (the job's first attempt
+//     starts the count at 0, so its failure is the first too);
+//   - the wait after the n-th quick failure in a row: none for n <= 1, then backoffSeconds,
+//     doubling (n = 2: backoffSeconds, n = 3: twice that, ...), capped at kMaxRestartBackoff.
+// maxRestarts still counts every restart. Both binaries apply it: the agent for the gangs it
+// owns, the operator for gangs of pods (it keeps the count in status.lastFailure).
+
+// The quick failures in a row once an attempt that ran for `ran` has failed, given the count
+// before it (`quick_before`, 0 for the job's first attempt).
+int QuickFailuresAfter(const RestartPolicy& policy, int quick_before, Clock::Duration ran);
+
+// The wait before the restart that follows the `quick`-th quick failure in a row.
+Clock::Duration RestartBackoff(const RestartPolicy& policy, int quick);
+
+// How a restart's wait reads in logs and conditions: "now" for none, else "in 40s: 3rd quick
+// failure in a row (attempts under 600s)".
+std::string RestartWhen(const RestartPolicy& policy, int quick);
 
 // Whether a failed gang runs again, or why not: retryability first, then the budget.
 enum class RestartVerdict { kRestart, kNotRetryable, kMaxRestartsReached };

@@ -35,7 +35,7 @@ constexpr std::string_view kSpecFields[] = {
 constexpr std::string_view kLoaderFields[] = {
     "workersPerRank", "prefetchFactor", "persistentWorkers", "pinMemory",  "timeoutSeconds",
     "seed",           "startMethod",    "workerCommand",     "pythonPool", "preloadModules"};
-constexpr std::string_view kRestartFields[] = {"maxRestarts", "backoffSeconds",
+constexpr std::string_view kRestartFields[] = {"maxRestarts", "backoffSeconds", "resetAfterSeconds",
                                                "retryableExitCodes"};
 constexpr std::string_view kRendezvousFields[] = {"port"};
 constexpr std::string_view kRunPolicyFields[] = {"suspend", "activeDeadlineSeconds",
@@ -451,6 +451,8 @@ Status Decoder::DecodeRestartPolicy(const Field& field, RestartPolicy* policy) {
   SP_RETURN_IF_ERROR(ReadInt(Get(r, field.path, "maxRestarts"), 0, kIntMax, &policy->max_restarts));
   SP_RETURN_IF_ERROR(
       ReadInt(Get(r, field.path, "backoffSeconds"), 0, kIntMax, &policy->backoff_seconds));
+  SP_RETURN_IF_ERROR(
+      ReadInt(Get(r, field.path, "resetAfterSeconds"), 1, kIntMax, &policy->reset_after_seconds));
   Field codes = Get(r, field.path, "retryableExitCodes");
   if (!codes.value) return Status::Ok();
   if (!codes.value->is_array()) return WrongType(codes, "a list of exit codes (1-255)");

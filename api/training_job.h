@@ -49,6 +49,9 @@ struct LoaderSpec {
 struct RestartPolicy {
   int max_restarts = 3;
   int backoff_seconds = 10;
+  // An attempt that ran this long before failing was healthy: the quick-failure count (and
+  // with it the backoff) starts again (api/restart_rule.h).
+  int reset_after_seconds = 600;
   std::vector<int> retryable_exit_codes;  // empty: 128-255 are retryable
 };
 

@@ -31,6 +31,7 @@ json TrainingJobToJson(const TrainingJob& job) {
   json restart = {
       {"maxRestarts", s.restart_policy.max_restarts},
       {"backoffSeconds", s.restart_policy.backoff_seconds},
+      {"resetAfterSeconds", s.restart_policy.reset_after_seconds},
       {"retryableExitCodes", s.restart_policy.retryable_exit_codes},
   };
   const RunPolicy& r = s.run_policy;

@@ -22,7 +22,7 @@ const char* AgentPhaseName(AgentPhase phase) {
 }
 
 AttemptDecision Decide(const GangResult& result, int restarts, const api::RestartPolicy& policy,
-                       bool owns_gang) {
+                       bool owns_gang, int quick) {
   AttemptDecision d;
   if (result.outcome == GangOutcome::kSucceeded) {
     d.exit_code = kExitSucceeded;
@@ -61,8 +61,9 @@ AttemptDecision Decide(const GangResult& result, int restarts, const api::Restar
   d.phase = AgentPhase::kRestarting;
   d.restart = true;
   d.reason = ExitReasonName(d.failure->cause.reason);
-  d.backoff = std::chrono::duration_cast<std::chrono::milliseconds>(
-      api::RestartBackoff(policy, restarts + 1));
+  d.backoff =
+      std::chrono::duration_cast<std::chrono::milliseconds>(api::RestartBackoff(policy, quick));
+  d.message = api::RestartWhen(policy, quick);
   return d;
 }
 

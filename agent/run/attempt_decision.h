@@ -25,7 +25,8 @@ struct AttemptDecision {
   // not: NonRetryableFailure, MaxRestartsReached, GangSpansNodes.
   std::string reason;
   // One line: "stopped by SIGTERM"; for a failure not restarted, why ("exit code 1 is
-  // not retryable"); empty otherwise.
+  // not retryable"); for a restart, when ("now", "in 20s: 3rd quick failure in a row
+  // (attempts under 600s)"); empty otherwise.
   std::string message;
   // The agent's, when it does not restart (agent/run/exit_codes.h): 0, 1 for a failure
   // (the rank's own code is in `failure`), 128 + N when a signal stopped the agent.
@@ -35,8 +36,11 @@ struct AttemptDecision {
 };
 
 // `restarts`: restarts this agent already made (the budget it spends); `owns_gang`: false
-// when the gang spans nodes this agent does not run, so the operator decides restarts.
+// when the gang spans nodes this agent does not run, so the operator decides restarts;
+// `quick`: the quick failures in a row, this attempt's included (api::QuickFailuresAfter),
+// which set the wait before a restart (api/restart_rule.h) and its message ("now", "in
+// 20s: 3rd quick failure in a row ...").
 AttemptDecision Decide(const GangResult& result, int restarts, const api::RestartPolicy& policy,
-                       bool owns_gang);
+                       bool owns_gang, int quick);
 
 }  // namespace spawnpoint::agent

@@ -11,6 +11,7 @@
 #include "agent/run/exit_codes.h"
 #include "agent/run/preflight.h"
 #include "agent/run/report.h"
+#include "api/restart_rule.h"
 
 namespace spawnpoint::agent {
 namespace {
@@ -125,10 +126,15 @@ int NodeAgent::Run() {
   restart_ = options_.restart_count;
   int code = 0;
   while (true) {
+    const Clock::TimePoint attempt_start = clock_->Now();
     auto result = RunAttempt(restart_);
     if (!result.ok()) {
       code = Fail(result.status());
       break;
+    }
+    if (result->failure) {
+      quick_failures_ =
+          api::QuickFailuresAfter(policy_, quick_failures_, clock_->Now() - attempt_start);
     }
     const AttemptDecision decision = Decide(*result);
     if (decision.restart) {
@@ -198,7 +204,7 @@ StatusOr<GangResult> NodeAgent::RunAttempt(int restart) {
 }
 
 AttemptDecision NodeAgent::Decide(const GangResult& result) const {
-  return agent::Decide(result, local_restarts_, policy_, owns_gang_);
+  return agent::Decide(result, local_restarts_, policy_, owns_gang_, quick_failures_);
 }
 
 void NodeAgent::Report(const AttemptDecision& d, int up, int total) {
@@ -230,9 +236,7 @@ void NodeAgent::Report(const AttemptDecision& d, int up, int total) {
       return;
     case AgentPhase::kRestarting:
       Say(job + ": restart " + std::to_string(local_restarts_) + " of " +
-          std::to_string(policy_.max_restarts) + " in " +
-          std::to_string(d.backoff.count() / 1000.0).substr(0, 4) +
-          "s after: " + d.failure->Line());
+          std::to_string(policy_.max_restarts) + " " + d.message + "; after: " + d.failure->Line());
       return;
     case AgentPhase::kTerminated:
       Say(job + ": " + d.message);

@@ -104,6 +104,7 @@ class NodeAgent {
   Clock::TimePoint start_{};
   int restart_ = 0;         // attempts before the current one, earlier agents' included
   int local_restarts_ = 0;  // restarts this agent made (the budget it spends)
+  int quick_failures_ = 0;  // failures in a row of attempts shorter than resetAfterSeconds
 };
 
 }  // namespace spawnpoint::agent

@@ -249,10 +249,23 @@ bool Reconciler::FailureStep(Context& c) {
 
   const PodFailure& first = FirstFailure(failures);
   const api::RestartPolicy& policy = c.job.spec.restart_policy;
-  RestartDecision decision = DecideRestart(first, policy, c.status.restarts);
+  // The restart schedule: at once after a healthy run, backing off while attempts keep
+  // failing quickly (the count of the previous failure is in status.lastFailure).
+  const Clock::Duration ran = AttemptRan(c.CurrentPods(), c.now);
+  int quick_before = 0;
+  if (c.status.last_failure.is_object()) {
+    const json& previous = c.status.last_failure;
+    quick_before = previous.contains("quickFailures") && previous["quickFailures"].is_number()
+                       ? previous["quickFailures"].get<int>()
+                       : c.status.restarts;  // written before the schedule: as many as restarts
+  }
+  const int quick = api::QuickFailuresAfter(policy, quick_before, ran);
+  RestartDecision decision = DecideRestart(first, policy, c.status.restarts, quick);
   json last = first.ToJson();
   last["attempt"] = c.status.restarts;
   last["time"] = FormatTime(c.now, /*millis=*/true);
+  last["ranSeconds"] = std::chrono::duration_cast<std::chrono::seconds>(ran).count();
+  last["quickFailures"] = quick;
   c.status.last_failure = last;
   c.Event(EventType::kWarning, "NodeFailed", first.Describe());
   c.log.Warning("attempt failed", {{"attempt", c.status.restarts},
@@ -271,7 +284,7 @@ bool Reconciler::FailureStep(Context& c) {
   c.SetCondition(condition::kRestarting, true, decision.reason, decision.message);
   c.ClearCondition(condition::kRunning, "GangFailed", first.Describe());
   c.Event(EventType::kWarning, "Restarting", decision.message);
-  c.RequeueAfter(RestartBackoff(policy, c.status.restarts));
+  c.RequeueAfter(RestartBackoff(policy, quick));
   return true;
 }
 
@@ -291,18 +304,23 @@ bool Reconciler::SuccessStep(Context& c) {
   return true;
 }
 
-// After a failure the next gang waits out the backoff, counted from lastFailure.time.
+// After a failure the next gang waits out the backoff (none after a healthy run), counted
+// from lastFailure.time.
 bool Reconciler::BackoffElapsed(Context& c) {
   if (c.status.restarts == 0) return true;
   for (const auto& pod : c.pods) {
     if (AttemptOf(pod) == c.status.restarts) return true;  // this attempt is already under way
   }
   std::optional<WallTime> failed_at;
+  int quick = c.status.restarts + 1;  // a failure recorded before the schedule: the old doubling
   if (c.status.last_failure.is_object()) {
-    failed_at = ParseTime(c.status.last_failure.value("time", ""));
+    const json& last = c.status.last_failure;
+    failed_at = ParseTime(last.value("time", ""));
+    if (last.contains("quickFailures") && last["quickFailures"].is_number()) {
+      quick = last["quickFailures"].get<int>();
+    }
   }
-  Clock::Duration wait =
-      RestartWaitRemaining(c.job.spec.restart_policy, c.status.restarts, failed_at, c.now);
+  Clock::Duration wait = RestartWaitRemaining(c.job.spec.restart_policy, quick, failed_at, c.now);
   if (wait <= Clock::Duration::zero()) return true;
   c.status.phase = phase::kRestarting;
   c.RequeueAfter(wait);

@@ -32,7 +32,7 @@ api::RestartPolicy Policy(int max_restarts, int backoff_seconds) {
 }
 
 TEST(AttemptDecisionTest, SuccessEndsTheJobWithZero) {
-  AttemptDecision d = Decide(GangResult{}, 0, Policy(3, 10), true);
+  AttemptDecision d = Decide(GangResult{}, 0, Policy(3, 10), true, 1);
   EXPECT_FALSE(d.restart);
   EXPECT_EQ(d.phase, AgentPhase::kSucceeded);
   EXPECT_EQ(d.exit_code, 0);
@@ -43,29 +43,35 @@ TEST(AttemptDecisionTest, AStopEndsTheJobWith128PlusTheSignal) {
   GangResult r;
   r.outcome = GangOutcome::kInterrupted;
   r.interrupt_signal = SIGTERM;
-  AttemptDecision d = Decide(r, 0, Policy(3, 10), true);
+  AttemptDecision d = Decide(r, 0, Policy(3, 10), true, 1);
   EXPECT_FALSE(d.restart);
   EXPECT_EQ(d.phase, AgentPhase::kTerminated);
   EXPECT_EQ(d.exit_code, 128 + SIGTERM);
   EXPECT_EQ(d.message, "stopped by SIGTERM");
 }
 
-TEST(AttemptDecisionTest, RetryableFailuresRestartWithADoublingCappedBackoff) {
+TEST(AttemptDecisionTest, RetryableFailuresRestartNowThenBackOffWhileTheyComeQuickly) {
   const api::RestartPolicy p = Policy(10, 100);
-  AttemptDecision first = Decide(FailedWith(137), 0, p, true);
+  AttemptDecision first = Decide(FailedWith(137), 0, p, true, 1);
   EXPECT_TRUE(first.restart);
   EXPECT_EQ(first.phase, AgentPhase::kRestarting);
   EXPECT_EQ(first.reason, "UserError");
-  EXPECT_EQ(first.backoff, milliseconds(100'000));
-  EXPECT_EQ(Decide(FailedWith(137), 1, p, true).backoff, milliseconds(200'000));
-  EXPECT_EQ(Decide(FailedWith(137), 2, p, true).backoff, milliseconds(300'000));
-  EXPECT_EQ(Decide(FailedWith(137), 9, p, true).backoff, milliseconds(300'000));
+  EXPECT_EQ(first.backoff, milliseconds(0));
+  EXPECT_EQ(first.message, "now");
+  AttemptDecision second = Decide(FailedWith(137), 1, p, true, 2);
+  EXPECT_EQ(second.backoff, milliseconds(100'000));
+  EXPECT_EQ(second.message, "in 100s: 2nd quick failure in a row (attempts under 600s)");
+  EXPECT_EQ(Decide(FailedWith(137), 2, p, true, 3).backoff, milliseconds(200'000));
+  EXPECT_EQ(Decide(FailedWith(137), 3, p, true, 4).backoff, milliseconds(300'000));
+  EXPECT_EQ(Decide(FailedWith(137), 9, p, true, 10).backoff, milliseconds(300'000));
+  // The budget counts every restart, quick or not.
+  EXPECT_EQ(Decide(FailedWith(137), 10, p, true, 1).reason, "MaxRestartsReached");
   ASSERT_TRUE(first.failure);
   EXPECT_EQ(first.failure->rank, 1);
 }
 
 TEST(AttemptDecisionTest, UserErrorsAreNotRetried) {
-  AttemptDecision d = Decide(FailedWith(1), 0, Policy(3, 10), true);
+  AttemptDecision d = Decide(FailedWith(1), 0, Policy(3, 10), true, 1);
   EXPECT_FALSE(d.restart);
   EXPECT_EQ(d.phase, AgentPhase::kFailed);
   EXPECT_EQ(d.reason, "NonRetryableFailure");
@@ -73,11 +79,11 @@ TEST(AttemptDecisionTest, UserErrorsAreNotRetried) {
   EXPECT_EQ(d.exit_code, 1);
   api::RestartPolicy listed = Policy(3, 10);
   listed.retryable_exit_codes = {1};
-  EXPECT_TRUE(Decide(FailedWith(1), 0, listed, true).restart) << "the list replaces the default";
+  EXPECT_TRUE(Decide(FailedWith(1), 0, listed, true, 1).restart) << "the list replaces the default";
 }
 
 TEST(AttemptDecisionTest, TheBudgetEndsRestarts) {
-  AttemptDecision d = Decide(FailedWith(137), 2, Policy(2, 10), true);
+  AttemptDecision d = Decide(FailedWith(137), 2, Policy(2, 10), true, 1);
   EXPECT_FALSE(d.restart);
   EXPECT_EQ(d.reason, "MaxRestartsReached");
   EXPECT_EQ(d.message, "maxRestarts (2) reached");
@@ -86,7 +92,7 @@ TEST(AttemptDecisionTest, TheBudgetEndsRestarts) {
 }
 
 TEST(AttemptDecisionTest, ARanksExitTwoIsAFailedJobNotTheAgentsBadInput) {
-  AttemptDecision d = Decide(FailedWith(2), 0, Policy(3, 10), true);
+  AttemptDecision d = Decide(FailedWith(2), 0, Policy(3, 10), true, 1);
   EXPECT_EQ(d.phase, AgentPhase::kFailed);
   EXPECT_EQ(d.exit_code, 1);
   EXPECT_EQ(d.failure->status.ShellCode(), 2);
@@ -95,15 +101,15 @@ TEST(AttemptDecisionTest, ARanksExitTwoIsAFailedJobNotTheAgentsBadInput) {
 TEST(AttemptDecisionTest, SuccessAndAStopKeepTheirCodes) {
   GangResult ok;
   ok.outcome = GangOutcome::kSucceeded;
-  EXPECT_EQ(Decide(ok, 0, Policy(3, 10), true).exit_code, 0);
+  EXPECT_EQ(Decide(ok, 0, Policy(3, 10), true, 1).exit_code, 0);
   GangResult stopped;
   stopped.outcome = GangOutcome::kInterrupted;
   stopped.interrupt_signal = SIGTERM;
-  EXPECT_EQ(Decide(stopped, 0, Policy(3, 10), true).exit_code, 143);
+  EXPECT_EQ(Decide(stopped, 0, Policy(3, 10), true, 1).exit_code, 143);
 }
 
 TEST(AttemptDecisionTest, AGangSpanningNodesIsTheOperatorsToRestart) {
-  AttemptDecision d = Decide(FailedWith(137), 0, Policy(3, 10), false);
+  AttemptDecision d = Decide(FailedWith(137), 0, Policy(3, 10), false, 1);
   EXPECT_FALSE(d.restart);
   EXPECT_EQ(d.reason, "GangSpansNodes");
   EXPECT_THAT(d.message, HasSubstr("the operator restarts it"));

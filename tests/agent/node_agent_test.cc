@@ -144,12 +144,13 @@ class NodeAgentTest : public ::testing::Test {
   SteppingClock clock_;
 };
 
-TEST_F(NodeAgentTest, RestartsWithADoublingCappedBackoffUntilMaxRestarts) {
+TEST_F(NodeAgentTest, RestartsNowThenWithADoublingCappedBackoffUntilMaxRestarts) {
   ScriptedSpawner spawner(&clock_, [](int, int) { return "exit 137"; });
   EXPECT_EQ(RunAgent(Job(/*max_restarts=*/4, /*backoff_seconds=*/100), &spawner), 1);
-  // Attempts 0..4: waits of 100, 200, 300 (capped), 300 s, then the budget is spent.
-  EXPECT_EQ(AttemptStarts(spawner), (std::vector<seconds>{seconds(0), seconds(100), seconds(300),
-                                                          seconds(600), seconds(900)}));
+  // Attempts 0..4, each failing at once: the first restart now, then waits of 100, 200,
+  // 300 (capped) s while the failures keep coming quickly; then the budget is spent.
+  EXPECT_EQ(AttemptStarts(spawner), (std::vector<seconds>{seconds(0), seconds(0), seconds(100),
+                                                          seconds(300), seconds(600)}));
   ASSERT_EQ(spawner.calls().size(), 10u);
   EXPECT_EQ(spawner.calls().back().attempt, 4) << "TORCHELASTIC_RESTART_COUNT counts restarts";
   nlohmann::json status = File("status.json");
@@ -164,7 +165,8 @@ TEST_F(NodeAgentTest, ARetryableFailureThenSuccessEndsWithZero) {
   ScriptedSpawner spawner(&clock_,
                           [](int attempt, int) { return attempt == 0 ? "exit 143" : "exit 0"; });
   EXPECT_EQ(RunAgent(Job(3, 10), &spawner), 0);
-  EXPECT_EQ(AttemptStarts(spawner), (std::vector<seconds>{seconds(0), seconds(10)}));
+  EXPECT_EQ(AttemptStarts(spawner), (std::vector<seconds>{seconds(0), seconds(0)}))
+      << "the first failure restarts at once";
   nlohmann::json status = File("status.json");
   EXPECT_EQ(status["phase"], "Succeeded");
   EXPECT_EQ(status["restarts"], 1);
@@ -217,7 +219,8 @@ TEST_F(NodeAgentTest, ASignalDuringTheBackoffEndsIt) {
     sent = true;
   };
   EXPECT_EQ(RunAgent(Job(3, 100), &spawner), 128 + SIGINT);
-  EXPECT_EQ(spawner.calls().size(), 2u) << "no attempt after the stop";
+  // The first restart waits for nothing; the second failure's backoff is where it stops.
+  EXPECT_EQ(spawner.calls().size(), 4u) << "no attempt after the stop";
   EXPECT_EQ(File("status.json")["phase"], "Terminated");
   nlohmann::json log = File("termination-log");
   EXPECT_EQ(log["reason"], "Terminated");

@@ -14,16 +14,50 @@ namespace {
 using std::chrono::milliseconds;
 using ::testing::HasSubstr;
 
-TEST(RestartPolicyTest, BackoffDoublesFromBackoffSecondsAndIsCapped) {
+TEST(RestartPolicyTest, TheFirstQuickFailureRestartsAtOnceThenTheWaitDoublesAndIsCapped) {
   api::RestartPolicy p;
   p.backoff_seconds = 10;
-  EXPECT_EQ(RestartBackoff(p, 1), milliseconds(10'000));
-  EXPECT_EQ(RestartBackoff(p, 2), milliseconds(20'000));
-  EXPECT_EQ(RestartBackoff(p, 3), milliseconds(40'000));
-  EXPECT_EQ(RestartBackoff(p, 6), milliseconds(300'000));
+  EXPECT_EQ(RestartBackoff(p, 1), milliseconds(0));
+  EXPECT_EQ(RestartBackoff(p, 2), milliseconds(10'000));
+  EXPECT_EQ(RestartBackoff(p, 3), milliseconds(20'000));
+  EXPECT_EQ(RestartBackoff(p, 4), milliseconds(40'000));
+  EXPECT_EQ(RestartBackoff(p, 7), milliseconds(300'000));
   EXPECT_EQ(RestartBackoff(p, 60), milliseconds(300'000));
   p.backoff_seconds = 0;
   EXPECT_EQ(RestartBackoff(p, 3), milliseconds(0));
+}
+
+// The schedule on a simulated timeline: only durations, no clock is read.
+TEST(RestartPolicyTest, AFailureAfterAHealthyRunRestartsNowAndQuickOnesBackOff) {
+  using std::chrono::seconds;
+  api::RestartPolicy p;  // backoffSeconds 10, resetAfterSeconds 600
+  int quick = 0;
+  // A 2-hour run is preempted: restart at once.
+  quick = QuickFailuresAfter(p, quick, seconds(7200));
+  EXPECT_EQ(quick, 1);
+  EXPECT_EQ(RestartBackoff(p, quick), milliseconds(0));
+  EXPECT_EQ(RestartWhen(p, quick), "now");
+  // Then it crashes 30 s into each attempt: 10 s, 20 s, 40 s ...
+  quick = QuickFailuresAfter(p, quick, seconds(30));
+  EXPECT_EQ(RestartBackoff(p, quick), milliseconds(10'000));
+  EXPECT_EQ(RestartWhen(p, quick), "in 10s: 2nd quick failure in a row (attempts under 600s)");
+  quick = QuickFailuresAfter(p, quick, seconds(30));
+  EXPECT_EQ(RestartBackoff(p, quick), milliseconds(20'000));
+  EXPECT_EQ(RestartWhen(p, quick), "in 20s: 3rd quick failure in a row (attempts under 600s)");
+  quick = QuickFailuresAfter(p, quick, seconds(599));
+  EXPECT_EQ(RestartBackoff(p, quick), milliseconds(40'000));
+  // An attempt that runs resetAfterSeconds resets the count: the next failure restarts now.
+  quick = QuickFailuresAfter(p, quick, seconds(600));
+  EXPECT_EQ(quick, 1);
+  EXPECT_EQ(RestartBackoff(p, quick), milliseconds(0));
+  // The job's first attempt failing quickly is the first of a run too.
+  EXPECT_EQ(QuickFailuresAfter(p, 0, seconds(1)), 1);
+  // A shorter resetAfterSeconds forgets sooner.
+  p.reset_after_seconds = 60;
+  EXPECT_EQ(QuickFailuresAfter(p, 5, seconds(60)), 1);
+  EXPECT_EQ(QuickFailuresAfter(p, 5, seconds(59)), 6);
+  EXPECT_EQ(RestartWhen(p, 11), "in 300s: 11th quick failure in a row (attempts under 60s)");
+  EXPECT_EQ(RestartWhen(p, 22), "in 300s: 22nd quick failure in a row (attempts under 60s)");
 }
 
 TEST(RestartPolicyTest, SignalsAreRetryableByDefaultAndUserErrorsAreNot) {

@@ -190,7 +190,8 @@ TEST(TrainingJob, ToJsonFillsDefaults) {
                "pinMemory": true, "timeoutSeconds": 120, "seed": 0, "startMethod": "spawn",
                "workerCommand": [], "pythonPool": true,
                "preloadModules": ["torch", "__main__"]},
-    "restartPolicy": {"maxRestarts": 3, "backoffSeconds": 10, "retryableExitCodes": []},
+    "restartPolicy": {"maxRestarts": 3, "backoffSeconds": 10, "resetAfterSeconds": 600,
+                      "retryableExitCodes": []},
     "rendezvous": {"port": 29500},
     "shmSize": "8Gi",
     "runPolicy": {"suspend": false, "activeDeadlineSeconds": null,
@@ -388,6 +389,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "job.yaml:12:18: spec.restartPolicy.maxRestarts: must be >= 0, got -1"},
         BadCase{"  restartPolicy:\n    backoffSeconds: -5\n",
                 "job.yaml:12:21: spec.restartPolicy.backoffSeconds: must be >= 0, got -5"},
+        BadCase{"  restartPolicy:\n    resetAfterSeconds: 0\n",
+                "job.yaml:12:24: spec.restartPolicy.resetAfterSeconds: must be >= 1, got 0"},
         BadCase{"  restartPolicy:\n    retryableExitCodes: [137, 0]\n",
                 "job.yaml:12:31: spec.restartPolicy.retryableExitCodes[1]: must be between 1 and "
                 "255, got 0"},
@@ -469,7 +472,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "template, loader, restartPolicy, rendezvous, shmSize, runPolicy"},
         BadCase{"  restartPolicy:\n    max_restarts: 1\n",
                 "job.yaml:12:5: spec.restartPolicy.max_restarts: unknown field (did you mean "
-                "\"maxRestarts\"?); allowed: maxRestarts, backoffSeconds, retryableExitCodes"},
+                "\"maxRestarts\"?); allowed: maxRestarts, backoffSeconds, resetAfterSeconds, "
+                "retryableExitCodes"},
         BadCase{"  rendezvous:\n    host: 10.0.0.1\n",
                 "job.yaml:12:5: spec.rendezvous.host: unknown field; allowed: port"},
         BadCase{"  runPolicy:\n    backoffLimit: 3\n",

@@ -198,11 +198,10 @@ TEST_F(OperatorTest, SucceedsOnlyWhenEveryPodSucceeded) {
   }));
 }
 
-TEST_F(OperatorTest, RetryableFailureRestartsTheGangAfterBackoff) {
+TEST_F(OperatorTest, RetryableFailureRestartsTheGangNowThenAfterBackoff) {
   StartOperator();
   ApplyRunning(TestJob("retry", 2, /*max_restarts=*/3, /*backoff=*/1));
   const auto first = PodUids("retry");
-  const auto failed_at = std::chrono::steady_clock::now();
   h_->FailPod("retry-node-1", 137, "OOMKilled");
   ASSERT_TRUE(h_->WaitFor([&] { return JsonField(h_->Job("retry"), "/status/restarts") == "1"; }));
   json status = h_->Job("retry")["status"];
@@ -210,22 +209,34 @@ TEST_F(OperatorTest, RetryableFailureRestartsTheGangAfterBackoff) {
   EXPECT_EQ(status["lastFailure"]["exitCode"], 137);
   EXPECT_EQ(status["lastFailure"]["reason"], "OOMKilled");
 
-  // The whole gang is replaced: new UIDs for both pods, attempt 1, after the backoff.
-  ASSERT_TRUE(h_->WaitFor([&] {
-    json pods = h_->Pods("retry");
-    if (pods.size() != 2) return false;
-    for (const auto& p : pods) {
-      if (first.count(p["metadata"]["uid"]) ||
-          JsonField(p, "/metadata/labels/spawnpoint.dev~1attempt") != "1") {
-        return false;
+  EXPECT_EQ(status["lastFailure"]["quickFailures"], 1);
+
+  // The whole gang is replaced: new UIDs for both pods, attempt `attempt`.
+  auto replaced = [&](const std::set<std::string>& old, const std::string& attempt) {
+    return h_->WaitFor([&] {
+      json pods = h_->Pods("retry");
+      if (pods.size() != 2) return false;
+      for (const auto& p : pods) {
+        if (old.count(p["metadata"]["uid"]) ||
+            JsonField(p, "/metadata/labels/spawnpoint.dev~1attempt") != attempt) {
+          return false;
+        }
       }
-    }
-    return true;
-  }));
-  EXPECT_GE(std::chrono::steady_clock::now() - failed_at, milliseconds(900));
+      return true;
+    });
+  };
+  ASSERT_TRUE(replaced(first, "1"));  // at once: a first failure waits for nothing
+  ASSERT_TRUE(h_->WaitPhase("retry", "Running")) << h_->Job("retry").dump(2);
+  // A second failure soon after: the gang waits out backoffSeconds (1 s) this time.
+  const auto second = PodUids("retry");
+  const auto failed_again_at = std::chrono::steady_clock::now();
+  h_->FailPod("retry-node-0", 137, "OOMKilled");
+  ASSERT_TRUE(replaced(second, "2"));
+  EXPECT_GE(std::chrono::steady_clock::now() - failed_again_at, milliseconds(900));
   ASSERT_TRUE(h_->WaitPhase("retry", "Running")) << h_->Job("retry").dump(2);
   status = h_->Job("retry")["status"];
-  EXPECT_EQ(status["restarts"], 1);
+  EXPECT_EQ(status["restarts"], 2);
+  EXPECT_EQ(status["lastFailure"]["quickFailures"], 2);
   for (const auto& c : status["conditions"]) {
     if (c["type"] == "Restarting") {
       EXPECT_EQ(c["status"], "False") << "cleared once the gang runs";

@@ -18,6 +18,7 @@ using ::testing::ElementsAre;
 using testing::FakeCluster;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::IsSupersetOf;
 using testing::MakeJob;
 
 class ReconcilerTest : public ::testing::Test {
@@ -114,7 +115,7 @@ TEST_F(ReconcilerTest, RunningThenSucceeded) {
   EXPECT_FALSE(cluster_.HasService("job"));
 }
 
-TEST_F(ReconcilerTest, RetryableFailureRestartsTheWholeGangAfterBackoff) {
+TEST_F(ReconcilerTest, RetryableFailureRestartsTheWholeGangNowThenAfterBackoff) {
   StartRunning(MakeJob("job", 2, /*max_restarts=*/3, /*backoff_seconds=*/2));
   cluster_.FailPod("job-node-1", 137, "OOMKilled");
   ReconcileResult failed = Reconcile();
@@ -125,21 +126,16 @@ TEST_F(ReconcilerTest, RetryableFailureRestartsTheWholeGangAfterBackoff) {
   EXPECT_EQ(Status()["lastFailure"]["exitCode"], 137);
   EXPECT_EQ(Status()["lastFailure"]["reason"], "OOMKilled");
   EXPECT_EQ(Status()["lastFailure"]["attempt"], 0);
+  EXPECT_EQ(Status()["lastFailure"]["quickFailures"], 1);
   EXPECT_EQ(Condition("Restarting")["status"], "True");
-  EXPECT_EQ(failed.requeue_after, seconds(2));
+  EXPECT_THAT(Condition("Restarting")["message"].get<std::string>(),
+              HasSubstr("restart 1 of 3 now"));
   EXPECT_EQ(cluster_.PodNames().size(), 2u) << "the failure is recorded before anything goes";
 
-  // Next pass: the old attempt's pods are stale and deleted; the backoff holds the new gang.
+  // Next pass: the old attempt's pods are stale and deleted; no wait after a first failure.
   cluster_.ClearWrites();
-  ReconcileResult waiting = Reconcile();
-  EXPECT_THAT(cluster_.Writes(), ElementsAre("delete-pod job-node-0", "delete-pod job-node-1"));
-  ASSERT_TRUE(waiting.requeue_after.has_value());
-  EXPECT_EQ(*waiting.requeue_after, seconds(2));
-  clock_.Advance(std::chrono::milliseconds(1500));
-  EXPECT_EQ(*Reconcile().requeue_after, std::chrono::milliseconds(500));
-  EXPECT_TRUE(cluster_.PodNames().empty());
-
-  clock_.Advance(std::chrono::milliseconds(500));
+  Reconcile();
+  EXPECT_THAT(cluster_.Writes(), IsSupersetOf({"delete-pod job-node-0", "delete-pod job-node-1"}));
   ASSERT_TRUE(Reconcile().status.ok());
   EXPECT_EQ(cluster_.PodNames().size(), 2u);
   EXPECT_EQ((*cluster_.Pod("job-node-0"))["metadata"]["labels"][kAttemptLabel], "1");
@@ -152,15 +148,35 @@ TEST_F(ReconcilerTest, RetryableFailureRestartsTheWholeGangAfterBackoff) {
   EXPECT_THAT(EventReasons(),
               ElementsAre("Created", "NodeFailed", "Restarting", "Created", "Restarted"));
   EXPECT_THAT(cluster_.Events()[1].message, HasSubstr("exited 137 (OOMKilled)"));
+
+  // It fails again quickly: now the backoff holds the new gang.
+  cluster_.FailPod("job-node-0", 137, "OOMKilled");
+  failed = Reconcile();
+  EXPECT_EQ(Status()["lastFailure"]["quickFailures"], 2);
+  EXPECT_EQ(failed.requeue_after, seconds(2));
+  EXPECT_THAT(Condition("Restarting")["message"].get<std::string>(),
+              HasSubstr("restart 2 of 3 in 2s: 2nd quick failure in a row"));
+  ReconcileResult waiting = Reconcile();  // deletes the stale gang
+  ASSERT_TRUE(waiting.requeue_after.has_value());
+  EXPECT_EQ(*waiting.requeue_after, seconds(2));
+  clock_.Advance(std::chrono::milliseconds(1500));
+  EXPECT_EQ(*Reconcile().requeue_after, std::chrono::milliseconds(500));
+  EXPECT_TRUE(cluster_.PodNames().empty());
+  clock_.Advance(std::chrono::milliseconds(500));
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(cluster_.PodNames().size(), 2u);
+  EXPECT_EQ((*cluster_.Pod("job-node-0"))["metadata"]["labels"][kAttemptLabel], "2");
 }
 
-TEST_F(ReconcilerTest, BackoffDoublesWithEachRestart) {
+TEST_F(ReconcilerTest, BackoffDoublesWhileFailuresComeQuickly) {
   StartRunning(MakeJob("job", 2, 3, 1));
   for (int restart = 1; restart <= 3; ++restart) {
     cluster_.FailPod("job-node-0", 143, "Error");
     ReconcileResult r = Reconcile();
-    ASSERT_EQ(r.requeue_after, seconds(1 << (restart - 1))) << restart;
-    clock_.Advance(seconds(1 << (restart - 1)));
+    const seconds wait = restart == 1 ? seconds(0) : seconds(1 << (restart - 2));
+    EXPECT_EQ(Status()["lastFailure"]["quickFailures"], restart);
+    if (wait > seconds(0)) ASSERT_EQ(r.requeue_after, wait) << restart;
+    clock_.Advance(wait);
     Reconcile();  // deletes the stale gang
     Reconcile();  // creates the next
     AllPods("Running");
@@ -168,6 +184,25 @@ TEST_F(ReconcilerTest, BackoffDoublesWithEachRestart) {
     ASSERT_EQ(Phase(), "Running") << restart;
   }
   EXPECT_EQ(Status()["restarts"], 3);
+}
+
+TEST_F(ReconcilerTest, AnAttemptThatRanResetAfterSecondsRestartsAtOnceAgain) {
+  StartRunning(MakeJob("job", 2, 5, 10));
+  cluster_.FailPod("job-node-0", 143, "Error");
+  Reconcile();
+  Reconcile();
+  Reconcile();
+  AllPods("Running");
+  Reconcile();
+  ASSERT_EQ(Phase(), "Running");
+  clock_.Advance(seconds(601));  // the second attempt runs past resetAfterSeconds (600)
+  cluster_.FailPod("job-node-1", 143, "Error");
+  ReconcileResult r = Reconcile();
+  EXPECT_EQ(Status()["lastFailure"]["quickFailures"], 1);
+  EXPECT_GE(Status()["lastFailure"]["ranSeconds"].get<int>(), 600);
+  EXPECT_THAT(Condition("Restarting")["message"].get<std::string>(),
+              HasSubstr("restart 2 of 5 now"));
+  EXPECT_TRUE(!r.requeue_after || *r.requeue_after == seconds(0));
 }
 
 TEST_F(ReconcilerTest, NonRetryableExitFailsWithLastFailureAndStopsThePeers) {
