@@ -3,9 +3,13 @@
 
 Measures, for the example trainer (build/bin/spawnpoint-example-trainer, 2 ranks, 1 node):
   1. start -> first completed allreduce on all ranks,
-  2. a rank's death (SIGKILL) -> the restarted group's first allreduce,
-     torchrun at its default --monitor_interval (5 s) and tuned to 0.1 s,
-  3. peak memory (VmHWM) of the launcher process itself, not its children.
+  2. a rank's death (SIGKILL) -> the restarted group's first allreduce, ours with
+     backoffSeconds 0 and at the defaults (backoffSeconds 10: a first failure after a
+     healthy run restarts at once), torchrun at its default --monitor_interval (5 s) and
+     tuned to 0.1 s,
+  3. peak memory (VmHWM) of the launcher process itself, not its children,
+  4. the trainer's bare start: the same 2 ranks started directly (a shell sets torchrun's
+     variables), start -> first allreduce. Each launcher's overhead is its time above it.
 
 Timestamps come from the trainer (--timing prints "timing rank=R event=E unix_ns=T"), so
 both launchers are timed by the same clock and the same code. Standard library only.
@@ -53,9 +57,10 @@ def trainer_args(fail):
     return args
 
 
-def write_manifest(path, trainer, fail):
+def write_manifest(path, trainer, fail, defaults=False):
     args = ", ".join('"%s"' % a for a in trainer_args(fail))
     restarts = 1 if fail else 0
+    backoff = "" if defaults else "\n    backoffSeconds: 0"
     with open(path, "w") as f:
         f.write(f"""apiVersion: spawnpoint.dev/v1alpha1
 kind: TrainingJob
@@ -76,19 +81,30 @@ spec:
   loader:
     workersPerRank: 0
   restartPolicy:
-    maxRestarts: {restarts}
-    backoffSeconds: 0
+    maxRestarts: {restarts}{backoff}
   rendezvous:
     port: 29500
   shmSize: 256Mi
 """)
 
 
-def ours_cmd(cfg, fail, workdir):
-    manifest = os.path.join(workdir, "job-%s.yaml" % ("restart" if fail else "start"))
+def ours_cmd(cfg, fail, workdir, defaults=False):
+    manifest = os.path.join(workdir, "job-%s%s.yaml" % ("restart" if fail else "start",
+                                                         "-defaults" if defaults else ""))
     if not os.path.exists(manifest):
-        write_manifest(manifest, cfg.trainer, fail)
+        write_manifest(manifest, cfg.trainer, fail, defaults)
     return [cfg.agent, "run", "-f", manifest, "--master-port", str(free_port())]
+
+
+def bare_cmd(cfg):
+    """The trainer's ranks started by a shell with torchrun's variables: no launcher."""
+    port = free_port()
+    ranks = " ".join(
+        "RANK=%d LOCAL_RANK=%d WORLD_SIZE=%d LOCAL_WORLD_SIZE=%d MASTER_ADDR=127.0.0.1 "
+        "MASTER_PORT=%d %s %s &" % (r, r, WORLD, WORLD, port, cfg.trainer,
+                                    " ".join(trainer_args(False)))
+        for r in range(WORLD))
+    return ["/bin/sh", "-c", ranks + " wait"]
 
 
 def theirs_cmd(cfg, fail, monitor):
@@ -190,7 +206,7 @@ def measure(name, cmd, workdir, tag, timeout, fail):
               "start": (max(attempts[r][0]["first_allreduce"] for r in range(WORLD)) - t0) / 1e9,
               "spawn": (max(attempts[r][0]["start"] for r in range(WORLD)) - t0) / 1e9}
     if fail:
-        if restarts != [0, 1]:
+        if restarts[:1] != [0] or restarts[-1:] != [1]:
             fail_run("expected rank 0 to report restart=0 then restart=1, got %s" % restarts)
         fail_ns = attempts[FAIL_RANK][0].get("fail")
         if fail_ns is None:
@@ -235,9 +251,11 @@ def main():
 
     workdir = tempfile.mkdtemp(prefix="spawnpoint-bench-launch-")
     runs = {
+        "bare_start": lambda: bare_cmd(cfg),
         "ours_start": lambda: ours_cmd(cfg, False, workdir),
         "theirs_start": lambda: theirs_cmd(cfg, False, TORCHRUN_DEFAULT_MONITOR),
         "ours_restart": lambda: ours_cmd(cfg, True, workdir),
+        "ours_restart_defaults": lambda: ours_cmd(cfg, True, workdir, defaults=True),
         "theirs_restart_default": lambda: theirs_cmd(cfg, True, TORCHRUN_DEFAULT_MONITOR),
         "theirs_restart_tuned": lambda: theirs_cmd(cfg, True, TORCHRUN_TUNED_MONITOR),
     }
@@ -253,7 +271,8 @@ def main():
                     workdir, "warmup-theirs", cfg.timeout, False)
         for i in range(repeats):
             for key, make_cmd in runs.items():
-                who = "spawnpoint-agent" if key.startswith("ours") else "torchrun"
+                who = ("spawnpoint-agent" if key.startswith("ours") else
+                       "no launcher" if key.startswith("bare") else "torchrun")
                 results[key].append(measure("%s (%s, repetition %d)" % (key, who, i + 1),
                                             make_cmd(), workdir, "%s-%d" % (key, i + 1),
                                             cfg.timeout, "restart" in key))
@@ -292,6 +311,9 @@ def main():
     row("rank death → restarted group's first allreduce (torchrun default --monitor_interval 5)",
         col("ours_restart", "recovery"), col("theirs_restart_default", "recovery"), "faster",
         "restart_default")
+    row("the same, both at their defaults (ours: backoffSeconds 10, resetAfterSeconds 600)",
+        col("ours_restart_defaults", "recovery"), col("theirs_restart_default", "recovery"),
+        "faster", "restart_defaults")
     row("rank death → restarted group's first allreduce (torchrun --monitor_interval 0.1)",
         col("ours_restart", "recovery"), col("theirs_restart_tuned", "recovery"), "faster",
         "restart_tuned")
@@ -309,10 +331,31 @@ def main():
     print("| --- | --- | --- | --- |")
     for r in rows:
         print(r)
+    # The launchers' own cost: their times above the trainer's bare start.
+    bare = col("bare_start", "start")[0]
+    overhead = {}
     print()
-    print("ratios start=%.2f restart_default=%.2f restart_tuned=%.2f launcher_memory=%.2f"
+    print("the trainer's bare start (no launcher): %s; each launcher's overhead above it:"
+          % col("bare_start", "start")[1])
+    print()
+    print("| overhead above the bare start | spawnpoint-agent (ours) | torchrun (theirs) |")
+    print("| --- | --- | --- |")
+    for label, ours_key, theirs_key, field, name in (
+            ("start → first allreduce", "ours_start", "theirs_start", "start", "start"),
+            ("death → restarted allreduce, tuned (ours backoff 0, torchrun monitor 0.1 s)",
+             "ours_restart", "theirs_restart_tuned", "recovery", "restart"),
+            ("death → restarted allreduce, both at their defaults", "ours_restart_defaults",
+             "theirs_restart_default", "recovery", "restart_defaults")):
+        o = (col(ours_key, field)[0] - bare) * 1000
+        t = (col(theirs_key, field)[0] - bare) * 1000
+        overhead[name] = o
+        print("| %s | %.0f ms | %.0f ms |" % (label, o, t))
+    print()
+    print("ratios start=%.2f restart_default=%.2f restart_tuned=%.2f launcher_memory=%.2f "
+          "restart_defaults=%.2f overhead_start_ms=%.0f overhead_restart_ms=%.0f"
           % (ratios["start"], ratios["restart_default"], ratios["restart_tuned"],
-             ratios["launcher_memory"]), flush=True)
+             ratios["launcher_memory"], ratios["restart_defaults"], overhead["start"],
+             overhead["restart"]), flush=True)
     if not cfg.keep_logs:
         for name in os.listdir(workdir):
             os.unlink(os.path.join(workdir, name))
