@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "agent/process/spawner.h"
+#include "agent/run/preflight.h"
 #include "agent/run/self_exe.h"
 
 namespace spawnpoint::agent {
@@ -211,12 +212,7 @@ PlanRequest MakeRequest(const AgentOptions& o, const NodeFacts& n, int node_rank
 }
 
 Status CheckCommand(const RankPlan& rank) {
-  std::string name = rank.argv.front();
-  if (!rank.working_dir.empty() && name.find('/') != std::string::npos && name[0] != '/') {
-    name = rank.working_dir + "/" + name;
-  }
-  auto path = rank.env.count("PATH") ? rank.env.at("PATH") : std::string("/usr/bin:/bin");
-  auto resolved = ResolveExecutable(name, path);
+  auto resolved = ResolveRankExecutable(rank);
   if (!resolved.ok()) {
     return InvalidArgument("the trainer container's " + resolved.status().message());
   }

@@ -48,8 +48,11 @@ Status CheckSharedMemory(const api::TrainingJobSpec& spec, int ranks, int cpus_p
 }
 
 StatusOr<std::string> ResolveRankExecutable(const RankPlan& rank) {
-  if (rank.argv.empty()) return InvalidArgument("the trainer container has no command");
-  const std::string& name = rank.argv.front();
+  if (rank.argv.empty()) return InvalidArgument("command is empty");
+  std::string name = rank.argv.front();
+  if (!rank.working_dir.empty() && name.find('/') != std::string::npos && name[0] != '/') {
+    name = rank.working_dir + "/" + name;  // ./train: where the rank starts, not the agent
+  }
   const std::string path = rank.env.count("PATH") ? rank.env.at("PATH") : "/usr/bin:/bin";
   SP_ASSIGN_OR_RETURN(std::string resolved, ResolveExecutable(name, path));
   std::filesystem::path p(resolved);
@@ -59,9 +62,8 @@ StatusOr<std::string> ResolveRankExecutable(const RankPlan& rank) {
     p = (rank.working_dir.empty() ? std::filesystem::current_path(ec)
                                   : std::filesystem::path(rank.working_dir)) /
         p;
-    p = p.lexically_normal();
   }
-  return p.string();
+  return p.lexically_normal().string();
 }
 
 namespace {

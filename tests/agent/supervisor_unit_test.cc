@@ -1,8 +1,12 @@
 #include <signal.h>
+#include <sys/stat.h>
+
+#include <filesystem>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "agent/run/node_facts.h"
 #include "agent/run/preflight.h"
 #include "agent/supervisor/exit_cause.h"
 #include "api/restart_rule.h"
@@ -153,6 +157,32 @@ TEST(PreflightTest, MissingMountIsAClearError) {
   auto s = CheckSharedMemory(spec, 2, 1, "/nonexistent/shm");
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("/nonexistent/shm is not usable"));
+}
+
+// The program a rank execs: a relative name with a '/' from the rank's workingDir (where it
+// starts), not from the agent's directory; a bare name on the rank's PATH.
+TEST(PreflightTest, ARanksProgramIsResolvedWhereTheRankStarts) {
+  testing::TempDir dir;
+  std::filesystem::create_directories(dir.File("bin"));
+  testing::WriteFile(dir.File("bin/train"), "#!/bin/sh\n");
+  chmod(dir.File("bin/train").c_str(), 0755);
+  RankPlan rank;
+  rank.argv = {"./bin/train"};
+  rank.working_dir = dir.path();
+  rank.env["PATH"] = "/usr/bin:/bin";
+  auto exe = ResolveRankExecutable(rank);
+  ASSERT_TRUE(exe.ok()) << exe.status().message();
+  EXPECT_EQ(*exe, dir.File("bin/train"));
+  EXPECT_TRUE(CheckCommand(rank).ok());
+  rank.argv = {"sh"};
+  exe = ResolveRankExecutable(rank);
+  ASSERT_TRUE(exe.ok()) << exe.status().message();
+  EXPECT_TRUE(*exe == "/usr/bin/sh" || *exe == "/bin/sh") << *exe;
+  rank.argv = {"./bin/missing"};
+  Status missing = CheckCommand(rank);
+  EXPECT_FALSE(missing.ok());
+  EXPECT_THAT(missing.message(), HasSubstr("the trainer container's"));
+  EXPECT_THAT(missing.message(), HasSubstr("bin/missing"));
 }
 
 }  // namespace
