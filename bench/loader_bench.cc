@@ -2,17 +2,27 @@
 // bench/loader_reference.py (PyTorch's DataLoader, spawn + persistent workers), measuring the
 // same things the same way on the same workloads (bench/loader_bench_datasets.h).
 //
-// The Loader runs standalone (it spawns its own workers, as DataLoader does) and the
-// trainer side receives every batch as torch::Tensor views (TorchLoader / ToTensors) and
-// reads one element of it, as the reference reads batch[0, 0].
+// The Loader runs standalone (it spawns its own workers, as DataLoader does), or, as a rank
+// under `spawnpoint-agent run`, on the agent's pool (SPAWNPOINT_LOADER_POOL_DIR); the trainer
+// side receives every batch as torch::Tensor views (TorchLoader / ToTensors) and reads one
+// element of it, as the reference reads batch[0, 0].
+//
+// The program is the torch half of a split trainer (spawnpoint_trainer_main, loaded by
+// spawnpoint-loader-bench, whose workers load no libtorch) and also the whole of
+// spawnpoint-loader-bench-linked (libtorch linked: its workers load it).
 //
 //   --worker-command PATH   the workers run PATH (a torch-free worker binary, the job's
 //                           loader.workerCommand); default: this program itself (the
 //                           trainer's own command in worker mode, the product default)
+//   --out FILE              also write the result there (a rank under the agent)
 //
-// Prints one JSON object: first_batch_s, batches_per_s, epoch_boundary_ms, peak_rss_mb,
-// epoch_boundary_matched_ms, checksum (defined as in the reference, whose docstring explains
-// the two boundary measures), and a few details: the configuration, slots, slot bytes.
+// Prints one JSON object: first_batch_s (from creating the loader),
+// first_batch_from_process_start_s (from this process's start: /proc/self/stat's starttime
+// against CLOCK_BOOTTIME, 10 ms resolution, libtorch's load included), batches_per_s,
+// epoch_boundary_ms, peak_rss_mb, epoch_boundary_matched_ms, checksum (defined as in the reference,
+// whose docstring explains the two boundary measures), and a few details: the configuration, slots,
+// slot bytes.
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +31,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -46,13 +58,14 @@ struct Flags {
   int64_t work_us = 2000;
   std::string worker_command;  // empty: this program
   bool gaps = false;           // also print every inter-batch gap (diagnostics)
+  std::string out;             // also write the JSON result to this file
 };
 
 [[noreturn]] void Usage(const char* argv0, const std::string& error) {
   std::fprintf(stderr,
                "%s: %s\nusage: %s --workload transfer|compute [--workers N] [--batch-size N] "
                "[--batches N] [--epochs N] [--prefetch N] [--sample-floats N] [--work-us N] "
-               "[--worker-command PATH]\n",
+               "[--worker-command PATH] [--out FILE] [--gaps]\n",
                argv0, error.c_str(), argv0);
   std::exit(2);
 }
@@ -91,6 +104,8 @@ Flags ParseFlags(int argc, char** argv) {
       f.work_us = num();
     } else if (name == "--worker-command") {
       f.worker_command = value;
+    } else if (name == "--out") {
+      f.out = value;
     } else {
       Usage(argv[0], "unknown flag " + name);
     }
@@ -122,10 +137,27 @@ double Median(std::vector<double> v) {
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// Seconds since this process started, as bench/python_pool_bench.py computes it.
+double SinceProcessStart() {
+  std::ifstream in("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return -1;
+  std::istringstream fields(stat.substr(paren + 2));
+  std::string field;
+  for (int i = 0; i < 20 && fields >> field; ++i) {
+  }  // field 22 (starttime) is the 20th after the command
+  timespec now{};
+  clock_gettime(CLOCK_BOOTTIME, &now);
+  return static_cast<double>(now.tv_sec) + now.tv_nsec / 1e9 -
+         std::strtod(field.c_str(), nullptr) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 }  // namespace
 
-int main(int argc, char** argv) {
-  // First thing: in a worker started with this program's own command, serve batches.
+extern "C" int spawnpoint_trainer_main(int argc, char** argv) {
+  // First thing: in a worker started with this program's own command, serve batches (the
+  // split executable has served its workers already; here it only tells the loader).
   if (int rc = spawnpoint::loader::RunWorkerIfRequested(argc, argv); rc >= 0) return rc;
   const Flags f = ParseFlags(argc, argv);
 
@@ -157,6 +189,8 @@ int main(int argc, char** argv) {
   auto& loader = **created;
 
   double first_batch_s = -1;
+  double first_batch_from_process_start_s = -1;
+  double first_batch_monotonic = -1;
   std::vector<double> boundaries;
   std::vector<double> same_position;  // gaps before batches i % workers == 0, i > 0
   std::vector<double> gaps_ms;
@@ -179,6 +213,8 @@ int main(int argc, char** argv) {
       if (first_batch_s >= 0) gaps_ms.push_back(Seconds(now - last) * 1000.0);
       if (first_batch_s < 0) {
         first_batch_s = Seconds(now - start);
+        first_batch_from_process_start_s = SinceProcessStart();
+        first_batch_monotonic = Seconds(now.time_since_epoch());  // CLOCK_MONOTONIC
       } else if (i == 0) {
         boundaries.push_back(Seconds(now - last));
       } else if (epoch > 0 && i % f.workers == 0) {
@@ -206,6 +242,9 @@ int main(int argc, char** argv) {
   const auto stats = loader.loader().Stats();
   nlohmann::json out = {
       {"first_batch_s", first_batch_s},
+      {"first_batch_from_process_start_s", first_batch_from_process_start_s},
+      {"agent_pool", std::getenv("SPAWNPOINT_LOADER_POOL_DIR") != nullptr},
+      {"first_batch_monotonic", first_batch_monotonic},
       {"batches_per_s", 1.0 / steady_s},
       {"epoch_boundary_ms", std::max(0.0, (median_boundary - steady_s) * 1000.0)},
       {"peak_rss_mb", peak},
@@ -219,7 +258,20 @@ int main(int argc, char** argv) {
       {"slots", stats.slots},
       {"slot_bytes", stats.slot_bytes},
   };
+  // The harness's spawn of the agent (CLOCK_MONOTONIC), as bench/python_pool_bench.py.
+  if (const char* t0 = std::getenv("BENCH_T0"); t0 != nullptr && *t0 != '\0') {
+    out["first_batch_from_launch_s"] = first_batch_monotonic - std::strtod(t0, nullptr);
+  }
   if (f.gaps) out["gaps_ms"] = gaps_ms;
   std::printf("%s\n", out.dump().c_str());
+  if (!f.out.empty()) {
+    std::ofstream file(f.out + ".tmp");
+    file << out.dump() << "\n";
+    file.close();
+    if (!file || std::rename((f.out + ".tmp").c_str(), f.out.c_str()) != 0) {
+      std::fprintf(stderr, "loader-bench: cannot write %s\n", f.out.c_str());
+      return 1;
+    }
+  }
   return 0;
 }

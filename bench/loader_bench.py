@@ -45,31 +45,18 @@ import json
 import os
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+from loader_bench_agent import AGENT_CONFIGS, AGENT_LABELS, agent_run
+from loader_bench_report import (LABELS, OURS_BIN, OURS_LINKED, OURS_SELF, PY_CONFIGS, PY_LABELS,
+                                 PY_POOL, PY_STOCK, THEIRS, WORKLOADS, report)
+
 PYTHON = "/usr/bin/python3"
-WORKLOADS = ("transfer", "compute")
-OURS_BIN = "ours-worker"  # configuration keys
-OURS_SELF = "ours-self"
-THEIRS = "pytorch"
-LABELS = {
-    OURS_BIN: "ours (torch-free worker binary)",
-    OURS_SELF: "ours (trainer's own command)",
-    THEIRS: "PyTorch DataLoader",
-}
 # The Python rows: bench/python_pool_bench.py under spawnpoint-agent run.
 PY_WORKLOADS = ("transfer", "compute", "torchvision")
-PY_POOL = "py-pool"
-PY_STOCK = "py-stock"
-PY_CONFIGS = (PY_POOL, PY_STOCK)
-PY_LABELS = {
-    PY_POOL: "agent's pool (pythonPool: true)",
-    PY_STOCK: "stock DataLoader (spawn, persistent)",
-}
 PY_SERVED = {PY_POOL: "_PoolDataLoaderIter", PY_STOCK: "_MultiProcessingDataLoaderIter"}
 PY_JOB = """\
 apiVersion: spawnpoint.dev/v1alpha1
@@ -193,36 +180,9 @@ def commands(a, workload):
     return {
         OURS_BIN: [bench] + args + ["--worker-command", os.path.abspath(worker)],
         OURS_SELF: [bench] + args,
+        OURS_LINKED: [bench + "-linked"] + args,
         THEIRS: [PYTHON, os.path.join(a.source_dir, "bench", "loader_reference.py")] + args,
     }
-
-
-def med(values):
-    return statistics.median(values)
-
-
-def fmt(values, unit, digits):
-    values = [v for v in values if v == v]
-    if not values:
-        return "–"
-    m = med(values)
-    if len(values) == 1:
-        return f"{m:.{digits}f}{unit}"
-    return f"{m:.{digits}f}{unit} ({min(values):.{digits}f}–{max(values):.{digits}f})"
-
-
-OPPOSITE = {"sooner": "later", "faster": "slower", "less": "more"}
-
-
-def worded(x, word):
-    """"2.00x sooner"; a ratio below 1 as its inverse with the opposite word ("1.25x later")."""
-    if x == x and 0 < x < 1 and word in OPPOSITE:
-        return f"{1 / x:.2f}x {OPPOSITE[word]}"
-    return f"{x:.2f}x {word}"
-
-
-def ms_less(x):
-    return f"{x:.1f} ms less" if x >= 0 else f"{-x:.1f} ms more"
 
 
 def py_args(a, workload):
@@ -322,6 +282,8 @@ def main():
                     help="skip the Python rows (the agent's pool against stock DataLoader)")
     ap.add_argument("--python-only", action="store_true",
                     help="only the Python rows (no C++ loader runs)")
+    ap.add_argument("--no-agent", action="store_true",
+                    help="skip the agent rows (our bench as a rank under the agent)")
     ap.add_argument("--py-workloads", default=",".join(PY_WORKLOADS),
                     help="the Python rows' workloads (default: %(default)s)")
     ap.add_argument("--py-timeout", type=float, default=300,
@@ -353,8 +315,10 @@ def main():
     a.build_dir = os.path.abspath(a.build_dir)  # the Python jobs run in a directory of their own
     a.source_dir = os.path.abspath(a.source_dir)
     workloads = [] if a.python_only else [w for w in a.workloads.split(",") if w]
-    configs = [OURS_BIN] + ([] if a.no_self else [OURS_SELF]) + [THEIRS]
+    configs = [OURS_BIN] + ([] if a.no_self else [OURS_SELF, OURS_LINKED]) + [THEIRS]
     py_workloads = [] if a.no_python else [w for w in a.py_workloads.split(",") if w]
+    # The agent rows compare with the Python rows' stock DataLoader of the same repetition.
+    agent_workloads = [] if a.no_agent else [w for w in WORKLOADS if w in py_workloads]
     for w in py_workloads:
         if w not in PY_WORKLOADS:
             ap.error(f"--py-workloads: {w} is not one of {', '.join(PY_WORKLOADS)}")
@@ -379,9 +343,10 @@ def main():
         workloads = [w for w in workloads if (w, THEIRS) in results]
         configs = [c for c in configs if workloads and (workloads[0], c) in results]
         py_workloads = [w for w in py_workloads if (w, PY_STOCK) in results]
+        agent_workloads = [w for w in agent_workloads if (w, AGENT_CONFIGS[0]) in results]
         any_key = next(iter(results))
         a.repeats = len(results[any_key])
-        return report(a, results, workloads, configs, py_workloads, t_start)
+        return report(a, results, workloads, configs, py_workloads, t_start, agent_workloads)
 
     if workloads:
         print(f"bench-loader: {a.repeats} repetitions x {len(workloads)} workloads x "
@@ -404,6 +369,9 @@ def main():
         cmds = commands(short, "transfer")
         for c in configs if workloads else []:
             run(cmds[c], a.timeout, f"warm-up {LABELS[c]}")
+        for c in AGENT_CONFIGS if agent_workloads else []:
+            agent_run(a, c, "transfer", f"warm-up {AGENT_LABELS[c]}", run, BenchError,
+                      py_environment(), short=True)
         for c in PY_CONFIGS if py_workloads else []:
             py_run(a, c, "torchvision" if "torchvision" in py_workloads else py_workloads[0],
                    f"warm-up Python {PY_LABELS[c]}", short=True)
@@ -411,6 +379,7 @@ def main():
 
     results = {(w, c): [] for w in workloads for c in configs}
     results.update({(w, c): [] for w in py_workloads for c in PY_CONFIGS})
+    results.update({(w, c): [] for w in agent_workloads for c in AGENT_CONFIGS})
     for rep in range(1, a.repeats + 1):
         for w in workloads:
             cmds = commands(a, w)
@@ -429,6 +398,20 @@ def main():
                             f"other={r['other_cpus']:.2f}cpu"
                             + (f" (best of {r['attempts']})" if r["attempts"] > 1 else ""))
             print(f"  [{rep}/{a.repeats}] {w:8s} " + " | ".join(line) +
+                  f"  ({time.monotonic() - t_start:.0f} s)", flush=True)
+        for w in agent_workloads:
+            line = []
+            for c in AGENT_CONFIGS:
+                tag = f"repetition {rep} agent {w} {AGENT_LABELS[c]}"
+                r = measure(a, lambda: agent_run(a, c, w, tag, run, BenchError,
+                                                 py_environment()), t_start)
+                if abs(r["checksum"] - want) > 1e-6:
+                    raise BenchError(f"{tag}: checksum {r['checksum']}, not {want}")
+                results[(w, c)].append(r)
+                line.append(f"{c} start→first={r['first_batch_from_process_start_s']:.3f}s "
+                            f"create→first={r['first_batch_s']:.3f}s "
+                            f"other={r['other_cpus']:.2f}cpu")
+            print(f"  [{rep}/{a.repeats}] agent {w:8s} " + " | ".join(line) +
                   f"  ({time.monotonic() - t_start:.0f} s)", flush=True)
         for w in py_workloads:
             # Alternate which side goes first, so neither always follows the other.
@@ -460,156 +443,7 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump({f"{w}/{c}": v for (w, c), v in results.items()}, f, indent=1)
-    return report(a, results, workloads, configs, py_workloads, t_start)
-
-
-def report(a, results, workloads, configs, py_workloads, t_start):
-
-    def vals(w, c, key):
-        return [r.get(key, float("nan")) for r in results[(w, c)]]
-
-    # Speed-ups are medians of per-repetition ratios: a repetition runs every side back to
-    # back, so its ratio compares runs that shared the machine's load of that moment (this
-    # machine may be busy with other work, which moves both sides' absolute numbers).
-    def speedup(w, c, key, direction, base=THEIRS):
-        pairs = zip(vals(w, c, key), vals(w, base, key))
-        if direction == "theirs/ours":
-            return med([t / o for o, t in pairs if o > 0] or [float("nan")])
-        return med([o / t for o, t in pairs if t > 0] or [float("nan")])
-
-    ratios = []
-    if workloads:
-        cpp_table(a, workloads, configs, vals, speedup)
-    if all(w in workloads for w in WORKLOADS):
-        first = min(speedup(w, OURS_BIN, "first_batch_s", "theirs/ours") for w in WORKLOADS)
-        tr = speedup("transfer", OURS_BIN, "batches_per_s", "ours/theirs")
-        co = speedup("compute", OURS_BIN, "batches_per_s", "ours/theirs")
-        eb = max(med(vals(w, OURS_BIN, "epoch_boundary_matched_ms")) for w in WORKLOADS)
-        ratios.append(f"first_batch={first:.2f} transfer={tr:.2f} compute={co:.2f} "
-                      f"epoch_boundary_ms={eb:.2f}")
-    elif workloads:
-        print("(the C++ ratios need both workloads)")
-    if py_workloads:
-        py_table(a, py_workloads, vals, speedup)
-    if all(w in py_workloads for w in WORKLOADS):
-        first = min(speedup(w, PY_POOL, "first_batch_from_iter_s", "theirs/ours", PY_STOCK)
-                    for w in WORKLOADS)
-        tr = speedup("transfer", PY_POOL, "batches_per_s", "ours/theirs", PY_STOCK)
-        co = speedup("compute", PY_POOL, "batches_per_s", "ours/theirs", PY_STOCK)
-        eb = max(med(vals(w, PY_POOL, "epoch_boundary_matched_ms")) for w in WORKLOADS)
-        ratios.append(f"py_first_batch={first:.2f} py_transfer={tr:.2f} py_compute={co:.2f} "
-                      f"py_epoch_boundary_ms={eb:.2f}")
-    elif py_workloads:
-        print("(the Python ratios need the transfer and compute workloads)")
-    print()
-    print(f"{time.monotonic() - t_start:.0f} s in all.")
-    if ratios:
-        print("ratios " + " ".join(ratios))
-    return 0
-
-
-def cpp_table(a, workloads, configs, vals, speedup):
-    ours_cols = [c for c in configs if c != THEIRS]
-    print()
-    head = "| workload | metric | " + " | ".join(LABELS[c] for c in ours_cols) + \
-        f" | {LABELS[THEIRS]} | " + " | ".join(
-            "ratio, " + LABELS[c].split("(")[1].rstrip(")") for c in ours_cols) + " |"
-    print(head)
-    print("|" + " --- |" * (3 + 2 * len(ours_cols)))
-    rows = [
-        ("first_batch_s", "start → first batch", " s", 3, "theirs/ours", "sooner"),
-        ("batches_per_s", "steady batches/s (epochs 2+, boundaries included)", "", 1,
-         "ours/theirs", "faster"),
-        ("epoch_boundary_matched_ms", "time lost at an epoch boundary (like-for-like)", " ms", 1,
-         None, None),
-        ("epoch_boundary_ms", "  same, reference's definition (vs the mean gap)", " ms", 1,
-         None, None),
-        ("peak_rss_mb", "peak memory, main + workers (sum of VmHWM)", " MiB", 0, "theirs/ours",
-         "less"),
-        ("other_cpus", "other processes' CPU use during the run (not ours)", " CPUs", 2, "info",
-         None),
-    ]
-    for w in workloads:
-        for key, label, unit, digits, direction, word in rows:
-            if all(v != v for c in configs for v in vals(w, c, key)):
-                continue  # not recorded (results saved by an older harness)
-            cells = [fmt(vals(w, c, key), unit, digits) for c in ours_cols]
-            theirs = vals(w, THEIRS, key)
-            rs = []
-            for c in ours_cols:
-                if direction == "info":
-                    rs.append("")
-                elif direction:
-                    rs.append(worded(speedup(w, c, key, direction), word))
-                else:
-                    rs.append(ms_less(med(theirs) - med(vals(w, c, key))))
-            print(f"| {w} | {label} | " + " | ".join(cells) + f" | {fmt(theirs, unit, digits)} | " +
-                  " | ".join(rs) + " |")
-    print()
-    print(f"Median (min–max) of {a.repeats} repetitions; ratios: median of the per-repetition "
-          f"ratios. The ratios line's first four are for {LABELS[OURS_BIN]}.")
-
-
-PY_ROWS = [  # key, label, unit, digits, ratio direction (pool "ours", stock "theirs"), word
-    ("first_batch_from_iter_s", "iter() → first batch", " s", 3, "theirs/ours", "sooner"),
-    ("first_batch_from_process_start_s", "rank process start → first batch", " s", 2,
-     "theirs/ours", "sooner"),
-    ("first_batch_from_launch_s", "`spawnpoint-agent run` → first batch", " s", 2,
-     "theirs/ours", "sooner"),
-    ("import_torch_s", "  the rank's own `import torch` (both sides)", " s", 2, "info", None),
-    ("workers_cpu_to_first_batch_s", "  loader workers' CPU between iter() and the first batch",
-     " s", 3, "info", None),
-    ("batches_per_s", "steady batches/s (epochs 2+, boundaries included)", "", 1,
-     "ours/theirs", "faster"),
-    ("epoch_boundary_matched_ms", "time lost at an epoch boundary (like-for-like)", " ms", 1,
-     None, None),
-    ("epoch_boundary_ms", "  same, reference's definition (vs the mean gap)", " ms", 1, None,
-     None),
-    ("cpu_ms_per_batch_workers", "CPU per steady batch: the loader workers", " ms", 1,
-     "theirs/ours", "less"),
-    ("cpu_ms_per_batch_rank", "CPU per steady batch: the rank", " ms", 1, "theirs/ours",
-     "less"),
-    ("cpu_ms_per_batch_agent", "CPU per steady batch: the agent (the pool's service)", " ms",
-     2, "info", None),
-    ("peak_rss_mb", "peak memory, rank + loader workers (sum of VmHWM)", " MiB", 0,
-     "theirs/ours", "less"),
-    ("peak_rss_main_mb", "  of which the rank", " MiB", 0, "theirs/ours", "less"),
-    ("agent_rss_mb", "the agent's own peak memory (VmHWM; runs the pool's service)", " MiB", 1,
-     "info", None),
-    ("restart_first_batch_from_iter_s", "after a gang restart: iter() → first batch", " s", 3,
-     "theirs/ours", "sooner"),
-    ("restart_first_batch_from_process_start_s",
-     "after a gang restart: new rank's process start → first batch", " s", 2, "theirs/ours",
-     "sooner"),
-    ("restart_first_batch_from_kill_s", "after a gang restart: rank SIGKILLed → first batch",
-     " s", 2, "theirs/ours", "sooner"),
-    ("other_cpus", "other processes' CPU use during the run (not ours)", " CPUs", 2, "info",
-     None),
-]
-
-
-def py_table(a, py_workloads, vals, speedup):
-    print()
-    print(f"| Python workload | metric | {PY_LABELS[PY_POOL]} | {PY_LABELS[PY_STOCK]} | ratio |")
-    print("| --- | --- | --- | --- | --- |")
-    for w in py_workloads:
-        for key, label, unit, digits, direction, word in PY_ROWS:
-            pool, stock = vals(w, PY_POOL, key), vals(w, PY_STOCK, key)
-            if all(v != v for v in pool + stock):
-                continue
-            if direction == "info":
-                r = ""
-            elif direction:
-                r = worded(speedup(w, PY_POOL, key, direction, PY_STOCK), word)
-            else:
-                r = ms_less(med(stock) - med(pool))
-            print(f"| {w} | {label} | {fmt(pool, unit, digits)} | {fmt(stock, unit, digits)} | "
-                  f"{r} |")
-    print()
-    print(f"Median (min–max) of {a.repeats} repetitions, each a 1-rank job under "
-          f"spawnpoint-agent run (pool: the agent's warm workers, started with the rank; stock: "
-          f"workers spawned cold at iter()); ratios: median of the per-repetition ratios, "
-          f"stock/pool for times and memory, pool/stock for throughput.")
+    return report(a, results, workloads, configs, py_workloads, t_start, agent_workloads)
 
 
 if __name__ == "__main__":

@@ -7,11 +7,17 @@
 //   --dataset NAME --arg ARG --workers N|auto --batch B --epochs E --shuffle --seed S
 //   --sleep-ms M (per batch: a slow consumer) --no-worker-entry --print-pids
 //   --measure (prints a JSON line of timings instead of batch lines) --sum (read every byte)
+//   --maps-of NAME (once the loader exists: "maps rank=R worker=W,W": 1 where this process
+//   and each worker map a file whose path contains NAME, else 0)
+// Built twice: as one executable, and as the torch half of a split trainer
+// (SPLIT_TRAINER: spawnpoint-loader-test-split, agent/loader/split_trainer.h), the module
+// having no torch here either, only the split.
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -55,9 +61,23 @@ double SumBytes(const Batch& b) {
   return total;
 }
 
+// 1 if process `pid` maps a file whose path contains `name`.
+int Maps(pid_t pid, const std::string& name) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find(name) != std::string::npos) return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
+#ifdef SPLIT_TRAINER
+extern "C" int spawnpoint_trainer_main(int argc, char** argv) {
+#else
 int main(int argc, char** argv) {
+#endif
   bool worker_entry = true;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--no-worker-entry") == 0) worker_entry = false;
@@ -70,6 +90,7 @@ int main(int argc, char** argv) {
   o.dataset = "index";
   int epochs = 1, sleep_ms = 0;
   bool print_pids = false, measure = false, sum = false;
+  std::string maps_of;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -96,6 +117,8 @@ int main(int argc, char** argv) {
       measure = true;
     else if (a == "--sum")
       sum = true;
+    else if (a == "--maps-of")
+      maps_of = next();
     else if (a == "--prefetch")
       o.prefetch_factor = std::stoi(next());
   }
@@ -110,6 +133,16 @@ int main(int argc, char** argv) {
   if (print_pids) {
     std::printf("pids");
     for (pid_t p : (*loader)->WorkerPids()) std::printf(" %d", p);
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  if (!maps_of.empty()) {
+    std::printf("maps rank=%d worker=", Maps(getpid(), maps_of));
+    const char* sep = "";
+    for (pid_t p : (*loader)->WorkerPids()) {
+      std::printf("%s%d", sep, Maps(p, maps_of));
+      sep = ",";
+    }
     std::printf("\n");
     std::fflush(stdout);
   }
