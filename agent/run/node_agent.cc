@@ -72,6 +72,9 @@ Status NodeAgent::Plan() {
   }
   SP_ASSIGN_OR_RETURN(plan_, MakeNodePlan(MakeRequest(options_, node_, node_rank_,
                                                       options_.restart_count, port_, pool_root_)));
+  overlap_teardown_ = owns_gang_ && IsLoopbackAddress(plan_->master_addr) &&
+                      std::all_of(plan_->ranks.begin(), plan_->ranks.end(),
+                                  [](const RankPlan& r) { return r.devices.visible.empty(); });
   return Status::Ok();
 }
 
@@ -146,6 +149,7 @@ int NodeAgent::Run() {
       code = decision.exit_code;
       break;
     }
+    if (overlap_teardown_) PrepareOverlap(decision, result->teardown_pending);
     if (int sig = WaitOutBackoff(decision.backoff); sig != 0) {
       // Stopped between attempts: reported like a stop during one, so the status file and
       // the termination log do not go on saying "Restarting".
@@ -157,8 +161,32 @@ int NodeAgent::Run() {
       break;
     }
   }
+  AwaitTeardown();
   Stop();
   return code;
+}
+
+void NodeAgent::PrepareOverlap(const AttemptDecision& decision, bool teardown_pending) {
+  // A backoff leaves time enough to wait for the old processes.
+  if (teardown_pending && decision.backoff.count() > 0) AwaitTeardown();
+  // The old rank 0 may hold its store's port until the kernel has closed its files: the
+  // next attempt meets on another.
+  StatusOr<int> port = FreePort();
+  if (!port.ok()) {
+    AwaitTeardown();
+    return;
+  }
+  port_ = *port;
+  Say(node_.job.name + ": attempt " + std::to_string(restart_ + 1) + " meets on port " +
+      std::to_string(port_) +
+      (teardown_pending ? " while the last one's processes are torn down" : ""));
+}
+
+void NodeAgent::AwaitTeardown() {
+  AwaitLeftovers(
+      {}, signals_, clock_, std::min<milliseconds>(options_.grace_period, milliseconds(5000)),
+      [this] { return pools_.Pids(); },
+      [this](pid_t pid, int status) { return pools_.OnChildExited(pid, status); });
 }
 
 StatusOr<std::vector<GangMember>> NodeAgent::MembersFor(int restart) const {
@@ -189,6 +217,7 @@ StatusOr<GangResult> NodeAgent::RunAttempt(int restart) {
   go.memory_events_path = options_.memory_events;
   go.what = what_;
   go.clock = clock_;
+  go.overlap_exit = overlap_teardown_;
   go.on_status = [this](int up, int total) {
     Report(AttemptDecision{.phase = AgentPhase::kRunning}, up, total);
   };

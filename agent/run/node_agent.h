@@ -75,6 +75,13 @@ class NodeAgent {
   // Waits out a restart backoff on the clock; a termination signal (returned) ends it.
   // REQUIRES: the SignalWatcher's thread.
   int WaitOutBackoff(std::chrono::milliseconds wait);
+  // Before a restart (overlap_teardown_): the next attempt gets a fresh rendezvous port,
+  // since the last one's processes may still be torn down (GangOptions::overlap_exit);
+  // when it waits out a backoff first, they are reaped now.
+  void PrepareOverlap(const AttemptDecision& decision, bool teardown_pending);
+  // Reaps every child of the agent but the loader pools' workers. REQUIRES: the
+  // SignalWatcher's thread.
+  void AwaitTeardown();
   // Stops the endpoint and the status, then the pools, and removes the pool directory.
   // Idempotent.
   void Stop();
@@ -94,6 +101,10 @@ class NodeAgent {
   std::string pool_root_;         // the loader pools' directory; "" for none
   std::optional<NodePlan> plan_;  // ranks mode: the first attempt's plan
   std::unique_ptr<LocalCluster> cluster_;  // local multi-node mode instead of ranks
+  // A failed attempt's teardown overlaps the next one's start: this agent owns the gang,
+  // the rendezvous is on loopback (a fresh port per attempt is private), and no rank holds
+  // a GPU (a dying CUDA context frees its memory last).
+  bool overlap_teardown_ = false;
 
   // Started by Run(); destroyed in reverse (the endpoint serves the status, which reads
   // the pools).

@@ -88,24 +88,6 @@ std::string PythonShimDir() {
   return dir.string();
 }
 
-StatusOr<int> FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Internal("socket() failed");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  if (port <= 0) return Internal("cannot find a free port");
-  return port;
-}
-
 // A bare `torchrun` in the command: the ranks run the interpreter of torchrun's shebang
 // line (torchrun found on the ranks' PATH), else python3 (api/torchrun_command.h).
 void ResolveTorchrunInterpreter(api::TrainingJob* job) {
@@ -179,6 +161,28 @@ StatusOr<NodeFacts> DiscoverNode(const AgentOptions& o, api::TrainingJob job,
 
 int NodeCount(const AgentOptions& o, const api::TrainingJob& job) {
   return o.nnodes > 0 ? o.nnodes : job.spec.nodes;
+}
+
+StatusOr<int> FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Internal("socket() failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  if (port <= 0) return Internal("cannot find a free port");
+  return port;
+}
+
+bool IsLoopbackAddress(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
 }
 
 StatusOr<int> RendezvousPort(const AgentOptions& o, const api::TrainingJob& job) {

@@ -44,6 +44,10 @@ StatusOr<NodeFacts> DiscoverNode(const AgentOptions& o, api::TrainingJob job,
 int NodeCount(const AgentOptions& o, const api::TrainingJob& job);
 // --master-port, else spec.rendezvous.port; 0 picks a free port now.
 StatusOr<int> RendezvousPort(const AgentOptions& o, const api::TrainingJob& job);
+// A TCP port free on loopback now (another process may take it before it is used).
+StatusOr<int> FreePort();
+// 127.0.0.0/8, ::1 or localhost: a rendezvous nothing outside this machine can reach.
+bool IsLoopbackAddress(const std::string& addr);
 // --master-addr, else 127.0.0.1.
 std::string MasterAddress(const AgentOptions& o);
 

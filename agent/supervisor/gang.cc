@@ -1,6 +1,5 @@
 #include "agent/supervisor/gang.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -11,14 +10,17 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <map>
-#include <sstream>
+#include <set>
+
+#include "agent/supervisor/process_table.h"
 
 namespace spawnpoint::agent {
 namespace {
 
 using Ms = std::chrono::milliseconds;
+
+// How often a stopping attempt checks whether its processes are past their user code.
+constexpr Ms kExitingPoll{1};
 
 void WriteAll(int fd, const std::string& data) {
   size_t off = 0;
@@ -81,8 +83,6 @@ struct Running {
   ExitStatus status;
 };
 
-bool GroupAlive(pid_t pgid) { return kill(-pgid, 0) == 0; }
-
 }  // namespace
 
 int GangResult::ExitCode() const {
@@ -107,28 +107,60 @@ Status BecomeSubreaper() {
 std::vector<pid_t> OrphanedChildren(const std::vector<pid_t>& known) {
   std::vector<pid_t> out;
   const pid_t self = getpid();
-  DIR* dir = opendir("/proc");
-  if (dir == nullptr) return out;
-  while (dirent* e = readdir(dir)) {
-    char* end = nullptr;
-    long pid = strtol(e->d_name, &end, 10);
-    if (*end != '\0' || pid <= 0) continue;
-    std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    // The command name may contain spaces and parentheses: fields resume after the last ')'.
-    size_t close_paren = line.rfind(')');
-    if (close_paren == std::string::npos) continue;
-    std::istringstream rest(line.substr(close_paren + 1));
-    std::string state;
-    long ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == self && std::find(known.begin(), known.end(), pid) == known.end()) {
-      out.push_back(static_cast<pid_t>(pid));
+  for (const ProcEntry& e : ListProcesses()) {
+    if (e.ppid == self && std::find(known.begin(), known.end(), e.pid) == known.end()) {
+      out.push_back(e.pid);
     }
   }
-  closedir(dir);
   return out;
+}
+
+bool GangIsExiting(const std::vector<pid_t>& members, const std::vector<pid_t>& known) {
+  const std::vector<ProcEntry> table = ListProcesses();
+  // The members, their groups and every descendant (a daemon that left the group too).
+  std::set<pid_t> gang(members.begin(), members.end());
+  const std::set<pid_t> groups(members.begin(), members.end());
+  const std::set<pid_t> skip(known.begin(), known.end());  // nor what they started
+  gang.insert(getpid());
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (const ProcEntry& e : table) {
+      if (!gang.count(e.pid) && !skip.count(e.pid) &&
+          (gang.count(e.ppid) || groups.count(e.pgid))) {
+        grew = gang.insert(e.pid).second || grew;
+      }
+    }
+  }
+  gang.erase(getpid());
+  return std::all_of(gang.begin(), gang.end(), [](pid_t p) { return ProcessIsExiting(p); });
+}
+
+void AwaitLeftovers(const std::vector<pid_t>& groups, SignalWatcher* signals, Clock* clock,
+                    std::chrono::milliseconds grace,
+                    const std::function<std::vector<pid_t>()>& keep_pids,
+                    const std::function<bool(pid_t, int)>& on_other_exit) {
+  auto kept = [&] { return keep_pids ? keep_pids() : std::vector<pid_t>{}; };
+  auto alive = [&] {
+    bool any = !OrphanedChildren(kept()).empty();
+    for (pid_t g : groups) any = any || kill(-g, 0) == 0;
+    return any;
+  };
+  const auto deadline = clock->Now() + grace;
+  int sig = SIGTERM;
+  while (alive()) {
+    if (clock->Now() >= deadline) sig = SIGKILL;
+    for (pid_t g : groups) kill(-g, sig);
+    for (pid_t p : OrphanedChildren(kept())) kill(p, sig);
+    pollfd p{signals->fd(), POLLIN, 0};
+    poll(&p, 1, 20);
+    for (int s : signals->Drain()) {
+      if (IsTerminationSignal(s)) signals->Requeue(s);  // for whoever runs next
+    }
+    int wstatus = 0;
+    for (pid_t pid; (pid = waitpid(-1, &wstatus, WNOHANG)) > 0;) {
+      if (on_other_exit) on_other_exit(pid, wstatus);
+    }
+  }
 }
 
 Gang::Gang(ProcessSpawner* spawner, SignalWatcher* signals, GangOptions options)
@@ -205,6 +237,27 @@ GangResult Gang::Run(std::vector<GangMember> members) {
     }
   }
   if (result.failure) begin_stop(SIGTERM);
+  std::vector<pid_t> groups;  // each member leads its own process group
+  for (auto& r : running) groups.push_back(r.pid);
+  auto kept = [&] { return options_.keep_pids ? options_.keep_pids() : std::vector<pid_t>{}; };
+  // A failed attempt may end once nothing of it can run user code again (overlap_exit).
+  auto overlapping = [&] {
+    return options_.overlap_exit && stopping && result.outcome == GangOutcome::kFailed;
+  };
+  // Members are checked every kExitingPoll; the whole table, once they are all exiting,
+  // at doubling intervals (a descendant may take a while, and a scan reads all of /proc).
+  Ms scan_every = kExitingPoll;
+  Clock::TimePoint next_scan{};
+  auto past_user_code = [&] {
+    for (auto& r : running) {
+      if (!r.exited && !ProcessIsExiting(r.pid)) return false;
+    }
+    const auto now = clock->Now();
+    if (now < next_scan) return false;
+    next_scan = now + scan_every;
+    scan_every = std::min<Ms>(scan_every * 2, Ms(100));
+    return GangIsExiting(groups, kept());
+  };
 
   auto up_count = [&] {
     return static_cast<int>(
@@ -249,6 +302,7 @@ GangResult Gang::Run(std::vector<GangMember> members) {
     if (options_.on_tick) wake = std::min(wake, next_tick);
     int timeout = static_cast<int>(
         std::max<int64_t>(0, std::chrono::duration_cast<Ms>(wake - now).count()) + 1);
+    if (overlapping()) timeout = std::min<int>(timeout, kExitingPoll.count());
     int n = poll(fds.data(), fds.size(), timeout);
     if (n < 0 && errno != EINTR) break;
 
@@ -278,6 +332,12 @@ GangResult Gang::Run(std::vector<GangMember> members) {
       }
     }
     reap();
+    if (overlapping() && up_count() > 0 && past_user_code()) {
+      // The kernel is still releasing their memory and files; the caller's next waitpid()
+      // collects them.
+      result.teardown_pending = true;
+      break;
+    }
 
     now = clock->Now();
     if (stopping && !killed && now >= kill_deadline) {
@@ -298,43 +358,18 @@ GangResult Gang::Run(std::vector<GangMember> members) {
     }
   }
 
-  // Every member has exited. Their pipes may still be held by descendants: read what is
-  // there now, then stop the descendants and reap them.
+  // Every member has exited (or, teardown_pending, is past its user code). Their pipes may
+  // still be held by descendants: read what is there now, then stop the descendants and
+  // reap them.
   for (auto& s : streams) {
     if (s.fd >= 0) {
       s.ReadAvailable();
       s.Flush();
     }
   }
-  std::vector<pid_t> groups;
-  for (auto& r : running) groups.push_back(r.pid);
-  auto kept = [&] { return options_.keep_pids ? options_.keep_pids() : std::vector<pid_t>{}; };
-  auto leftovers_alive = [&] {
-    bool any = false;
-    for (pid_t g : groups) any = any || GroupAlive(g);
-    return any || !OrphanedChildren(kept()).empty();
-  };
-  auto signal_leftovers = [&](int sig) {
-    for (pid_t g : groups) kill(-g, sig);
-    for (pid_t p : OrphanedChildren(kept())) kill(p, sig);
-  };
-  if (leftovers_alive()) {
-    signal_leftovers(SIGTERM);
-    const auto deadline = clock->Now() + std::min<Ms>(options_.grace_period, Ms(5000));
-    int sig = SIGTERM;
-    while (leftovers_alive()) {
-      if (clock->Now() >= deadline) sig = SIGKILL;
-      signal_leftovers(sig);
-      pollfd p{signals_->fd(), POLLIN, 0};
-      poll(&p, 1, 20);
-      for (int sig : signals_->Drain()) {
-        if (IsTerminationSignal(sig)) signals_->Requeue(sig);  // for whoever runs next
-      }
-      int wstatus = 0;
-      for (pid_t pid; (pid = waitpid(-1, &wstatus, WNOHANG)) > 0;) {
-        if (options_.on_other_exit) options_.on_other_exit(pid, wstatus);
-      }
-    }
+  if (!result.teardown_pending) {
+    AwaitLeftovers(groups, signals_, clock, std::min<Ms>(options_.grace_period, Ms(5000)),
+                   options_.keep_pids, options_.on_other_exit);
   }
   for (auto& s : streams) {
     if (s.fd >= 0) {

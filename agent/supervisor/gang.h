@@ -3,7 +3,8 @@
 // fails fast. When a member exits non-zero or dies, the others get SIGTERM and, after the
 // grace period, SIGKILL; the same happens when the agent is asked to stop. When it
 // returns, every member and every descendant they left behind (the agent is a child
-// subreaper) has been reaped: no orphan, no zombie. Run() blocks the calling thread,
+// subreaper) has been reaped: no orphan, no zombie (with overlap_exit, a failed attempt's
+// are past their user code and reaped by the caller's next wait). Run() blocks the calling thread,
 // which must be the one that created the SignalWatcher. Not thread-safe. Grace periods,
 // status and tick intervals run on GangOptions::clock; poll() still waits on the real
 // descriptors, so under a SimulatedClock a grace period ends only when the clock moves.
@@ -54,6 +55,14 @@ struct GangOptions {
   // fills in the rank that failed under it, with that rank's exit code and cause.
   std::function<void(RankFailure& failure)> refine_failure;
   Clock* clock = RealClock::Get();  // deadlines and intervals; must outlive Run()
+  // A failed attempt's Run() returns once nothing of it can run user code again (every
+  // member and every process of their groups has entered the kernel's exit, or is gone),
+  // without waiting for the kernel to release their memory and files: the caller's next
+  // attempt starts while they are torn down, and whoever waits next reaps them
+  // (GangResult::teardown_pending). Only for a caller whose next attempt needs nothing the
+  // old processes still hold (a fresh rendezvous port; no GPU, whose memory a dying CUDA
+  // context frees last).
+  bool overlap_exit = false;
 };
 
 enum class GangOutcome { kSucceeded, kFailed, kInterrupted };
@@ -62,6 +71,9 @@ struct GangResult {
   GangOutcome outcome = GangOutcome::kSucceeded;
   std::optional<RankFailure> failure;  // the first member to fail
   int interrupt_signal = 0;
+  // overlap_exit ended the attempt while its processes were still being torn down: the
+  // caller reaps them (a next Gang does, or AwaitLeftovers).
+  bool teardown_pending = false;
   int ExitCode() const;  // 0, the failing member's shell code, or 128 + signal
 };
 
@@ -82,5 +94,18 @@ Status BecomeSubreaper();
 
 // Pids whose parent is this process (read from /proc), excluding `known`.
 std::vector<pid_t> OrphanedChildren(const std::vector<pid_t>& known);
+
+// True when every process of the gang is past its user code (ProcessIsExiting): the
+// `members` (each the leader of its own process group), their groups, every descendant
+// of theirs or of this process, `known` aside.
+bool GangIsExiting(const std::vector<pid_t>& members, const std::vector<pid_t>& known);
+
+// Stops and reaps every process of `groups` and every child of this process except
+// keep_pids(): SIGTERM, then SIGKILL once `grace` has passed on `clock`. Exits of other
+// processes go to on_other_exit; termination signals drained meanwhile are requeued.
+void AwaitLeftovers(const std::vector<pid_t>& groups, SignalWatcher* signals, Clock* clock,
+                    std::chrono::milliseconds grace,
+                    const std::function<std::vector<pid_t>()>& keep_pids,
+                    const std::function<bool(pid_t, int)>& on_other_exit);
 
 }  // namespace spawnpoint::agent

@@ -178,6 +178,66 @@ TEST_F(AgentRunTest, FailingOnceWithRetryableCodeRestartsTheGang) {
   EXPECT_THAT(agent->Stdout(), HasSubstr("[rank 1] rank 1 started restart=1"));
 }
 
+// A local job's restart does not wait for the kernel to tear the failed attempt down
+// (NodeAgent's overlap_teardown_): the next attempt meets on a port of its own.
+TEST_F(AgentRunTest, ARestartMeetsOnAFreshRendezvousPort) {
+  std::filesystem::create_directories(dir_.File("markers"));
+  auto agent = StartAgent(
+      {.ranks = 2,
+       .args = {"--fail-once", dir_.File("markers"), "--fail-rank", "1", "--signal", "9",
+                "--after-ms", "100", "--run-ms", "300", "--print-env", "--pid-dir", pid_dir()},
+       .max_restarts = 1});
+  ASSERT_EQ(agent->Wait(kTimeout), 0) << agent->Stderr();
+  std::vector<std::string> ports;
+  std::regex port_line(R"(\[rank 0\] env MASTER_PORT=(\d+))");
+  const std::string out = agent->Stdout();
+  for (std::sregex_iterator it(out.begin(), out.end(), port_line), end; it != end; ++it) {
+    ports.push_back((*it)[1]);
+  }
+  ASSERT_EQ(ports.size(), 2u) << out;
+  EXPECT_NE(ports[0], ports[1]);
+  EXPECT_THAT(agent->Stderr(), HasSubstr("attempt 2 meets on port " + ports[1]));
+  ExpectAllGone();
+}
+
+// The overlap is with the kernel's teardown only: a survivor's SIGTERM handler is user
+// code, and the next attempt starts after it has ended.
+TEST_F(AgentRunTest, TheNextAttemptStartsAfterASurvivorsSigtermHandlerEnds) {
+  std::filesystem::create_directories(dir_.File("markers"));
+  auto agent =
+      StartAgent({.ranks = 2,
+                  .args = {"--fail-once", dir_.File("markers"), "--fail-rank", "1", "--signal", "9",
+                           "--after-ms", "100", "--run-ms", "300", "--slow-sigterm", "0",
+                           "--sigterm-ms", "400", "--pid-dir", pid_dir()},
+                  .max_restarts = 1});
+  ASSERT_EQ(agent->Wait(kTimeout), 0) << agent->Stderr();
+  const long long handler_end = std::stoll(ReadFile(pid_dir() + "/stopped-0"));
+  std::regex started(R"(rank \d started restart=1 pid=\d+ at_ns=(\d+))");
+  const std::string out = agent->Stdout();
+  int restarted = 0;
+  for (std::sregex_iterator it(out.begin(), out.end(), started), end; it != end; ++it) {
+    ++restarted;
+    EXPECT_GT(std::stoll((*it)[1]), handler_end) << out;
+  }
+  EXPECT_EQ(restarted, 2) << out;
+}
+
+// A daemon the failed attempt left behind (its own session) is stopped before the next
+// attempt runs, as it was when every restart waited for the old processes to exit.
+TEST_F(AgentRunTest, AFailedAttemptsDaemonIsGoneBeforeTheNextAttemptRuns) {
+  std::filesystem::create_directories(dir_.File("markers"));
+  auto agent =
+      StartAgent({.ranks = 2,
+                  .args = {"--fail-once", dir_.File("markers"), "--fail-rank", "1", "--signal", "9",
+                           "--after-ms", "100", "--run-ms", "300", "--grandchild", "0", "--pid-dir",
+                           pid_dir(), "--check-gone", pid_dir()},
+                  .max_restarts = 1});
+  ASSERT_EQ(agent->Wait(kTimeout), 0) << agent->Stderr();
+  EXPECT_THAT(agent->Stdout(), HasSubstr("[rank 0] rank 0 started restart=1"));
+  EXPECT_THAT(agent->Stdout(), Not(HasSubstr("stale process")));
+  ExpectAllGone();
+}
+
 TEST_F(AgentRunTest, RestartsStopAtMaxRestarts) {
   auto agent = StartAgent({.ranks = 1, .args = {"--signal", "9"}, .max_restarts = 1});
   EXPECT_EQ(agent->Wait(kTimeout), 1) << agent->Stderr();

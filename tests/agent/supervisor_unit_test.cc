@@ -1,7 +1,12 @@
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,6 +14,7 @@
 #include "agent/run/node_facts.h"
 #include "agent/run/preflight.h"
 #include "agent/supervisor/exit_cause.h"
+#include "agent/supervisor/process_table.h"
 #include "api/restart_rule.h"
 #include "tests/support/test_process.h"
 
@@ -131,6 +137,79 @@ TEST(ExitCauseTest, FailureJsonCarriesWhatTheOperatorNeeds) {
   EXPECT_EQ(j["reason"], "OOMKilled");
   EXPECT_EQ(j["signal"], "SIGKILL");
   EXPECT_THAT(f.Line(), HasSubstr("rank 5 (local rank 1, node 1"));
+}
+
+TEST(ProcessTableTest, ParsesAStatLineWhoseNameHoldsSpacesAndParentheses) {
+  char state = 0;
+  unsigned long flags = 0;
+  pid_t ppid = 0, pgid = 0;
+  ASSERT_TRUE(
+      ParseStat("4242 (a (b) c) R 17 4242 4242 0 -1 4194380 12 0", &state, &flags, &ppid, &pgid));
+  EXPECT_EQ(state, 'R');
+  EXPECT_EQ(flags, 4194380u);  // 0x40004c: PF_EXITING (0x4) among them
+  EXPECT_EQ(ppid, 17);
+  EXPECT_EQ(pgid, 4242);
+  EXPECT_FALSE(ParseStat("4242 no parenthesis", &state, &flags, &ppid, &pgid));
+  EXPECT_FALSE(ParseStat("4242 (x) R 1", &state, &flags, &ppid, &pgid));
+}
+
+TEST(ProcessTableTest, ARunningProcessIsNotExitingAZombieOrAGoneOneIs) {
+  pid_t child = fork();
+  if (child == 0) {
+    for (;;) pause();
+  }
+  ASSERT_GT(child, 0);
+  EXPECT_FALSE(ProcessIsExiting(child));
+  bool listed = false;
+  for (const ProcEntry& e : ListProcesses())
+    listed = listed || (e.pid == child && e.ppid == getpid());
+  EXPECT_TRUE(listed);
+  kill(child, SIGKILL);
+  siginfo_t info{};
+  ASSERT_EQ(waitid(P_PID, child, &info, WEXITED | WNOWAIT), 0);  // a zombie, not reaped
+  EXPECT_TRUE(ProcessIsExiting(child));
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
+  EXPECT_TRUE(ProcessIsExiting(child));  // gone
+}
+
+void* SleepForever(void*) {
+  for (;;) pause();
+  return nullptr;
+}
+
+// A main thread that exits alone (pthread_exit) leaves a zombie leader while the other
+// threads run user code.
+TEST(ProcessTableTest, AZombieLeaderWhoseThreadsRunIsNotExiting) {
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    pthread_t t;
+    pthread_create(&t, nullptr, SleepForever, nullptr);
+    (void)!write(ready[1], "x", 1);
+    syscall(SYS_exit, 0);  // this thread only, as pthread_exit() ends it (no unwinding)
+  }
+  ASSERT_GT(child, 0);
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  close(ready[0]);
+  close(ready[1]);
+  // Wait (with a deadline) for the leader to become a zombie; the thread keeps the process.
+  const std::string leader = "/proc/" + std::to_string(child) + "/task/" + std::to_string(child);
+  ASSERT_TRUE(spawnpoint::testing::WaitUntil(
+      [&] {
+        char state = 0;
+        unsigned long flags = 0;
+        pid_t ppid = 0, pgid = 0;
+        std::ifstream in(leader + "/stat");
+        std::string line;
+        return std::getline(in, line) && ParseStat(line, &state, &flags, &ppid, &pgid) &&
+               state == 'Z';
+      },
+      std::chrono::milliseconds(10'000)));
+  EXPECT_FALSE(ProcessIsExiting(child));
+  kill(child, SIGKILL);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
 }
 
 TEST(PreflightTest, SharedMemoryNeedScalesWithTheLoaderAndIsCappedByShmSize) {
