@@ -255,6 +255,13 @@ extern "C" int spawnpoint_trainer_main(int argc, char** argv) {
                     1000.0)},
       {"checksum", checksum},
       {"worker_command", f.worker_command.empty() ? "self" : f.worker_command},
+      {"phase_spawn_s", stats.first_batch_spawn_s},
+      {"phase_connect_s", stats.first_batch_connect_s},
+      {"phase_probe_s", stats.first_batch_probe_s},
+      {"phase_build_s", stats.first_batch_build_s},
+      {"phase_ring_s", stats.first_batch_ring_s},
+      {"phase_handover_s", stats.first_batch_handover_s},
+      {"first_batch_in_place", stats.first_batch_in_place},
       {"slots", stats.slots},
       {"slot_bytes", stats.slot_bytes},
   };

@@ -130,6 +130,15 @@ def cpp_table(a, workloads, configs, vals, speedup):
     print("|" + " --- |" * (3 + 2 * len(ours_cols)))
     rows = [
         ("first_batch_s", "start → first batch", " s", 3, "theirs/ours", "sooner"),
+        ("phase_spawn_s", "  of which: spawning the workers (ours)", " s", 4, "info", None),
+        ("phase_connect_s", "  of which: to worker 0's Hello (exec, connect, configure)", " s", 4,
+         "info", None),
+        ("phase_probe_s", "  of which: batch 0 asked for and built (ours: in its ring slot)",
+         " s", 4, "info", None),
+        ("phase_build_s", "    of which the worker's build of batch 0", " s", 4, "info", None),
+        ("phase_ring_s", "  of which: the ring made from it", " s", 4, "info", None),
+        ("phase_handover_s", "  of which: the rest, to the batch in the trainer's hands", " s",
+         4, "info", None),
         ("batches_per_s", "steady batches/s (epochs 2+, boundaries included)", "", 1,
          "ours/theirs", "faster"),
         ("epoch_boundary_matched_ms", "time lost at an epoch boundary (like-for-like)", " ms", 1,

@@ -83,6 +83,7 @@ class PoolLoader : public Loader {
   const bool agent_mode_;
   const std::string dir_;
   const Clock* const clock_;
+  const Clock::TimePoint created_;
   SamplerOptions sampler_;
   std::unique_ptr<StandalonePool> standalone_;  // outlives client_
   std::unique_ptr<PoolClient> client_;
@@ -104,6 +105,7 @@ PoolLoader::PoolLoader(PoolLoaderConfig config)
       clock_(config.clock),
       sampler_(config.sampler),
       standalone_(std::move(config.standalone)),
+      created_(config.created),
       tp_(config.created),
       auto_(config.initial_active, config.auto_cap, *opts_.prefetch_factor, opts_.auto_window) {
   PoolClientOptions c{
@@ -258,6 +260,19 @@ LoaderStats PoolLoader::Stats() const {
     s.auto_settled = auto_.settled();
   }
   SetPoolFields(client_->Stats(), s);
+  const PoolStartTimes t = client_->start_times();
+  auto secs = [](Clock::Duration d) { return std::chrono::duration<double>(d).count(); };
+  if (s.first_batch_seconds >= 0 && t.ring_ready != Clock::TimePoint{}) {
+    s.first_batch_spawn_s = secs(t.start - created_);
+    s.first_batch_connect_s = secs(t.hello - t.start);
+    if (t.probe_sent != Clock::TimePoint{}) {
+      s.first_batch_probe_s = secs(t.probe_result - t.probe_sent);
+      s.first_batch_ring_s = secs(t.ring_ready - t.probe_result);
+    }
+    s.first_batch_build_s = t.probe_build_s;
+    s.first_batch_handover_s = s.first_batch_seconds - secs(t.ring_ready - created_);
+    s.first_batch_in_place = t.in_place;
+  }
   return s;
 }
 

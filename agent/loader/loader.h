@@ -79,6 +79,17 @@ struct LoaderStats {
   int64_t restarts_shm = 0;  // SIGBUS
   size_t slots = 0;
   size_t slot_bytes = 0;
+  // What first_batch_seconds is made of (pool loaders, once the first batch came; -1
+  // before or unknown): spawning the workers (standalone; 0 on the agent's pool), worker 0's
+  // Hello, asking for batch 0 until it was built (of which the worker's own build time),
+  // making the ring, and the rest until Next() handed it over.
+  double first_batch_spawn_s = -1;
+  double first_batch_connect_s = -1;
+  double first_batch_probe_s = -1;
+  double first_batch_build_s = -1;
+  double first_batch_ring_s = -1;
+  double first_batch_handover_s = -1;
+  bool first_batch_in_place = false;  // built in its ring slot (no copy)
 
   nlohmann::json ToJson() const;
 };

@@ -60,6 +60,7 @@ Status PoolClient::Start() {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
+    times_.start = opts_.clock->Now();
     for (Conn& c : conns_) {
       c.down_since = opts_.clock->Now();
       Connect(c, c.down_since);
@@ -122,6 +123,10 @@ void PoolClient::DropAllBut(std::optional<int64_t> keep) {
     }
     for (int64_t id : drop) CancelTask(id);
     std::erase_if(submitted_, [&](const Submitted& s) { return s.epoch != keep; });
+    if (probed_ && keep != 0) {  // the probed batch is epoch 0's
+      probed_.reset();
+      slots_->Release(0);
+    }
     std::erase_if(ready_, [&](const auto& e) { return e.first != keep; });
   }
   slots_->Wake();
@@ -217,6 +222,11 @@ PoolClientStats PoolClient::Stats() const {
   return s;
 }
 
+PoolStartTimes PoolClient::start_times() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return times_;
+}
+
 std::shared_ptr<ShmRing> PoolClient::ring() const {
   std::lock_guard<std::mutex> lock(mu_);
   return ring_;
@@ -230,11 +240,49 @@ Status PoolClient::CreateRing(size_t slot_bytes) {
   if (!ring.ok()) return ring.status().WithPrefix(RingErrorPrefix());
   ring_ = std::move(ring).value();
   slots_->Resize(1);
+  StartReserver();
+  times_.ring_ready = opts_.clock->Now();
+  return Status::Ok();
+}
+
+Status PoolClient::AdoptRing(int fd, size_t bytes) {
+  auto ring = ShmRing::Adopt(fd, opts_.shm_dir, slots_count_, SlotBytesForBatch(bytes), bytes);
+  if (!ring.ok()) return ring.status().WithPrefix(RingErrorPrefix());
+  ring_ = std::move(ring).value();
+  slots_->Resize(1);
+  (void)slots_->Acquire();  // slot 0: the probed batch's
+  StartReserver();
+  times_.ring_ready = opts_.clock->Now();
+  return Status::Ok();
+}
+
+void PoolClient::StartReserver() {
   if (slots_count_ > 1) {
     reserving_ = true;
     reserver_ = std::thread([this, ring = ring_] { ReserveRest(ring); });
   }
-  return Status::Ok();
+}
+
+void PoolClient::UseProbed() {
+  if (!probed_ || submitted_.empty()) return;
+  const Submitted& s = submitted_.front();
+  if (s.epoch == 0 && s.batch == 0 && s.indices == probed_->indices) {
+    Task t;
+    t.id = next_task_id_++;
+    t.epoch = 0;
+    t.batch = 0;
+    t.indices = std::move(submitted_.front().indices);
+    t.slot = 0;
+    t.done_worker = probed_->worker;
+    t.fields = std::move(probed_->fields);
+    ready_[0][0] = t.id;
+    tasks_[t.id] = std::move(t);
+    submitted_.pop_front();
+    cv_.notify_all();
+  } else {
+    slots_->Release(0);
+  }
+  probed_.reset();
 }
 
 std::string PoolClient::RingErrorPrefix() const {
@@ -363,6 +411,7 @@ bool PoolClient::SendTask(Conn& c, int64_t id, Clock::TimePoint now) {
 
 void PoolClient::IssueTasks(Clock::TimePoint now) {
   if (phase_ != Phase::kRunning || !error_.ok()) return;
+  UseProbed();
   if (opts_.strict_round_robin) return IssueStrict(now);
   const int budget = active_workers_ * opts_.prefetch_factor;
   while (true) {

@@ -101,6 +101,17 @@ struct PoolClientStats {
   size_t slot_bytes = 0;
 };
 
+// How Start() and the first batch went, for a breakdown of the first batch's time.
+struct PoolStartTimes {
+  Clock::TimePoint start;         // Start() called
+  Clock::TimePoint hello;         // worker 0's Hello (spawned and connected)
+  Clock::TimePoint probe_sent;    // the first batch asked for
+  Clock::TimePoint probe_result;  // ... and built (the ring sized from it)
+  Clock::TimePoint ring_ready;    // the ring exists (slot 0 usable)
+  double probe_build_s = -1;      // the worker's own time building it
+  bool in_place = false;          // built in slot 0 (no copy, no task)
+};
+
 class PoolClient {
  public:
   explicit PoolClient(PoolClientOptions options);
@@ -152,6 +163,7 @@ class PoolClient {
   // protocol.h) when a worker's report is what failed the client; null otherwise.
   nlohmann::json error_detail() const;
   PoolClientStats Stats() const;
+  PoolStartTimes start_times() const;
 
   // The ring (null before Start() sized it) and its free slots, for views that outlive the
   // client (they hold these pointers).
@@ -213,6 +225,12 @@ class PoolClient {
 
   // The ring: space checked for all slots, slot 0 reserved now, the rest by reserver_.
   Status CreateRing(size_t slot_bytes);
+  // The ring out of the file worker 0 built batch 0 in (in-place probe): slot 0 holds it.
+  Status AdoptRing(int fd, size_t bytes);
+  void StartReserver();
+  // The in-place probe's batch becomes the task of the first submitted batch if that is
+  // the one probed; otherwise slot 0 is freed.
+  void UseProbed();
   // reserver_'s body: reserves slots 1.. and frees each once reserved. Takes mu_ itself.
   void ReserveRest(const std::shared_ptr<ShmRing>& ring);
   std::string RingErrorPrefix() const;
@@ -231,7 +249,7 @@ class PoolClient {
   void HandleMessage(Conn& c, Message& m, Clock::TimePoint now);
   void OnHello(Conn& c, const nlohmann::json& b, Clock::TimePoint now);
   void StartProbe(Conn& c);
-  void OnProbeResult(Conn& c, const nlohmann::json& b);
+  void OnProbeResult(Conn& c, Message& m);
   void EnterRunning();
   void OnDone(Conn& c, const nlohmann::json& b, Clock::TimePoint now);
   void OnWorkerError(Conn& c, const nlohmann::json& b, Clock::TimePoint now);
@@ -282,6 +300,14 @@ class PoolClient {
   Phase phase_ = Phase::kProbing;
   int64_t dataset_size_ = -1;
   size_t probe_bytes_ = 0;
+  std::vector<int64_t> probe_indices_;
+  struct Probed {  // batch 0 of epoch 0, built in place in slot 0, not yet a task
+    std::vector<int64_t> indices;
+    nlohmann::json fields;
+    int worker = 0;
+  };
+  std::optional<Probed> probed_;
+  PoolStartTimes times_;
   int probe_failures_ = 0;
   std::shared_ptr<ShmRing> ring_;
   std::vector<Conn> conns_;

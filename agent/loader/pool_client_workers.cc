@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/statvfs.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -14,6 +15,8 @@
 
 #include "agent/loader/contract.h"
 #include "agent/loader/pool_client.h"
+
+#include <sys/statvfs.h>
 #include "agent/loader/worker_failures.h"
 
 namespace spawnpoint::loader {
@@ -167,7 +170,7 @@ void PoolClient::HandleMessage(Conn& c, Message& m, Clock::TimePoint now) {
     case MsgType::kHello:
       return OnHello(c, m.body, now);
     case MsgType::kProbeResult:
-      return OnProbeResult(c, m.body);
+      return OnProbeResult(c, m);
     case MsgType::kDone:
       return OnDone(c, m.body, now);
     case MsgType::kError:
@@ -200,6 +203,7 @@ void PoolClient::OnHello(Conn& c, const nlohmann::json& b, Clock::TimePoint now)
   c.start_failures = 0;
   c.state = ConnState::kReady;
   c.head_since = now;
+  if (c.id == 0 && times_.hello == Clock::TimePoint{}) times_.hello = now;
   if (phase_ == Phase::kProbing && c.id == 0) StartProbe(c);
 }
 
@@ -212,16 +216,42 @@ void PoolClient::StartProbe(Conn& c) {
     EnterRunning();
     return;
   }
-  Status st =
-      SendMessage(c.fd, {MsgType::kProbe, {{"epoch", 0}, {"batch", 0}, {"indices", first}}});
-  if (st.ok()) c.probing = true;
+  nlohmann::json body = {{"epoch", 0}, {"batch", 0}, {"indices", first}};
+  // Built in place: in a file of the shared-memory directory that becomes the ring, as
+  // large as a slot could be with the ring fitting in the free space. A worker that cannot
+  // (a Python worker ignores it) probes on the heap.
+  struct statvfs vfs {};
+  if (statvfs(opts_.shm_dir.c_str(), &vfs) == 0) {
+    const size_t capacity =
+        static_cast<size_t>(vfs.f_bavail) * vfs.f_frsize / slots_count_ / PageSize() * PageSize();
+    if (capacity > 0) body["inPlace"] = {{"dir", opts_.shm_dir}, {"capacity", capacity}};
+  }
+  Status st = SendMessage(c.fd, {MsgType::kProbe, std::move(body)});
+  if (st.ok()) {
+    c.probing = true;
+    probe_indices_ = first;
+    times_.probe_sent = opts_.clock->Now();
+  }
 }
 
-void PoolClient::OnProbeResult(Conn& c, const nlohmann::json& b) {
+void PoolClient::OnProbeResult(Conn& c, Message& m) {
   c.probing = false;
   if (phase_ != Phase::kProbing) return;
+  const nlohmann::json& b = m.body;
+  times_.probe_result = opts_.clock->Now();
+  times_.probe_build_s = b.value("buildSeconds", -1.0);
   probe_bytes_ = b.value("bytes", size_t{0});
-  Status st = CreateRing(SlotBytesForBatch(probe_bytes_));
+  Status st;
+  if (m.fd >= 0 && b.value("inPlace", false)) {
+    st = AdoptRing(m.fd, probe_bytes_);
+    m.fd = -1;  // the ring's now (closed on failure)
+    if (st.ok()) {
+      probed_ = Probed{probe_indices_, b.value("fields", nlohmann::json::array()), c.id};
+      times_.in_place = true;
+    }
+  } else {
+    st = CreateRing(SlotBytesForBatch(probe_bytes_));
+  }
   if (!st.ok()) return FailLocked(st);
   EnterRunning();
 }
@@ -385,8 +415,8 @@ void PoolClient::ReadConn(Conn& c, Clock::TimePoint now) {
   while (error_.ok()) {
     std::optional<Message> m = c.reader->Pop(&error);
     if (!m) break;
+    HandleMessage(c, *m, now);  // may take the descriptor (an in-place probe's file)
     if (m->fd >= 0) close(m->fd);
-    HandleMessage(c, *m, now);
     if (c.fd < 0) return;  // the handler dropped the connection
   }
   if (!error.empty() && r == MessageReader::Result::kOk) {

@@ -8,7 +8,15 @@
 //                               workerId}
 //   worker -> client: Hello{pid, incarnation, workerId, size}  or  Error{kind, message}
 //   client -> worker: Ring{slots, slotBytes} + fd       (the worker replies only on error)
-//   client -> worker: Probe{epoch, batch, indices}       -> ProbeResult{bytes}
+//   client -> worker: Probe{epoch, batch, indices, inPlace?: {dir, capacity}}
+//                                                        -> ProbeResult{bytes, buildSeconds}
+//                     inPlace (optional): build the batch at offset 0 of a new unlinked file
+//                     in tmpfs `dir`, of `capacity` bytes; a worker that can replies
+//                     ProbeResult{bytes, buildSeconds, inPlace: true, fields} + the file's fd,
+//                     which the client makes the ring (the batch is slot 0, handed over as
+//                     the first batch if it is the first submitted, with no Task); one that
+//                     cannot (or a Python worker) replies as without it and the client
+//                     sizes a ring of its own.
 //   client -> worker: Task{id, epoch, batch, slot, indices}
 //   worker -> client: Done{id, bytes, fields:[{name, dtype, shape, offset, nbytes}]}
 //                 or  Error{id, kind, index, message, need, have}

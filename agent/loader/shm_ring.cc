@@ -130,6 +130,62 @@ StatusOr<std::shared_ptr<ShmRing>> ShmRing::Create(const std::string& dir, size_
   return ring;
 }
 
+StatusOr<std::shared_ptr<ShmRing>> ShmRing::Adopt(int fd, const std::string& dir, size_t slots,
+                                                  size_t slot_bytes, size_t used_bytes) {
+  const uint64_t need = static_cast<uint64_t>(slots) * slot_bytes;
+  struct statvfs vfs {};
+  if (slots == 0 || slot_bytes < used_bytes || statvfs(dir.c_str(), &vfs) != 0) {
+    close(fd);
+    return FailedPrecondition("shared memory: cannot make a ring of " + std::to_string(slots) +
+                              " x " + FormatBytes(slot_bytes) + " in " + dir);
+  }
+  const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  if (need - RoundUpToPages(used_bytes) > free_bytes) {
+    close(fd);
+    return FailedPrecondition("shared memory: " +
+                              SpaceAdvice(dir, slots, slot_bytes, need, free_bytes));
+  }
+  if (ftruncate(fd, static_cast<off_t>(need)) != 0) {
+    const int e = errno;
+    close(fd);
+    return FailedPrecondition("shared memory: ftruncate(" + FormatBytes(need) + ") in " + dir +
+                              ": " + strerror(e));
+  }
+  if (Status st = Reserve(fd, dir, slots, slot_bytes, 0, slot_bytes); !st.ok()) {
+    close(fd);
+    return st;
+  }
+  void* base = mmap(nullptr, need, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    const int e = errno;
+    close(fd);
+    return FailedPrecondition("shared memory: mmap of " + FormatBytes(need) + " from " + dir +
+                              ": " + strerror(e));
+  }
+  auto ring = std::shared_ptr<ShmRing>(new ShmRing());
+  ring->dir_ = dir;
+  ring->fd_ = fd;
+  ring->base_ = static_cast<std::byte*>(base);
+  ring->slots_ = slots;
+  ring->slot_bytes_ = slot_bytes;
+  return ring;
+}
+
+StatusOr<int> ShmRing::CreateUnlinkedFile(const std::string& dir, size_t bytes) {
+  int fd = open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return FailedPrecondition("shared memory: cannot create a file in " + dir + ": " +
+                              strerror(errno));
+  }
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    const int e = errno;
+    close(fd);
+    return FailedPrecondition("shared memory: ftruncate(" + FormatBytes(bytes) + ") in " + dir +
+                              ": " + strerror(e));
+  }
+  return fd;
+}
+
 Status ShmRing::ReserveSlot(size_t i) const {
   if (i >= slots_) return InvalidArgument("shared-memory ring: no slot " + std::to_string(i));
   return Reserve(fd_, dir_, slots_, slot_bytes_, static_cast<uint64_t>(i) * slot_bytes_,

@@ -37,6 +37,15 @@ class ShmRing {
   static StatusOr<std::shared_ptr<ShmRing>> Create(
       const std::string& dir, size_t slots, size_t slot_bytes,
       size_t reserve_slots = std::numeric_limits<size_t>::max());
+  // Makes the ring out of the file a worker built the first batch in, at offset 0 (an
+  // in-place probe, protocol.h): sizes it to the ring, checks the free space for the rest,
+  // reserves slot 0 (the pages the batch already holds are kept) and maps it. Takes
+  // ownership of `fd`. Errors as Create's.
+  static StatusOr<std::shared_ptr<ShmRing>> Adopt(int fd, const std::string& dir, size_t slots,
+                                                  size_t slot_bytes, size_t used_bytes);
+  // A new unlinked file of `bytes` (no pages reserved) in tmpfs directory `dir`, where a
+  // worker builds the first batch before the ring exists; the caller owns the descriptor.
+  static StatusOr<int> CreateUnlinkedFile(const std::string& dir, size_t bytes);
   // Maps a ring received from its creator; takes ownership of `fd`.
   static StatusOr<std::shared_ptr<ShmRing>> Attach(int fd, size_t slots, size_t slot_bytes);
   ~ShmRing();

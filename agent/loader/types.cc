@@ -124,7 +124,8 @@ StatusOr<void*> BatchWriter::AddField(ArraySpec spec) {
   f.spec = std::move(spec);
   used_ = f.offset + f.nbytes;
   void* where = nullptr;
-  if (base_ != nullptr && used_ <= capacity_) {
+  if (base_ != nullptr && used_ <= capacity_ &&
+      (!region_hook_ || region_hook_(static_cast<std::byte*>(base_) + f.offset, f.nbytes))) {
     where = static_cast<std::byte*>(base_) + f.offset;
   } else {
     if (base_ != nullptr) overflowed_ = true;
@@ -205,6 +206,5 @@ BatchPtr MakeBatch(std::unique_ptr<Batch> batch, std::function<void()> release) 
     if (release) release();
   });
 }
-
 
 }  // namespace spawnpoint::loader

@@ -142,6 +142,13 @@ class BatchWriter {
   // negative dimension.
   StatusOr<void*> AddField(ArraySpec spec);
 
+  // Region mode: called with where a field will go before AddField hands it out; false
+  // puts the field on the heap instead and the writer reports Overflowed() (e.g. the pages
+  // could not be populated).
+  void SetRegionHook(std::function<bool(void* where, size_t nbytes)> hook) {
+    region_hook_ = std::move(hook);
+  }
+
   const std::vector<Field>& fields() const { return fields_; }
   size_t BytesUsed() const { return used_; }
   bool Overflowed() const { return overflowed_; }
@@ -159,6 +166,7 @@ class BatchWriter {
   std::vector<Field> fields_;
   std::vector<std::unique_ptr<std::byte[]>> heap_;  // per field, heap mode / overflow
   std::vector<void*> where_;
+  std::function<bool(void*, size_t)> region_hook_;
 };
 
 // Stacks samples field-wise: every sample must have the same fields in the same order,

@@ -3,10 +3,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -87,8 +89,11 @@ class WorkerServer {
         continue;
       }
       std::optional<Message> reply = Handle(*m);
-      if (m->fd >= 0) close(m->fd);                          // a descriptor nobody took
-      if (reply && !SendMessage(conn, *reply).ok()) return;  // the client went away
+      if (m->fd >= 0) close(m->fd);  // a descriptor nobody took
+      if (!reply) continue;
+      const bool sent = SendMessage(conn, *reply).ok();
+      if (reply->fd >= 0) close(reply->fd);  // the in-place probe's file: the client's now
+      if (!sent) return;                     // the client went away
     }
   }
 
@@ -224,12 +229,65 @@ class WorkerServer {
     const int64_t epoch = body.value("epoch", int64_t{0});
     const int64_t batch = body.value("batch", int64_t{0});
     auto indices = body.value("indices", std::vector<int64_t>{});
+    if (body.contains("inPlace")) {
+      if (auto reply = ProbeInPlace(epoch, indices, body["inPlace"])) return reply;
+    }
+    const auto start = std::chrono::steady_clock::now();
     BatchWriter w = BatchWriter::ForHeap();
     if (auto err = Build(epoch, indices, w)) return BuildErrorReply(-1, *err);
     const size_t bytes = w.BytesUsed();
     // Kept so the probe's work is not wasted: the first Task for this batch copies it.
     cache_.emplace(Cached{epoch, batch, std::move(indices), std::move(w)});
-    return Message{MsgType::kProbeResult, {{"bytes", bytes}}};
+    return Message{MsgType::kProbeResult, {{"bytes", bytes}, {"buildSeconds", Since(start)}}};
+  }
+
+  static double Since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  }
+
+  // Builds the probed batch at offset 0 of a new file in the client's shared-memory
+  // directory, which becomes the ring (slot 0): no heap copy, and every page is touched
+  // once. nullopt when that cannot be done here (no such file, the batch does not fit
+  // `capacity`): the caller probes on the heap instead. A dataset error is the reply.
+  std::optional<Message> ProbeInPlace(int64_t epoch, const std::vector<int64_t>& indices,
+                                      const nlohmann::json& in_place) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::string dir = in_place.value("dir", "");
+    const size_t capacity = in_place.value("capacity", size_t{0});
+    if (dir.empty() || capacity == 0) return std::nullopt;
+    StatusOr<int> fd = ShmRing::CreateUnlinkedFile(dir, capacity);
+    if (!fd.ok()) return std::nullopt;
+    void* base = mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+    if (base == MAP_FAILED) {
+      close(*fd);
+      return std::nullopt;
+    }
+    BatchWriter w = BatchWriter::ForRegion(base, capacity);
+    // Each field's pages are allocated before they are written: a full tmpfs is an
+    // overflow here, never a SIGBUS.
+    w.SetRegionHook([](void* where, size_t nbytes) {
+      if (nbytes == 0) return true;
+      const uintptr_t page = PageSize();
+      const uintptr_t from = reinterpret_cast<uintptr_t>(where) / page * page;
+      const uintptr_t to = reinterpret_cast<uintptr_t>(where) + nbytes;
+      return madvise(reinterpret_cast<void*>(from), to - from, MADV_POPULATE_WRITE) == 0;
+    });
+    std::optional<BuildError> err = Build(epoch, indices, w);
+    munmap(base, capacity);
+    if (err || w.Overflowed()) {
+      close(*fd);
+      if (err) return BuildErrorReply(-1, *err);
+      // The rebuilt batch draws its random streams again: start from the same ones.
+      contexts_.erase(epoch);
+      return std::nullopt;
+    }
+    Message m{MsgType::kProbeResult,
+              {{"bytes", w.BytesUsed()},
+               {"buildSeconds", Since(start)},
+               {"inPlace", true},
+               {"fields", FieldsJson(w)}}};
+    m.fd = *fd;
+    return m;
   }
 
   std::optional<Message> Task(const nlohmann::json& body) {

@@ -971,6 +971,22 @@ TEST_F(StrictRoundRobinTest, BatchBIsWorkerBModWorkersEveryEpochThoughOneWorkerI
   EXPECT_EQ(client.WorkerPids(), pids);
 }
 
+// The first batch is built in place (protocol.h's in-place probe): in a file that becomes
+// the ring, slot 0, and handed over as batch 0 of epoch 0 with no task and no copy; the
+// rest of the ring is reserved meanwhile. (The other tests here probe a batch that is not
+// the first one submitted: its slot is freed and the batch built as a task.)
+TEST_F(StrictRoundRobinTest, TheProbedFirstBatchIsBuiltInItsSlotAndHandedOver) {
+  PoolClientOptions o = ClientOptions("index", "size=52,dim=2");
+  o.probe_batch = [](int64_t) { return std::vector<int64_t>{0, 11, 22, 33}; };
+  PoolClient client(o);
+  ASSERT_TRUE(client.Start().ok());
+  const PoolStartTimes t = client.start_times();
+  EXPECT_TRUE(t.in_place);
+  EXPECT_GE(t.probe_build_s, 0);
+  ExpectRoundRobin(client, 0, 13);
+  ExpectRoundRobin(client, 1, 13);
+}
+
 // Worker 1 dies once on sample 10, in batch 7 (positions 28-31 hold 28, 39, 10, 21): its
 // tasks wait for its successor, which builds them; no other worker does.
 TEST_F(StrictRoundRobinTest, ADeadWorkersBatchesGoToItsSuccessor) {
