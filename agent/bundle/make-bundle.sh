@@ -15,6 +15,7 @@
 #   share/spawnpoint/python/spawnpoint_rank/  the rank side it loads: every *.py of the
 #                                           spawnpoint_rank package beside <shim file>,
 #                                           and __pycache__/ of both for the build's python3
+#   share/spawnpoint/python/spawnpoint/     the trainers' package beside it (spawnpoint.step())
 #   share/spawnpoint/python-deps/           what <python deps dir> holds (cloudpickle: the
 #                                           shim appends it to sys.path where it is missing)
 #   share/spawnpoint/bundle-manifest.txt    where each file came from
@@ -35,6 +36,8 @@ launcher=$4
 for f in "$agent" "$shim" "$launcher"; do [ -f "$f" ] || die "$f does not exist"; done
 package=$(dirname "$shim")/spawnpoint_rank
 [ -f "$package/__init__.py" ] || die "$package/__init__.py does not exist (the shim's package)"
+public=$(dirname "$shim")/spawnpoint
+[ -f "$public/__init__.py" ] || die "$public/__init__.py does not exist (the trainers' package)"
 
 # ldd prints "name => /path (addr)", "/path/ld-linux... (addr)" or "name => not found".
 listing=$(ldd "$agent") || die "ldd $agent failed"
@@ -46,7 +49,8 @@ fi
 tmp="$out.tmp.$$"
 rm -rf "$tmp"
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/bin" "$tmp/libexec" "$tmp/lib" "$tmp/share/spawnpoint/python/spawnpoint_rank"
+mkdir -p "$tmp/bin" "$tmp/libexec" "$tmp/lib" "$tmp/share/spawnpoint/python/spawnpoint_rank" \
+  "$tmp/share/spawnpoint/python/spawnpoint"
 manifest="$tmp/share/spawnpoint/bundle-manifest.txt"
 {
   echo "# spawnpoint agent bundle: file <- source"
@@ -96,6 +100,9 @@ copy "$launcher" "bin/spawnpoint-agent" 0755
 copy "$shim" "share/spawnpoint/python/sitecustomize.py" 0644
 for f in "$package"/*.py; do
   copy "$f" "share/spawnpoint/python/spawnpoint_rank/$(basename "$f")" 0644
+done
+for f in "$public"/*.py; do
+  copy "$f" "share/spawnpoint/python/spawnpoint/$(basename "$f")" 0644
 done
 if [ -n "$deps" ] && [ -d "$deps" ]; then
   while IFS= read -r f; do

@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "agent/loader/throughput_meter.h"
+#include "agent/progress/progress_file.h"
 
 namespace spawnpoint::loader {
 namespace {
@@ -82,6 +83,7 @@ class InProcessLoader : public Loader {
                                writer->FieldData(f), field.nbytes});
     }
     ++next_;
+    progress::CountStep(progress::StepSource::kLoader);  // the rank's progress record
     const auto now = clock_->Now();
     std::lock_guard<std::mutex> lock(mu_);
     tp_.Waited(now - start);

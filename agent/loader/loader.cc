@@ -18,6 +18,7 @@
 #include "agent/loader/pool_supervisor.h"
 #include "agent/loader/sampler.h"
 #include "agent/loader/throughput_meter.h"
+#include "agent/progress/progress_file.h"
 
 extern char** environ;
 
@@ -199,6 +200,7 @@ StatusOr<BatchPtr> PoolLoader::Next() {
       if (opts_.in_order) ++plan.next_yield;
       const auto samples = static_cast<int64_t>(ready->indices.size());
       BatchPtr batch = View(std::move(*ready));
+      progress::CountStep(progress::StepSource::kLoader);  // the rank's progress record
       const auto now = clock_->Now();
       std::lock_guard<std::mutex> lock(mu_);
       tp_.Waited(now - start);

@@ -12,9 +12,17 @@ the hook from the package beside this file (spawnpoint_rank/) only then:
     lightning.pytorch.trainer.connectors.accelerator_connector (and pytorch_lightning's)
                                  spawnpoint_rank._lightning: Lightning's DDP strategies run
                                  on the agent's ranks (nothing spawned or forked)
+    torch.optim.optimizer        spawnpoint_rank._optimizer: each optimizer step counts as a
+                                 training step in the rank's progress record (_progress)
 and (2) chains to the sitecustomize Python would have imported without it. Nothing is imported
-ahead of time (neither multiprocessing nor torch, nor the package). A hook that fails is
-reported once on stderr and the trainer's import goes on without it. Without
+ahead of time (neither multiprocessing nor torch, nor the package). It also takes out of the
+environment, so that processes the rank starts never see them:
+    SPAWNPOINT_LOADER_SERVICE    the rank's loader service (the package gets loader_service)
+    SPAWNPOINT_PROGRESS_FILE     the rank's progress record (the package gets progress_file,
+                                 and progress_attach_ns: when the shim started)
+    SPAWNPOINT_STACK_SIGNAL      a signal number and a file: faulthandler writes every Python
+    SPAWNPOINT_STACK_FILE        thread's stack to the file (appending) on that signal
+A hook that fails is reported once on stderr and the trainer's import goes on without it. Without
 SPAWNPOINT_SHIM=1 it only chains. What the hooks do, and the environment they read, is
 described in spawnpoint_rank/ (env.py lists the variables).
 
@@ -45,6 +53,7 @@ _HOOKS = {  # module -> "hook module:function", called with the module just exec
     "torch.distributed": "spawnpoint_rank._distributed:patch",
     "lightning.pytorch.trainer.connectors.accelerator_connector": "spawnpoint_rank._lightning:patch",
     "pytorch_lightning.trainer.connectors.accelerator_connector": "spawnpoint_rank._lightning:patch",
+    "torch.optim.optimizer": "spawnpoint_rank._optimizer:patch",
 }
 
 shim_active = False          # the hooks of this copy are installed
@@ -53,6 +62,13 @@ chained_sitecustomize = None  # the module this one chained to, if any
 # environment at start-up so that processes the rank starts never use it; the package gets
 # it as spawnpoint_rank.loader_service.
 loader_service = None
+# This rank's progress record (SPAWNPOINT_PROGRESS_FILE), likewise taken out at start-up, and
+# the CLOCK_MONOTONIC ns of that moment (the first step's duration is measured from it); the
+# package gets them as progress_file and progress_attach_ns.
+progress_file = None
+progress_attach_ns = None
+# The file faulthandler dumps the stacks into on SPAWNPOINT_STACK_SIGNAL (its fd stays open).
+stack_fd = None
 
 
 def _say(message):
@@ -79,6 +95,8 @@ def _hook_function(target):
             raise ImportError("no %s package in %s" % (_PACKAGE, _SHIM_DIR))
         package = _module_from_spec(spec)
         package.loader_service = loader_service
+        package.progress_file = progress_file
+        package.progress_attach_ns = progress_attach_ns
         sys.modules[_PACKAGE] = package
         try:
             spec.loader.exec_module(package)
@@ -162,12 +180,45 @@ def _install():
     if any(getattr(f, "_spawnpoint_shim", False) for f in sys.meta_path):
         return  # another copy of the shim (earlier on sys.path) is already in charge
     loader_service = os.environ.pop("SPAWNPOINT_LOADER_SERVICE", None) or None
+    _take_progress_file()
+    _register_stacks()
     sys.meta_path.insert(0, _PostImportFinder(_HOOKS))
     shim_active = True
     for name, target in _HOOKS.items():
         module = sys.modules.get(name)
         if module is not None:  # imported before us (e.g. by python -X importtime tools)
             _run_hook(target, module)
+
+
+def _take_progress_file():
+    global progress_file, progress_attach_ns
+    path = os.environ.pop("SPAWNPOINT_PROGRESS_FILE", None)
+    if path:
+        import time
+
+        progress_file, progress_attach_ns = path, time.monotonic_ns()
+
+
+def _register_stacks():
+    """Python stacks on request: faulthandler dumps every thread's on the agent's signal."""
+    global stack_fd
+    signum = os.environ.pop("SPAWNPOINT_STACK_SIGNAL", None)
+    path = os.environ.pop("SPAWNPOINT_STACK_FILE", None)
+    if not signum or not path:
+        return
+    try:
+        import faulthandler
+
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            faulthandler.register(int(signum), file=fd, all_threads=True, chain=False)
+        except BaseException:
+            os.close(fd)
+            raise
+        stack_fd = fd
+    except (ValueError, OSError, RuntimeError) as err:
+        _say("no Python stacks on request (SPAWNPOINT_STACK_SIGNAL=%s, SPAWNPOINT_STACK_FILE=%s):"
+             " %s" % (signum, path, err))
 
 
 def _is_own_dir(entry):

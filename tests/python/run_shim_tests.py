@@ -1,5 +1,6 @@
 """Runs the test classes of test_shim.py, test_rank_side.py, test_libuv.py, test_exit.py,
-test_batch_codec.py, test_loader_worker.py and test_pool_agent.py for ctest, without pytest.
+test_batch_codec.py, test_loader_worker.py, test_pool_agent.py and test_progress.py for ctest,
+without pytest.
 
     run_shim_tests.py [--require-torch] [--source-dir DIR] [--agent BIN] TestClass...
 
@@ -46,6 +47,7 @@ def main():
     import test_lightning
     import test_loader_worker
     import test_pool_agent
+    import test_progress
     import test_quickstart
     import test_rank_side
     import test_shim
@@ -53,7 +55,8 @@ def main():
     suite = unittest.TestSuite()
     for name in args.tests:  # a class of any of these modules, by its name
         modules = (test_rank_side, test_libuv, test_exit, test_batch_codec, test_loader_worker,
-                   test_pool_agent, test_lightning, test_fork_scripts, test_quickstart)
+                   test_pool_agent, test_lightning, test_fork_scripts, test_quickstart,
+                   test_progress)
         module = next((m for m in modules if hasattr(m, name.split(".")[0])), test_shim)
         suite.addTest(unittest.defaultTestLoader.loadTestsFromName(name, module))
     started = time.monotonic()

@@ -9,6 +9,8 @@ start-up shim (sitecustomize.py beside this package), never by the trainer:
   _dataloader.py  hook: the job's defaults for every torch DataLoader
   _distributed.py hook: USE_LIBUV=0 where torch lacks libuv; registers _exit's handler
   _exit.py        at exit, the process group's threads finish before the interpreter does
+  _optimizer.py   hook: each optimizer step counts as a training step (_progress.py)
+  _progress.py    the rank's writer of its progress record; spawnpoint.step() calls it
   _report.py      one stderr line per problem; warnings at the trainer's line
 The Python loader worker, run by a pool owner (`python -m spawnpoint_rank.worker`), never
 inside a rank:

@@ -17,6 +17,13 @@ The variables (set by the agent, spawnpoint's node_plan):
   SPAWNPOINT_LOADER_TIMEOUT_SECONDS    seconds > 0; unset: no timeout
   SPAWNPOINT_SHIM_DEBUG=1              one stderr line per DataLoader (anything else: off)
 Values are stripped of surrounding blanks; an empty value counts as unset.
+Not read here: the bootstrap (sitecustomize.py) takes these out of the environment at start-up,
+so that processes the rank starts never see them:
+  SPAWNPOINT_LOADER_SERVICE            the rank's loader service socket (_pool.py)
+  SPAWNPOINT_PROGRESS_FILE             the rank's progress record (agent/progress/
+                                       progress_record.h), written by _progress.py
+  SPAWNPOINT_STACK_SIGNAL              a signal number: on it, faulthandler appends every Python
+  SPAWNPOINT_STACK_FILE                thread's stack to this file (both set, or neither)
 """
 
 import os
