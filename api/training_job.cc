@@ -30,8 +30,9 @@ constexpr size_t kMaxPreloadModules = 32;
 
 constexpr std::string_view kTopFields[] = {"apiVersion", "kind", "metadata", "spec", "status"};
 constexpr std::string_view kSpecFields[] = {
-    "nodes",    "gpusPerNode", "procsPerNode",  "gpuResource", "gpuAssignment", "backend",
-    "template", "loader",      "restartPolicy", "rendezvous",  "shmSize",       "runPolicy"};
+    "nodes",   "gpusPerNode", "procsPerNode", "gpuResource",   "gpuAssignment",
+    "backend", "template",    "loader",       "restartPolicy", "rendezvous",
+    "shmSize", "runPolicy",   "stallPolicy"};
 constexpr std::string_view kLoaderFields[] = {
     "workersPerRank", "prefetchFactor", "persistentWorkers", "pinMemory",  "timeoutSeconds",
     "seed",           "startMethod",    "workerCommand",     "pythonPool", "preloadModules"};
@@ -54,6 +55,7 @@ const KnownObject kKnownObjects[] = {
     {"spec.restartPolicy", kRestartFields},
     {"spec.rendezvous", kRendezvousFields},
     {"spec.runPolicy", kRunPolicyFields},
+    {"spec.stallPolicy", kStallFields},
 };
 
 // " (did you mean spec.loader.prefetchFactor?)" when `key`, found in the object at `here`,
@@ -222,6 +224,7 @@ Status Decoder::DecodeSpec(const Field& spec_field, TrainingJobSpec* spec) {
   SP_RETURN_IF_ERROR(DecodeRendezvous(Get(s, path, "rendezvous"), &spec->rendezvous_port));
   SP_RETURN_IF_ERROR(DecodeShmSize(Get(s, path, "shmSize"), spec));
   SP_RETURN_IF_ERROR(DecodeRunPolicy(Get(s, path, "runPolicy"), &spec->run_policy));
+  SP_RETURN_IF_ERROR(DecodeStallPolicy(*this, Get(s, path, "stallPolicy"), &spec->stall_policy));
   // A command that starts torchrun: the agent launches what it would (needs the spec above).
   return ApplyTorchrunCommand(s, path, spec, this);
 }

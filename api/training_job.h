@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/stall_policy.h"
 #include "api/torchrun_command.h"
 #include "common/status.h"
 
@@ -94,6 +95,7 @@ struct TrainingJobSpec {
   TrainerContainer trainer;     // extracted from pod_template
   LoaderSpec loader;
   RestartPolicy restart_policy;
+  StallPolicy stall_policy;
   int rendezvous_port = 29500;
   std::string shm_size = "8Gi";
   int64_t shm_size_bytes = 8LL << 30;

@@ -56,6 +56,7 @@ json TrainingJobToJson(const TrainingJob& job) {
       {"rendezvous", {{"port", s.rendezvous_port}}},
       {"shmSize", s.shm_size},
       {"runPolicy", run_policy},
+      {"stallPolicy", StallPolicyJson(s.stall_policy)},
   };
   json out = {
       {"apiVersion", kApiVersion},

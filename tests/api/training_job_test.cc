@@ -133,6 +133,10 @@ TEST(TrainingJob, FullManifestSetsEveryField) {
   EXPECT_FALSE(s.loader.pin_memory);
   EXPECT_EQ(s.loader.timeout_seconds, 300);
   EXPECT_EQ(s.loader.seed, 1234u);
+  EXPECT_EQ(s.stall_policy.timeout_seconds, 120);
+  EXPECT_EQ(s.stall_policy.startup_timeout_seconds, 900);
+  EXPECT_EQ(s.stall_policy.action, StallAction::kRestart);
+  EXPECT_DOUBLE_EQ(s.stall_policy.straggler_ratio, 2.5);
   EXPECT_EQ(s.loader.worker_command, (std::vector<std::string>{"python", "-m", "loader_worker"}));
   EXPECT_FALSE(s.loader.python_pool);
   EXPECT_EQ(s.loader.preload_modules,
@@ -195,7 +199,9 @@ TEST(TrainingJob, ToJsonFillsDefaults) {
     "rendezvous": {"port": 29500},
     "shmSize": "8Gi",
     "runPolicy": {"suspend": false, "activeDeadlineSeconds": null,
-                  "ttlSecondsAfterFinished": null, "cleanPodPolicy": "Running"}
+                  "ttlSecondsAfterFinished": null, "cleanPodPolicy": "Running"},
+    "stallPolicy": {"timeoutSeconds": "auto", "startupTimeoutSeconds": 0, "action": "Report",
+                    "stragglerRatio": 1.5}
   })");
   EXPECT_EQ(out["spec"], expected_spec) << out["spec"].dump(2);
 }
@@ -405,6 +411,21 @@ INSTANTIATE_TEST_SUITE_P(
                 "job.yaml:12:28: spec.runPolicy.activeDeadlineSeconds: must be >= 1, got 0"},
         BadCase{"  runPolicy:\n    ttlSecondsAfterFinished: -1\n",
                 "job.yaml:12:30: spec.runPolicy.ttlSecondsAfterFinished: must be >= 0, got -1"},
+        BadCase{"  stallPolicy:\n    timeoutSeconds: 0\n",
+                "job.yaml:12:21: spec.stallPolicy.timeoutSeconds: must be >= 1, got 0"},
+        BadCase{"  stallPolicy:\n    timeoutSeconds: soon\n",
+                "job.yaml:12:21: spec.stallPolicy.timeoutSeconds: must be an integer >= 1 or "
+                "\"auto\", got string \"soon\""},
+        BadCase{"  stallPolicy:\n    action: Kill\n",
+                "job.yaml:12:13: spec.stallPolicy.action: must be one of Report, Restart, Fail; "
+                "got \"Kill\""},
+        BadCase{"  stallPolicy:\n    stragglerRatio: 1\n",
+                "job.yaml:12:21: spec.stallPolicy.stragglerRatio: must be a number > 1 and <= 100 "
+                "(a rank this many times slower than the job's median straggles), got number 1"},
+        BadCase{"  stallPolicy:\n    timeout: 5\n",
+                "job.yaml:12:5: spec.stallPolicy.timeout: unknown field (did you mean "
+                "\"timeoutSeconds\"?); allowed: timeoutSeconds, startupTimeoutSeconds, action, "
+                "stragglerRatio"},
         BadCase{"  runPolicy:\n    suspend: 1\n",
                 "job.yaml:12:14: spec.runPolicy.suspend: must be a boolean (true or false), got "
                 "number 1"},
@@ -465,11 +486,11 @@ INSTANTIATE_TEST_SUITE_P(
             "  node: 2\n",
             "job.yaml:11:3: spec.node: unknown field (did you mean \"nodes\"?); allowed: nodes, "
             "gpusPerNode, procsPerNode, gpuResource, gpuAssignment, backend, template, loader, "
-            "restartPolicy, rendezvous, shmSize, runPolicy"},
+            "restartPolicy, rendezvous, shmSize, runPolicy, stallPolicy"},
         BadCase{"  port: 29501\n",
                 "job.yaml:11:3: spec.port: unknown field (did you mean spec.rendezvous.port?); "
                 "allowed: nodes, gpusPerNode, procsPerNode, gpuResource, gpuAssignment, backend, "
-                "template, loader, restartPolicy, rendezvous, shmSize, runPolicy"},
+                "template, loader, restartPolicy, rendezvous, shmSize, runPolicy, stallPolicy"},
         BadCase{"  restartPolicy:\n    max_restarts: 1\n",
                 "job.yaml:12:5: spec.restartPolicy.max_restarts: unknown field (did you mean "
                 "\"maxRestarts\"?); allowed: maxRestarts, backoffSeconds, resetAfterSeconds, "
@@ -740,7 +761,7 @@ TEST(TrainingJob, MisplacedFieldIsPointedToItsPlace) {
   EXPECT_EQ(ParseError(WithSpec("  suspend: true\n")),
             "job.yaml:11:3: spec.suspend: unknown field (did you mean spec.runPolicy.suspend?); "
             "allowed: nodes, gpusPerNode, procsPerNode, gpuResource, gpuAssignment, backend, "
-            "template, loader, restartPolicy, rendezvous, shmSize, runPolicy");
+            "template, loader, restartPolicy, rendezvous, shmSize, runPolicy, stallPolicy");
   EXPECT_EQ(ParseError(WithSpec("  loader:\n    nodes: 2\n")),
             "job.yaml:12:5: spec.loader.nodes: unknown field (did you mean spec.nodes?); allowed: "
             "workersPerRank, prefetchFactor, persistentWorkers, pinMemory, timeoutSeconds, seed, "
