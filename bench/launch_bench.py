@@ -193,7 +193,8 @@ def measure(name, cmd, workdir, tag, timeout, fail):
         fail_run("launcher exited %d" % code)
     attempts, finals, restarts = parse(log_path)
     if sorted(finals) != list(range(WORLD)):
-        fail_run("expected a final line from ranks 0..%d, got ranks %s" % (WORLD - 1, sorted(finals)))
+        fail_run("expected a final line from ranks 0..%d, got ranks %s"
+                 % (WORLD - 1, sorted(finals)))
     if len(set(finals.values())) != 1:
         fail_run("ranks ended with different parameters: %s" % finals)
     want = 2 if fail else 1
@@ -254,6 +255,7 @@ def main():
         "bare_start": lambda: bare_cmd(cfg),
         "ours_start": lambda: ours_cmd(cfg, False, workdir),
         "theirs_start": lambda: theirs_cmd(cfg, False, TORCHRUN_DEFAULT_MONITOR),
+        "bare_start_again": lambda: bare_cmd(cfg),  # a second bare start, next to the restarts
         "ours_restart": lambda: ours_cmd(cfg, True, workdir),
         "ours_restart_defaults": lambda: ours_cmd(cfg, True, workdir, defaults=True),
         "theirs_restart_default": lambda: theirs_cmd(cfg, True, TORCHRUN_DEFAULT_MONITOR),
@@ -320,7 +322,8 @@ def main():
     row("  of which: death → last restarted rank's main() (--monitor_interval 0.1)",
         col("ours_restart", "respawn"), col("theirs_restart_tuned", "respawn"), "faster")
     row("launcher peak memory (VmHWM of the launcher process)",
-        col("ours_start", "peak_kib", "MiB", 1 / 1024), col("theirs_start", "peak_kib", "MiB", 1 / 1024),
+        col("ours_start", "peak_kib", "MiB", 1 / 1024),
+        col("theirs_start", "peak_kib", "MiB", 1 / 1024),
         "smaller", "launcher_memory")
 
     print()
@@ -331,25 +334,34 @@ def main():
     print("| --- | --- | --- | --- |")
     for r in rows:
         print(r)
-    # The launchers' own cost: their times above the trainer's bare start.
-    bare = col("bare_start", "start")[0]
+    # The launchers' own cost: their times above the trainer's bare start. Per repetition
+    # (its runs are back to back, under the same load), minus the mean of that repetition's
+    # two bare starts; the median over repetitions, and its range.
+    bares = [(a["start"] + b["start"]) / 2
+             for a, b in zip(results["bare_start"], results["bare_start_again"])]
     overhead = {}
     print()
-    print("the trainer's bare start (no launcher): %s; each launcher's overhead above it:"
-          % col("bare_start", "start")[1])
+    print("the trainer's bare start (no launcher, twice per repetition): %s; each launcher's "
+          "overhead above it, per repetition, median (min–max):"
+          % summary([x["start"] for x in results["bare_start"] + results["bare_start_again"]])[1])
     print()
     print("| overhead above the bare start | spawnpoint-agent (ours) | torchrun (theirs) |")
     print("| --- | --- | --- |")
+
+    def above_bare(key, field):
+        diffs = [(x[field] - b) * 1000 for x, b in zip(results[key], bares)]
+        return statistics.median(diffs), "%.0f ms (%.0f–%.0f)" % (
+            statistics.median(diffs), min(diffs), max(diffs))
+
     for label, ours_key, theirs_key, field, name in (
             ("start → first allreduce", "ours_start", "theirs_start", "start", "start"),
             ("death → restarted allreduce, tuned (ours backoff 0, torchrun monitor 0.1 s)",
              "ours_restart", "theirs_restart_tuned", "recovery", "restart"),
             ("death → restarted allreduce, both at their defaults", "ours_restart_defaults",
              "theirs_restart_default", "recovery", "restart_defaults")):
-        o = (col(ours_key, field)[0] - bare) * 1000
-        t = (col(theirs_key, field)[0] - bare) * 1000
-        overhead[name] = o
-        print("| %s | %.0f ms | %.0f ms |" % (label, o, t))
+        o = above_bare(ours_key, field)
+        overhead[name] = o[0]
+        print("| %s | %s | %s |" % (label, o[1], above_bare(theirs_key, field)[1]))
     print()
     print("ratios start=%.2f restart_default=%.2f restart_tuned=%.2f launcher_memory=%.2f "
           "restart_defaults=%.2f overhead_start_ms=%.0f overhead_restart_ms=%.0f"
