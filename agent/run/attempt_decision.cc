@@ -46,10 +46,12 @@ AttemptDecision Decide(const GangResult& result, int restarts, const api::Restar
     d.message = "the gang spans several nodes: the operator restarts it";
     return d;
   }
-  switch (api::JudgeRestart(policy, restarts, api::IsRetryableExitCode(policy, code))) {
+  const bool retryable = d.failure->retryable.value_or(api::IsRetryableExitCode(policy, code));
+  switch (api::JudgeRestart(policy, restarts, retryable)) {
     case api::RestartVerdict::kNotRetryable:
       d.reason = "NonRetryableFailure";
-      d.message = "exit code " + std::to_string(code) + " is not retryable";
+      d.message = d.failure->retryable ? "stallPolicy.action is Fail"
+                                       : "exit code " + std::to_string(code) + " is not retryable";
       return d;
     case api::RestartVerdict::kMaxRestartsReached:
       d.reason = "MaxRestartsReached";

@@ -95,9 +95,13 @@ void LocalCluster::Refine(RankFailure& f) const {
     f.status.exit_code = signalled ? 0 : code;
   }
   f.cause.message = j.value("message", f.cause.message);
+  if (j.contains("retryable") && j["retryable"].is_boolean())
+    f.retryable = j["retryable"].get<bool>();
+  f.stack = j.value("stack", f.stack);
   std::string reason = j.value("reason", "");
-  for (auto r : {ExitReason::kUserError, ExitReason::kOomKilled, ExitReason::kShmExhausted,
-                 ExitReason::kKilled, ExitReason::kTerminated, ExitReason::kCrashed}) {
+  for (auto r :
+       {ExitReason::kUserError, ExitReason::kOomKilled, ExitReason::kShmExhausted,
+        ExitReason::kKilled, ExitReason::kTerminated, ExitReason::kCrashed, ExitReason::kStalled}) {
     if (reason == ExitReasonName(r)) f.cause.reason = r;
   }
 }

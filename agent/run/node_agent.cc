@@ -11,6 +11,7 @@
 #include "agent/run/exit_codes.h"
 #include "agent/run/preflight.h"
 #include "agent/run/report.h"
+#include "agent/run/stall_monitor.h"
 #include "api/restart_rule.h"
 
 namespace spawnpoint::agent {
@@ -72,6 +73,17 @@ Status NodeAgent::Plan() {
   }
   SP_ASSIGN_OR_RETURN(plan_, MakeNodePlan(MakeRequest(options_, node_, node_rank_,
                                                       options_.restart_count, port_, pool_root_)));
+  std::string run_dir = (std::filesystem::temp_directory_path() / "spawnpoint-run-XXXXXX").string();
+  if (mkdtemp(run_dir.data()) == nullptr) return Internal("mkdtemp " + run_dir + " failed");
+  run_dir_ = run_dir;
+  stall_ = std::make_unique<StallMonitor>(
+      StallMonitor::Options{.job = node_.job.name,
+                            .pod = HostName(),
+                            .node_rank = node_rank_,
+                            .policy = node_.job.spec.stall_policy,
+                            .dir = run_dir_,
+                            .spawner = spawner_,
+                            .say = [](const std::string& line) { Say(line); }});
   overlap_teardown_ = owns_gang_ && IsLoopbackAddress(plan_->master_addr) &&
                       std::all_of(plan_->ranks.begin(), plan_->ranks.end(),
                                   [](const RankPlan& r) { return r.devices.visible.empty(); });
@@ -211,6 +223,7 @@ StatusOr<std::vector<GangMember>> NodeAgent::MembersFor(int restart) const {
 
 StatusOr<GangResult> NodeAgent::RunAttempt(int restart) {
   SP_ASSIGN_OR_RETURN(std::vector<GangMember> members, MembersFor(restart));
+  if (stall_) SP_RETURN_IF_ERROR(stall_->Prepare(members));
   GangOptions go;
   go.grace_period = options_.grace_period;
   go.status_interval = options_.status_interval;
@@ -218,6 +231,11 @@ StatusOr<GangResult> NodeAgent::RunAttempt(int restart) {
   go.what = what_;
   go.clock = clock_;
   go.overlap_exit = overlap_teardown_;
+  if (stall_) {
+    go.check_health = [this](const std::vector<std::pair<int, pid_t>>& running) {
+      return stall_->Check(running);
+    };
+  }
   go.on_status = [this](int up, int total) {
     Report(AttemptDecision{.phase = AgentPhase::kRunning}, up, total);
   };
@@ -299,6 +317,9 @@ void NodeAgent::Stop() {
   pools_.Stop(std::min<milliseconds>(options_.grace_period, milliseconds(5000)));
   if (!pool_root_.empty()) std::filesystem::remove_all(pool_root_);
   pool_root_.clear();
+  stall_.reset();
+  if (!run_dir_.empty()) std::filesystem::remove_all(run_dir_);
+  run_dir_.clear();
 }
 
 }  // namespace spawnpoint::agent

@@ -22,6 +22,7 @@
 #include "agent/run/loader_pools.h"
 #include "agent/run/local_cluster.h"
 #include "agent/run/node_facts.h"
+#include "agent/run/stall_monitor.h"
 #include "agent/status/agent_endpoint.h"
 #include "agent/status/node_status.h"
 #include "agent/supervisor/gang.h"
@@ -105,6 +106,8 @@ class NodeAgent {
   // the rendezvous is on loopback (a fresh port per attempt is private), and no rank holds
   // a GPU (a dying CUDA context frees its memory last).
   bool overlap_teardown_ = false;
+  std::string run_dir_;                  // ranks mode: progress records and stack files
+  std::unique_ptr<StallMonitor> stall_;  // ranks mode: stalled ranks (spec.stallPolicy)
 
   // Started by Run(); destroyed in reverse (the endpoint serves the status, which reads
   // the pools).

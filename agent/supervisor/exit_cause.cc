@@ -35,6 +35,8 @@ const char* ExitReasonName(ExitReason reason) {
       return "Terminated";
     case ExitReason::kCrashed:
       return "Crashed";
+    case ExitReason::kStalled:
+      return "Stalled";
   }
   return "Unknown";
 }
@@ -103,6 +105,8 @@ nlohmann::json RankFailure::ToJson() const {
                       {"reason", ExitReasonName(cause.reason)},
                       {"message", cause.message}};
   if (status.signal != 0) j["signal"] = SignalName(status.signal);
+  if (!stack.empty()) j["stack"] = stack;
+  if (retryable) j["retryable"] = *retryable;
   return j;
 }
 

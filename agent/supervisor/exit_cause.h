@@ -29,6 +29,7 @@ enum class ExitReason {
   kKilled,        // SIGKILL from outside
   kTerminated,    // SIGTERM/SIGINT/SIGHUP
   kCrashed,       // SIGSEGV, SIGILL, SIGFPE, SIGABRT, ...
+  kStalled,       // made no step for spec.stallPolicy's timeout: the agent stopped it
 };
 
 const char* ExitReasonName(ExitReason reason);  // "OOMKilled", "ShmExhausted", "UserError", ...
@@ -56,6 +57,10 @@ struct RankFailure {
   ExitStatus status;
   ExitCause cause;
   int pid = 0;
+  // Set when the agent judged the failure itself (a stalled rank: stallPolicy.action says
+  // whether it restarts); otherwise the exit code decides.
+  std::optional<bool> retryable;
+  std::string stack;  // the stalled rank's stack (kStalled), for the termination log
   std::string Line() const;
   nlohmann::json ToJson() const;
 };

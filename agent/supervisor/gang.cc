@@ -299,7 +299,7 @@ GangResult Gang::Run(std::vector<GangMember> members) {
     auto now = clock->Now();
     auto wake = next_status;
     if (stopping && !killed) wake = std::min(wake, kill_deadline);
-    if (options_.on_tick) wake = std::min(wake, next_tick);
+    if (options_.on_tick || options_.check_health) wake = std::min(wake, next_tick);
     int timeout = static_cast<int>(
         std::max<int64_t>(0, std::chrono::duration_cast<Ms>(wake - now).count()) + 1);
     if (overlapping()) timeout = std::min<int>(timeout, kExitingPoll.count());
@@ -348,9 +348,21 @@ GangResult Gang::Run(std::vector<GangMember> members) {
       }
       begin_stop(SIGKILL);
     }
-    if (options_.on_tick && now >= next_tick) {
+    if ((options_.on_tick || options_.check_health) && now >= next_tick) {
       next_tick = now + options_.tick_interval;
-      options_.on_tick();
+      if (options_.on_tick) options_.on_tick();
+      if (options_.check_health && !stopping) {
+        std::vector<std::pair<int, pid_t>> up;
+        for (auto& r : running) {
+          if (!r.exited) up.emplace_back(r.member->rank, r.pid);
+        }
+        if (std::optional<RankFailure> f = options_.check_health(up); f && !result.failure) {
+          result.outcome = GangOutcome::kFailed;
+          result.failure = std::move(f);
+          WriteAll(options_.error_fd, "[spawnpoint] " + result.failure->Line() + "\n");
+          begin_stop(SIGTERM);
+        }
+      }
     }
     if (now >= next_status) {
       next_status = now + options_.status_interval;

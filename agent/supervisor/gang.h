@@ -51,6 +51,11 @@ struct GangOptions {
   // Called about every tick_interval while the gang runs (deferred worker respawns).
   std::function<void()> on_tick;
   std::chrono::milliseconds tick_interval{200};
+  // Called about every tick_interval while no member has failed, with each running
+  // member's rank and pid: a failure it returns stops the gang as a member's exit would
+  // (a stalled rank, agent/run/stall_monitor.h).
+  std::function<std::optional<RankFailure>(const std::vector<std::pair<int, pid_t>>& ranks)>
+      check_health;
   // Called on the first failure before it is reported: a member that is itself an agent
   // fills in the rank that failed under it, with that rank's exit code and cause.
   std::function<void(RankFailure& failure)> refine_failure;

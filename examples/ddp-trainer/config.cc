@@ -118,6 +118,8 @@ flags:
   --fail-exit-code C    exit code for --fail-at-step (default 1)
   --fail-signal S       signal number to raise for --fail-at-step instead of exiting
   --fail-rank R         the rank that fails (default 0)
+  --hang-at-step N      stall injection: at the start of global step N --fail-rank sleeps
+                        forever in HangForever() (only when TORCHELASTIC_RESTART_COUNT is 0)
   --timing              print "timing rank=R event=E unix_ns=T" lines (start, pg_ready,
                         first_allreduce, end, and fail just before --fail-at-step fires)
   --help                this text
@@ -161,7 +163,7 @@ StatusOr<Flags> ParseFlags(const std::vector<std::string>& args) {
                                           "--timeout-seconds", "--fail-at-step",
                                           "--fail-exit-code",  "--fail-signal",
                                           "--fail-rank",       "--data",
-                                          "--decode-passes"};
+                                          "--decode-passes",   "--hang-at-step"};
     bool known = false;
     for (const char* k : kValued) known = known || name == k;
     if (!known) return InvalidArgument("unknown flag " + name + " (see --help)");
@@ -191,6 +193,9 @@ StatusOr<Flags> ParseFlags(const std::vector<std::string>& args) {
     } else if (name == "--fail-at-step") {
       SP_RETURN_IF_ERROR(
           IntFlag(name, v, 0, std::numeric_limits<std::int64_t>::max(), &f.fail_at_step));
+    } else if (name == "--hang-at-step") {
+      SP_RETURN_IF_ERROR(
+          IntFlag(name, v, 0, std::numeric_limits<std::int64_t>::max(), &f.hang_at_step));
     } else if (name == "--fail-exit-code") {
       // 0 would make a "failure" indistinguishable from success.
       SP_RETURN_IF_ERROR(IntFlagAs(name, v, 1, 255, &f.fail_exit_code));

@@ -26,6 +26,9 @@ struct Flags {
   int fail_exit_code = 1;
   int fail_signal = 0;
   int fail_rank = 0;
+  // Stall injection for hang detection tests: at this step --fail-rank sleeps forever
+  // (first attempt only); -1 = never.
+  std::int64_t hang_at_step = -1;
   bool timing = false;
   bool help = false;
   // Where batches come from: "loader" (spawnpoint's loader: spawned workers when the agent

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "agent/loader/torch/torch_batch.h"
+#include "agent/progress/step.h"
 #include "examples/ddp-trainer/config.h"
 #include "examples/ddp-trainer/dataset.h"
 #include "examples/ddp-trainer/net.h"
@@ -165,6 +166,18 @@ std::shared_ptr<gloo::transport::Device> MakeGlooDevice(const RankEnv& env) {
 
 void PrintTiming(const Flags& flags, const RankEnv& env, const char* event, long long ns) {
   if (flags.timing) std::printf("timing rank=%d event=%s unix_ns=%lld\n", env.rank, event, ns);
+}
+
+// The rank stops making steps, as one does whose filesystem stopped answering. Its name is
+// what the agent's stall report should show.
+[[noreturn]] __attribute__((noinline)) void HangForever(const RankEnv& env, int64_t step) {
+  std::fprintf(stderr, "%s: rank %d: hanging at step %lld (--hang-at-step)\n", kProg, env.rank,
+               static_cast<long long>(step));
+  std::fflush(stderr);
+  for (;;) {
+    struct timespec forever = {3600, 0};
+    nanosleep(&forever, nullptr);
+  }
 }
 
 [[noreturn]] void InjectFailure(const Flags& flags, const RankEnv& env, int64_t step) {
@@ -319,6 +332,9 @@ int Train(const Flags& flags, const RankEnv& env) {
       if (step == flags.fail_at_step && env.rank == flags.fail_rank && env.restart_count == 0) {
         InjectFailure(flags, env, step);
       }
+      if (step == flags.hang_at_step && env.rank == flags.fail_rank && env.restart_count == 0) {
+        HangForever(env, step);
+      }
       torch::Tensor xb, yb;
       if (batches) {
         auto next = batches->Next();
@@ -345,6 +361,7 @@ int Train(const Flags& flags, const RankEnv& env) {
         first_allreduce = false;
       }
       optimizer.step();
+      spawnpoint::Step();  // the agent counts this rank's steps (stall and straggler reports)
       loss_sum += loss.item<double>();
     }
     last_epoch_loss = loss_sum / flags.steps_per_epoch;

@@ -1,0 +1,120 @@
+// Stalled ranks on real trainers (issue 13): the libtorch example trainer and a Python DDP
+// script, 2 ranks on gloo, rank 1 sleeping forever at a step while rank 0 waits for it in
+// allreduce. The agent must name rank 1 (not its waiting peer) with the blocking function,
+// and act as stallPolicy.action says. Detection time is printed against gloo's default
+// collective timeout (1,800 s), never asserted.
+#include <regex>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/test_process.h"
+
+namespace spawnpoint::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr std::chrono::milliseconds kTimeout{120'000};
+
+struct Trainer {
+  const char* name;
+  std::string command;   // YAML flow list
+  std::string args;      // YAML flow list
+  std::string function;  // what the stalled rank's stack must show
+};
+
+Trainer Cpp() {
+  return {"libtorch", "[\"" TRAINER_BIN "\"]",
+          "[--epochs, '1', --steps-per-epoch, '40', --hang-at-step, '5', --fail-rank, '1', "
+          "--data, memory]",
+          "HangForever"};
+}
+
+Trainer Python() {
+  return {"python", "[/usr/bin/python3, \"" HANG_DDP_PY "\"]", "['3', '40']",
+          "blocked_here (hang_ddp.py:"};
+}
+
+std::string Job(const Trainer& t, const std::string& action, int max_restarts) {
+  return "apiVersion: spawnpoint.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: stall}\n"
+         "spec:\n  procsPerNode: 2\n  backend: gloo\n  shmSize: 256Mi\n"
+         "  loader: {workersPerRank: 0}\n"
+         "  restartPolicy: {maxRestarts: " +
+         std::to_string(max_restarts) +
+         ", backoffSeconds: 0}\n"
+         "  stallPolicy: {timeoutSeconds: 5, action: " +
+         action +
+         "}\n"
+         "  template:\n    spec:\n      containers:\n      - name: trainer\n        image: x\n"
+         "        command: " +
+         t.command + "\n        args: " + t.args + "\n";
+}
+
+class StallTest : public ::testing::TestWithParam<Trainer> {
+ protected:
+  std::unique_ptr<TestProcess> Start(const std::string& action, int max_restarts) {
+    WriteFile(dir_.File("job.yaml"), Job(GetParam(), action, max_restarts));
+    return std::make_unique<TestProcess>(std::vector<std::string>{
+        AGENT_BIN, "run", "-f", dir_.File("job.yaml"), "--master-port", "0", "--termination-log",
+        dir_.File("termination-log"), "--grace-period", "5"});
+  }
+  TempDir dir_;
+};
+
+// The culprit's line, and the detection time against gloo's default timeout.
+void ExpectCulpritNamed(const std::string& err, const Trainer& t) {
+  std::smatch m;
+  std::regex line(R"(stalled: rank 1 \(pod [^)]*\) made no step for ([0-9.]+) s; median step )"
+                  R"([0-9.e-]+ s; top frame: ([^\n]*))");
+  ASSERT_TRUE(std::regex_search(err, m, line)) << err;
+  EXPECT_THAT(m[2].str(), HasSubstr(t.function.substr(0, t.function.find(' '))));
+  EXPECT_THAT(err, HasSubstr(t.function));
+  EXPECT_THAT(err, HasSubstr("rank 0 waits on it"));
+  EXPECT_THAT(err, Not(HasSubstr("stalled: rank 0")));
+  const double seconds = std::stod(m[1]);
+  std::printf(
+      "%s trainer: stalled rank named after %.1f s of silence (timeoutSeconds 5); "
+      "gloo's default collective timeout 1800 s: %.0fx sooner\n",
+      t.name, seconds, 1800 / seconds);
+}
+
+TEST_P(StallTest, ReportNamesTheStalledRankAndItsBlockingFunctionNotItsPeer) {
+  auto agent = Start("Report", 0);
+  ASSERT_TRUE(
+      WaitUntil([&] { return agent->Stderr().find("waits on it") != std::string::npos; }, kTimeout))
+      << agent->Stderr();
+  ExpectCulpritNamed(agent->Stderr(), GetParam());
+  kill(agent->pid(), SIGTERM);  // Report leaves the job running: stop it
+  EXPECT_EQ(agent->Wait(kTimeout), 128 + SIGTERM) << agent->Stderr();
+}
+
+TEST_P(StallTest, RestartBringsTheJobToSuccess) {
+  auto agent = Start("Restart", 1);
+  ASSERT_EQ(agent->Wait(kTimeout), 0) << agent->Stderr();
+  ExpectCulpritNamed(agent->Stderr(), GetParam());
+  EXPECT_THAT(agent->Stderr(), HasSubstr("reason Stalled"));
+  EXPECT_THAT(agent->Stderr(), HasSubstr("restart 1 of 1 now"));
+  EXPECT_THAT(agent->Stderr(), HasSubstr("all ranks succeeded, restarts 1"));
+}
+
+TEST_P(StallTest, FailEndsTheJobWithTheStackInTheTerminationLog) {
+  auto agent = Start("Fail", 3);
+  ASSERT_EQ(agent->Wait(kTimeout), 1) << agent->Stderr();
+  ExpectCulpritNamed(agent->Stderr(), GetParam());
+  EXPECT_THAT(agent->Stderr(), HasSubstr("not restarted: stallPolicy.action is Fail"));
+  auto log = nlohmann::json::parse(ReadFile(dir_.File("termination-log")));
+  EXPECT_EQ(log["reason"], "Stalled");
+  EXPECT_EQ(log["rank"], 1);
+  EXPECT_THAT(log["stack"].get<std::string>(),
+              HasSubstr(GetParam().function.substr(0, GetParam().function.find(' '))));
+}
+
+INSTANTIATE_TEST_SUITE_P(Trainers, StallTest, ::testing::Values(Cpp(), Python()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace spawnpoint::testing
