@@ -33,13 +33,34 @@ std::string FirstLines(const std::string& text, size_t n) {
 
 }  // namespace
 
+nlohmann::json StallJson(const std::string& pod, const StalledRank& stalled,
+                         double median_step_seconds, const RankStack& stack,
+                         const std::string& message, const std::vector<int>& waiting) {
+  return {{"rank", stalled.rank},
+          {"pod", pod},
+          {"silentSeconds", stalled.silent_ns / 1e9},
+          {"medianStepSeconds", median_step_seconds},
+          {"beforeFirstStep", stalled.before_first_step},
+          {"topFrame", stack.top_frame},
+          {"stackSource", stack.source},
+          {"message", message},
+          {"waiting", waiting}};
+}
+
 StallMonitor::StallMonitor(Options options) : options_(std::move(options)) {}
+
+void StallMonitor::ClearStall() {
+  if (!stall_) return;
+  stall_.reset();
+  if (options_.on_stall) options_.on_stall(nullptr);
+}
 
 int StallMonitor::StackSignal() { return SIGRTMIN + 6; }
 
 Status StallMonitor::Prepare(std::vector<GangMember>& members) {
   ranks_.clear();
   watch_ = std::make_unique<StallWatch>(options_.policy);
+  ClearStall();
   for (GangMember& m : members) {
     Rank r;
     r.rank = m.rank;
@@ -82,6 +103,12 @@ std::optional<RankFailure> StallMonitor::Check(const std::vector<std::pair<int, 
     progress.push_back({r.rank, *snapshot, r.started_ns});
   }
   std::vector<StalledRank> stalled = watch_->Check(progress, now);
+  if (options_.on_progress) options_.on_progress(progress, watch_->MedianStepSeconds(), now);
+  if (stall_) {
+    for (const RankProgress& p : progress) {
+      if (p.rank == stall_->first && p.snapshot.steps != stall_->second) ClearStall();
+    }
+  }
   if (stalled.empty()) return std::nullopt;
 
   // When one rank hangs its peers soon wait for it in a collective and fall silent too:
@@ -141,6 +168,12 @@ std::optional<RankFailure> StallMonitor::Check(const std::vector<std::pair<int, 
                  (stacks[i].source.empty() ? "none" : stacks[i].source) + "):\n" +
                  FirstLines(stacks[i].text, kStackLinesShown));
   }
+  if (options_.on_stall) {
+    const size_t first = culprits.front();
+    options_.on_stall(StallJson(options_.pod, stalled[first], watch_->MedianStepSeconds(),
+                                stacks[first], Describe(stalled[first], stacks[first]), waiting));
+  }
+  stall_ = {stalled[culprits.front()].rank, stalled[culprits.front()].steps};
   if (!waiting.empty()) {
     std::string ranks;
     for (int r : waiting) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);

@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "agent/process/spawner.h"
 #include "agent/progress/progress_file.h"
 #include "agent/run/rank_stacks.h"
@@ -36,6 +38,14 @@ class StallMonitor {
     std::string dir;                              // records and stack files; must exist
     ProcessSpawner* spawner = nullptr;            // runs gdb
     std::function<void(const std::string&)> say;  // one line of the agent's log
+    // Every Check: each rank's record as read, the job's median step, and CLOCK_MONOTONIC
+    // now (for the status document and the metrics). May be empty.
+    std::function<void(const std::vector<RankProgress>& ranks, double median_step_seconds,
+                       int64_t now_ns)>
+        on_progress;
+    // A stall named (StallJson), and null once its culprit steps again or a new attempt
+    // starts. May be empty.
+    std::function<void(const nlohmann::json& stall)> on_stall;
   };
   explicit StallMonitor(Options options);
 
@@ -62,10 +72,19 @@ class StallMonitor {
   };
 
   std::string Describe(const StalledRank& s, const RankStack& stack) const;
+  void ClearStall();
 
   Options options_;
   std::vector<Rank> ranks_;
   std::unique_ptr<StallWatch> watch_;
+  // The named stall, until its culprit steps again: its rank and step count then.
+  std::optional<std::pair<int, uint64_t>> stall_;
 };
+
+// The status document's "stall": {"rank", "pod", "silentSeconds", "medianStepSeconds",
+// "beforeFirstStep", "topFrame", "stackSource", "message", "waiting": [ranks]}.
+nlohmann::json StallJson(const std::string& pod, const StalledRank& stalled,
+                         double median_step_seconds, const RankStack& stack,
+                         const std::string& message, const std::vector<int>& waiting);
 
 }  // namespace spawnpoint::agent
