@@ -76,14 +76,23 @@ Status NodeAgent::Plan() {
   std::string run_dir = (std::filesystem::temp_directory_path() / "spawnpoint-run-XXXXXX").string();
   if (mkdtemp(run_dir.data()) == nullptr) return Internal("mkdtemp " + run_dir + " failed");
   run_dir_ = run_dir;
-  stall_ = std::make_unique<StallMonitor>(
-      StallMonitor::Options{.job = node_.job.name,
-                            .pod = HostName(),
-                            .node_rank = node_rank_,
-                            .policy = node_.job.spec.stall_policy,
-                            .dir = run_dir_,
-                            .spawner = spawner_,
-                            .say = [](const std::string& line) { Say(line); }});
+  stall_ = std::make_unique<StallMonitor>(StallMonitor::Options{
+      .job = node_.job.name,
+      .pod = HostName(),
+      .node_rank = node_rank_,
+      .policy = node_.job.spec.stall_policy,
+      .dir = run_dir_,
+      .spawner = spawner_,
+      .say = [](const std::string& line) { Say(line); },
+      // status_ is made later (StartPools): looked up at each call.
+      .on_progress =
+          [this](const std::vector<RankProgress>& ranks, double median, int64_t now_ns) {
+            if (status_) status_->OnProgress(ranks, median, now_ns);
+          },
+      .on_stall =
+          [this](const nlohmann::json& stall) {
+            if (status_) status_->OnStall(stall);
+          }});
   overlap_teardown_ = owns_gang_ && IsLoopbackAddress(plan_->master_addr) &&
                       std::all_of(plan_->ranks.begin(), plan_->ranks.end(),
                                   [](const RankPlan& r) { return r.devices.visible.empty(); });

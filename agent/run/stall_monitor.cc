@@ -147,6 +147,18 @@ std::optional<RankFailure> StallMonitor::Check(const std::vector<std::pair<int, 
   for (size_t i = 0; i < stalled.size(); ++i) {
     if (!stacks[i].in_collective) culprits.push_back(i);
   }
+  if (culprits.empty() && options_.nodes > 1) {
+    // Every silent rank here waits on the others: the one they wait for is on another
+    // node, whose agent names it (and acts).
+    std::string ranks;
+    for (const StalledRank& st : stalled) {
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(st.rank);
+    }
+    options_.say(options_.job + ": " + (stalled.size() == 1 ? "rank " : "ranks ") + ranks +
+                 " made no step for " + Seconds(stalled.front().silent_ns / 1e9) +
+                 ", waiting in a collective: the stalled rank is on another node");
+    return std::nullopt;
+  }
   if (culprits.empty() || culprits.size() == stalled.size()) {
     uint64_t fewest = stalled.front().steps;
     for (const StalledRank& s : stalled) fewest = std::min(fewest, s.steps);

@@ -34,6 +34,8 @@ class StallMonitor {
     std::string job;
     std::string pod;  // this node's pod (its hostname), for the report
     int node_rank = 0;
+    int nodes = 1;  // the job's; with more, a node whose silent ranks all wait in a
+                    // collective leaves the naming (and the action) to the culprit's node
     api::StallPolicy policy;
     std::string dir;                              // records and stack files; must exist
     ProcessSpawner* spawner = nullptr;            // runs gdb
