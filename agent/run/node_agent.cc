@@ -80,6 +80,7 @@ Status NodeAgent::Plan() {
       .job = node_.job.name,
       .pod = HostName(),
       .node_rank = node_rank_,
+      .nodes = nnodes_,
       .policy = node_.job.spec.stall_policy,
       .dir = run_dir_,
       .spawner = spawner_,

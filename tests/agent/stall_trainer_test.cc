@@ -1,8 +1,9 @@
 // Stalled ranks on real trainers (issue 13): the libtorch example trainer and a Python DDP
 // script, 2 ranks on gloo, rank 1 sleeping forever at a step while rank 0 waits for it in
 // allreduce. The agent must name rank 1 (not its waiting peer) with the blocking function,
-// and act as stallPolicy.action says. Detection time is printed against gloo's default
-// collective timeout (1,800 s), never asserted.
+// and act as stallPolicy.action says, and its status document (--status-file) must show the
+// stall and every rank's steps. Detection time is printed against gloo's default collective
+// timeout (1,800 s), never asserted.
 #include <regex>
 
 #include <gmock/gmock.h>
@@ -58,9 +59,10 @@ class StallTest : public ::testing::TestWithParam<Trainer> {
  protected:
   std::unique_ptr<TestProcess> Start(const std::string& action, int max_restarts) {
     WriteFile(dir_.File("job.yaml"), Job(GetParam(), action, max_restarts));
-    return std::make_unique<TestProcess>(std::vector<std::string>{
-        AGENT_BIN, "run", "-f", dir_.File("job.yaml"), "--master-port", "0", "--termination-log",
-        dir_.File("termination-log"), "--grace-period", "5"});
+    return std::make_unique<TestProcess>(
+        std::vector<std::string>{AGENT_BIN, "run", "-f", dir_.File("job.yaml"), "--master-port",
+                                 "0", "--termination-log", dir_.File("termination-log"),
+                                 "--grace-period", "5", "--status-file", dir_.File("status.json")});
   }
   TempDir dir_;
 };
@@ -88,6 +90,25 @@ TEST_P(StallTest, ReportNamesTheStalledRankAndItsBlockingFunctionNotItsPeer) {
       WaitUntil([&] { return agent->Stderr().find("waits on it") != std::string::npos; }, kTimeout))
       << agent->Stderr();
   ExpectCulpritNamed(agent->Stderr(), GetParam());
+  // The status document names the stall (what the operator reads) and both ranks' steps.
+  nlohmann::json status;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        status = nlohmann::json::parse(ReadFile(dir_.File("status.json")), nullptr, false);
+        return status.is_object() && status["stall"].is_object();
+      },
+      kTimeout))
+      << status.dump();
+  EXPECT_EQ(status["stall"]["rank"], 1) << status.dump();
+  EXPECT_EQ(status["stall"]["waiting"], nlohmann::json::array({0})) << status.dump();
+  ASSERT_EQ(status["progress"].size(), 2u) << status.dump();
+  EXPECT_EQ(status["progress"][1]["rank"], 1);
+  EXPECT_EQ(status["progress"][1]["stalled"], true) << status.dump();
+  EXPECT_EQ(status["progress"][0]["stalled"], false) << status.dump();
+  for (const auto& rank : status["progress"]) {
+    EXPECT_GT(rank["steps"].get<uint64_t>(), 0u) << status.dump();
+  }
+  EXPECT_TRUE(status["medianStepSeconds"].is_number()) << status.dump();
   kill(agent->pid(), SIGTERM);  // Report leaves the job running: stop it
   EXPECT_EQ(agent->Wait(kTimeout), 128 + SIGTERM) << agent->Stderr();
 }
@@ -111,6 +132,48 @@ TEST_P(StallTest, FailEndsTheJobWithTheStackInTheTerminationLog) {
   EXPECT_EQ(log["rank"], 1);
   EXPECT_THAT(log["stack"].get<std::string>(),
               HasSubstr(GetParam().function.substr(0, GetParam().function.find(' '))));
+}
+
+// Two local nodes of one rank: node 0's rank waits in allreduce for node 1's, which hangs.
+std::string TwoNodeJob(const std::string& action) {
+  std::string job = Job(Cpp(), action, 1);
+  return job.replace(job.find("procsPerNode: 2"), 15, "nodes: 2\n  procsPerNode: 1");
+}
+
+// Node 0's agent says its rank waits and leaves the naming to node 1's, which names rank 1.
+TEST(StallAcrossNodesTest, TheCulpritsNodeNamesItAndTheOtherSaysItWaits) {
+  TempDir dir;
+  WriteFile(dir.File("job.yaml"), TwoNodeJob("Report"));
+  TestProcess agent(
+      {AGENT_BIN, "run", "-f", dir.File("job.yaml"), "--master-port", "0", "--grace-period", "5"});
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const std::string err = agent.Stderr();
+        return err.find("the stalled rank is on another node") != std::string::npos &&
+               err.find("stalled: rank 1 (pod ") != std::string::npos;
+      },
+      kTimeout))
+      << agent.Stderr();
+  EXPECT_THAT(agent.Stderr(), HasSubstr("HangForever"));
+  EXPECT_THAT(agent.Stderr(), HasSubstr("rank 0 made no step for"));
+  EXPECT_THAT(agent.Stderr(), Not(HasSubstr("stalled: rank 0")));
+  kill(agent.pid(), SIGTERM);
+  EXPECT_EQ(agent.Wait(kTimeout), 128 + SIGTERM) << agent.Stderr();
+}
+
+// Restart: the culprit's node agent fails with cause Stalled (retryable), and the agent
+// that runs the nodes restarts them all.
+TEST(StallAcrossNodesTest, RestartRestartsEveryNode) {
+  TempDir dir;
+  WriteFile(dir.File("job.yaml"), TwoNodeJob("Restart"));
+  TestProcess agent(
+      {AGENT_BIN, "run", "-f", dir.File("job.yaml"), "--master-port", "0", "--grace-period", "5"});
+  ASSERT_EQ(agent.Wait(kTimeout), 0) << agent.Stderr();
+  EXPECT_THAT(agent.Stderr(), HasSubstr("stalled: rank 1 (pod "));
+  EXPECT_THAT(agent.Stderr(), Not(HasSubstr("stalled: rank 0")));
+  EXPECT_THAT(agent.Stderr(), HasSubstr("restart 1 of 1 now; after: rank 1"));
+  EXPECT_THAT(agent.Stderr(), HasSubstr("reason Stalled"));
+  EXPECT_THAT(agent.Stderr(), HasSubstr("all nodes succeeded, restarts 1"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Trainers, StallTest, ::testing::Values(Cpp(), Python()),

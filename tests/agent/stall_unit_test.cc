@@ -197,6 +197,16 @@ TEST(RankStacksTest, NativeFramesFromEuStackAndGdb) {
       "1000l> >) () from /lib/x86_64-linux-gnu/libtorch_cpu.so.1.13\n"
       "#6  0x000055a1b24b4cd8 in spawnpoint::trainer::(anonymous namespace)::AverageGradients "
       "(pg=...) at /work/examples/ddp-trainer/trainer.cc:114\n";
+  const std::string eu_waiting =
+      "TID 19265:\n"
+      "#0  0x00007f1 __futex_abstimed_wait_common\n"
+      "#1  0x00007f2 pthread_cond_wait@@GLIBC_2.3.2\n"
+      "#2  0x00007f3 c10d::Work::wait(std::chrono::duration<long, std::ratio<1l, 1000l> >)\n"
+      "#3  0x00005a4 spawnpoint::trainer::(anonymous namespace)::AverageGradients(int)\n";
+  RankStack e = ParseNativeBacktrace(eu_waiting, "eu-stack");
+  EXPECT_TRUE(e.in_collective) << e.text;
+  EXPECT_EQ(e.top_frame, "c10d::Work::wait");
+
   RankStack w = ParseNativeBacktrace(gdb, "gdb");
   EXPECT_TRUE(w.in_collective);
   EXPECT_EQ(w.top_frame, "c10d::Work::wait");
