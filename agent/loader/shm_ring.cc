@@ -65,6 +65,25 @@ Status Reserve(int fd, const std::string& dir, size_t slots, size_t slot_bytes, 
 
 }  // namespace
 
+StatusOr<std::shared_ptr<ShmRing>> ShmRing::MapRing(int fd, const std::string& dir, size_t slots,
+                                                    size_t slot_bytes) {
+  const uint64_t need = static_cast<uint64_t>(slots) * slot_bytes;
+  void* base = mmap(nullptr, need, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    const int e = errno;
+    close(fd);
+    return FailedPrecondition("shared memory: mmap of " + FormatBytes(need) + " from " + dir +
+                              ": " + strerror(e));
+  }
+  auto ring = std::shared_ptr<ShmRing>(new ShmRing());
+  ring->dir_ = dir;
+  ring->fd_ = fd;
+  ring->base_ = static_cast<std::byte*>(base);
+  ring->slots_ = slots;
+  ring->slot_bytes_ = slot_bytes;
+  return ring;
+}
+
 StatusOr<std::shared_ptr<ShmRing>> ShmRing::Create(const std::string& dir, size_t slots,
                                                    size_t slot_bytes, size_t reserve_slots) {
   if (slots == 0 || slot_bytes == 0) return InvalidArgument("shared-memory ring: empty ring");
@@ -113,21 +132,8 @@ StatusOr<std::shared_ptr<ShmRing>> ShmRing::Create(const std::string& dir, size_
     close(fd);
     return st;
   }
-  void* base = mmap(nullptr, need, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int mmap_errno = errno;
-  unlink(path.c_str());
-  if (base == MAP_FAILED) {
-    close(fd);
-    return FailedPrecondition("shared memory: mmap of " + FormatBytes(need) + " from " + dir +
-                              ": " + strerror(mmap_errno));
-  }
-  auto ring = std::shared_ptr<ShmRing>(new ShmRing());
-  ring->dir_ = dir;
-  ring->fd_ = fd;
-  ring->base_ = static_cast<std::byte*>(base);
-  ring->slots_ = slots;
-  ring->slot_bytes_ = slot_bytes;
-  return ring;
+  unlink(path.c_str());  // mapped below, or closed: the name is no longer needed
+  return MapRing(fd, dir, slots, slot_bytes);
 }
 
 StatusOr<std::shared_ptr<ShmRing>> ShmRing::Adopt(int fd, const std::string& dir, size_t slots,
@@ -155,20 +161,7 @@ StatusOr<std::shared_ptr<ShmRing>> ShmRing::Adopt(int fd, const std::string& dir
     close(fd);
     return st;
   }
-  void* base = mmap(nullptr, need, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    const int e = errno;
-    close(fd);
-    return FailedPrecondition("shared memory: mmap of " + FormatBytes(need) + " from " + dir +
-                              ": " + strerror(e));
-  }
-  auto ring = std::shared_ptr<ShmRing>(new ShmRing());
-  ring->dir_ = dir;
-  ring->fd_ = fd;
-  ring->base_ = static_cast<std::byte*>(base);
-  ring->slots_ = slots;
-  ring->slot_bytes_ = slot_bytes;
-  return ring;
+  return MapRing(fd, dir, slots, slot_bytes);
 }
 
 StatusOr<int> ShmRing::CreateUnlinkedFile(const std::string& dir, size_t bytes) {

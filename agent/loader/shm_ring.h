@@ -61,6 +61,10 @@ class ShmRing {
   Status ReserveSlot(size_t i) const;
 
  private:
+  // Maps `fd` (sized slots x slot_bytes) shared and makes the ring own it; closes it on
+  // failure.
+  static StatusOr<std::shared_ptr<ShmRing>> MapRing(int fd, const std::string& dir, size_t slots,
+                                                    size_t slot_bytes);
   ShmRing() = default;
   std::string dir_;
   int fd_ = -1;
