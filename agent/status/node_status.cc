@@ -1,5 +1,6 @@
 #include "agent/status/node_status.h"
 
+#include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <fstream>
@@ -44,6 +45,21 @@ std::string UtcNow() {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
+}
+
+// The document's "stepSource": where the rank's steps are counted; null before its first.
+json StepSourceName(progress::StepSource source) {
+  switch (source) {
+    case progress::StepSource::kOptimizer:
+      return "optimizer";
+    case progress::StepSource::kLoader:
+      return "loader";
+    case progress::StepSource::kExplicit:
+      return "explicit";
+    case progress::StepSource::kNone:
+      break;
+  }
+  return nullptr;
 }
 
 template <typename T>
@@ -134,6 +150,26 @@ NodeStatus::NodeStatus(NodeStatusOptions options)
       {.name = "spawnpoint_agent_gpu_sample_errors_total",
        .help = "GPU readings that failed (the GPU metrics are missing from those scrapes).",
        .labels = node}));
+  rank_steps_ = Must(registry_.AddCounter(
+      {.name = "spawnpoint_rank_steps_total",
+       .help = "Training steps the rank made (optimizer steps, loader batches or explicit "
+               "spawnpoint.step() calls), over every attempt.",
+       .labels = rank}));
+  // 5 ms to ~82 s: steps of a small model on a CPU to those of a large one.
+  rank_step_seconds_ = Must(registry_.AddHistogram(
+      {.name = "spawnpoint_rank_step_seconds",
+       .help = "Duration of the rank's training steps (from the previous step's end).",
+       .labels = rank},
+      metrics::ExponentialBuckets(0.005, 2, 15)));
+  rank_last_step_age_ = Must(registry_.AddGauge(
+      {.name = "spawnpoint_rank_last_step_age_seconds",
+       .help = "Seconds since the rank's last step (since it started, before its first), as "
+               "of the agent's last progress reading.",
+       .labels = rank}));
+  rank_stalled_ = Must(
+      registry_.AddGauge({.name = "spawnpoint_rank_stalled",
+                          .help = "1 while the rank is named as stalled (stallPolicy), else 0.",
+                          .labels = rank}));
   auto* info =
       Must(registry_.AddGauge({.name = "spawnpoint_agent_info",
                                .help = "Always 1; the labels describe the agent.",
@@ -158,6 +194,9 @@ NodeStatus::NodeStatus(NodeStatusOptions options)
     const std::vector<std::string> l = {id.job_namespace, id.job, std::to_string(r.rank)};
     rank_up_->WithLabels(l)->Set(0);
     rank_restarts_->WithLabels(l)->Inc(options_.restart_count);
+    rank_steps_->WithLabels(l);
+    rank_step_seconds_->WithLabels(l);
+    rank_stalled_->WithLabels(l)->Set(0);
   }
   restarts_ = options_.restart_count;
   registry_.AddCollector([this](std::vector<CollectedFamily>* out) { Collect(out); });
@@ -222,6 +261,60 @@ void NodeStatus::OnRankFailure(int rank, const std::string& reason, const json& 
   }
 }
 
+void NodeStatus::OnProgress(const std::vector<RankProgress>& ranks, double median_step_seconds,
+                            int64_t now_ns) {
+  const auto& id = options_.identity;
+  std::vector<RankSteps> next;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const RankProgress& p : ranks) {
+    const progress::ProgressSnapshot& s = p.snapshot;
+    RankSteps r{.rank = p.rank,
+                .steps = s.steps,
+                .last_step_age_seconds = s.steps > 0 ? (now_ns - s.last_step_ns) / 1e9 : 0,
+                .source = s.source,
+                .started_ns = p.started_ns};
+    // The steps since the last tick: all of them in a new attempt's record.
+    uint64_t before = 0;
+    for (const RankSteps& prev : progress_) {
+      if (prev.rank == p.rank && prev.started_ns == p.started_ns && prev.steps <= s.steps) {
+        before = prev.steps;
+      }
+    }
+    const std::vector<std::string> l = {id.job_namespace, id.job, std::to_string(p.rank)};
+    const uint64_t fresh = s.steps - before;
+    if (fresh > 0) {
+      rank_steps_->WithLabels(l)->Inc(static_cast<double>(fresh));
+      // The ring's newest durations are those steps' (at most its 256).
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(fresh, s.recent_us.size()));
+      auto histogram = rank_step_seconds_->WithLabels(l);
+      for (size_t i = s.recent_us.size() - n; i < s.recent_us.size(); ++i) {
+        histogram->Observe(s.recent_us[i] / 1e6);
+      }
+    }
+    rank_last_step_age_->WithLabels(l)->Set(
+        (now_ns - (s.steps > 0 ? s.last_step_ns : p.started_ns)) / 1e9);
+    next.push_back(r);
+  }
+  std::sort(next.begin(), next.end(),
+            [](const RankSteps& a, const RankSteps& b) { return a.rank < b.rank; });
+  progress_ = std::move(next);
+  median_step_seconds_ = median_step_seconds;
+}
+
+void NodeStatus::OnStall(const json& stall) {
+  const auto& id = options_.identity;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stall_ = stall.is_object() ? stall : json(nullptr);
+    const int stalled = stall_.is_object() ? stall_.value("rank", -1) : -1;
+    for (const auto& r : options_.ranks) {
+      rank_stalled_->WithLabels({id.job_namespace, id.job, std::to_string(r.rank)})
+          ->Set(r.rank == stalled ? 1 : 0);
+    }
+  }
+  Publish();
+}
+
 std::string NodeStatus::phase() const {
   std::lock_guard<std::mutex> lock(mu_);
   return phase_name_;
@@ -268,6 +361,18 @@ NodeStatus::Reading NodeStatus::Read() {
   r.members_up = members_up_;
   r.restarts = restarts_;
   r.last_failure = last_failure_;
+  r.median_step_seconds = median_step_seconds_;
+  r.stall = stall_;
+  r.progress = json::array();
+  const int stalled = stall_.is_object() ? stall_.value("rank", -1) : -1;
+  for (const RankSteps& p : progress_) {
+    r.progress.push_back(
+        {{"rank", p.rank},
+         {"steps", p.steps},
+         {"lastStepAgeSeconds", p.steps > 0 ? json(p.last_step_age_seconds) : json(nullptr)},
+         {"stepSource", StepSourceName(p.source)},
+         {"stalled", p.rank == stalled}});
+  }
   for (size_t i = 0; i < r.ranks.size(); ++i) {
     RankReading& rr = r.ranks[i];
     rr.up = up_[i];
@@ -521,6 +626,10 @@ json NodeStatus::Document(const Reading& r) {
       {"samplesPerSecond", sps_n > 0 ? json(sps_sum) : json(nullptr)},
       {"gpus", gpus},
       {"loader", loader},
+      {"progress", r.progress},
+      {"medianStepSeconds",
+       r.median_step_seconds > 0 ? json(r.median_step_seconds) : json(nullptr)},
+      {"stall", r.stall},
       {"elapsedSeconds",
        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()},
       {"updated", UtcNow()},

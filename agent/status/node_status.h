@@ -5,7 +5,8 @@
 //
 // Two kinds of input:
 //  - events from the gang supervision (OnPhase, OnRankFailure): phases, ranks up, restarts,
-//    the last failure;
+//    the last failure; and from the stall monitor (OnProgress, OnStall): every rank's steps
+//    and the named stall;
 //  - readings taken when someone asks (a scrape, Publish()): the GPU backend's Sample(),
 //    every rank's loader statistics file (loader::StatsPath) and every pool's StatusJson().
 //
@@ -35,6 +36,7 @@
 
 #include "agent/devices/gpu_backend.h"
 #include "agent/plan/node_plan.h"
+#include "agent/run/stall_watch.h"
 #include "metrics/registry.h"
 
 namespace spawnpoint::agent {
@@ -104,6 +106,19 @@ class NodeStatus {
   // `failure` (RankFailure::ToJson(): rank, exit code, signal, cause) becomes the
   // document's lastFailure from the next document on; null keeps the previous one.
   void OnRankFailure(int rank, const std::string& reason, const nlohmann::json& failure = nullptr);
+  // The ranks' progress records as the stall monitor read them at a gang tick
+  // (StallMonitor::Options::on_progress): `median_step_seconds` is the job's on this node (0:
+  // no step yet), `now_ns` the CLOCK_MONOTONIC time of the reading. Counts the new steps and
+  // observes their durations (from each record's recent durations) into the step metrics,
+  // sets the last step's age, and keeps the figures for the next document's "progress" and
+  // "medianStepSeconds". A record whose started_ns changed is a new attempt's: its steps
+  // count from zero again. Does not publish (ticks are frequent).
+  void OnProgress(const std::vector<RankProgress>& ranks, double median_step_seconds,
+                  int64_t now_ns);
+  // The named stall (StallJson: rank, pod, silentSeconds, ...), or null once it is cleared
+  // (StallMonitor::Options::on_stall): the document's "stall" and its rank's "stalled", and
+  // spawnpoint_rank_stalled. Then publishes.
+  void OnStall(const nlohmann::json& stall);
 
   std::string phase() const;
   // Takes a reading and publishes the next document (see above): its text, as /status
@@ -148,6 +163,17 @@ class NodeStatus {
     int members_up = 0;
     int restarts = 0;
     nlohmann::json last_failure;
+    nlohmann::json progress;  // the document's "progress" (an array)
+    double median_step_seconds = 0;
+    nlohmann::json stall;
+  };
+  // One rank's progress as of the last tick.
+  struct RankSteps {
+    int rank = 0;
+    uint64_t steps = 0;
+    double last_step_age_seconds = 0;  // not known before the rank's first step
+    progress::StepSource source = progress::StepSource::kNone;
+    int64_t started_ns = 0;  // which attempt's record
   };
 
   Reading Read();  // takes mu_
@@ -169,6 +195,10 @@ class NodeStatus {
   metrics::Family<metrics::Counter>* restarts_total_ = nullptr;
   metrics::Family<metrics::Gauge>* phase_ = nullptr;
   metrics::Family<metrics::Counter>* gpu_errors_ = nullptr;
+  metrics::Family<metrics::Counter>* rank_steps_ = nullptr;
+  metrics::Family<metrics::Histogram>* rank_step_seconds_ = nullptr;
+  metrics::Family<metrics::Gauge>* rank_last_step_age_ = nullptr;
+  metrics::Family<metrics::Gauge>* rank_stalled_ = nullptr;
 
   // Publishing: held while a document is made and handed to on_document, so documents
   // go out one at a time and in order. Taken before mu_, never while holding it.
@@ -183,6 +213,9 @@ class NodeStatus {
   int restarts_ = 0;
   nlohmann::json last_failure_;                                 // null until a rank fails
   std::map<std::pair<int, std::string>, Monotonic> monotonic_;  // (rank, field)
+  std::vector<RankSteps> progress_;  // the last tick's, in rank order; empty before it
+  double median_step_seconds_ = 0;   // the last tick's; 0: no step yet
+  nlohmann::json stall_;             // the named stall; null when none
 };
 
 }  // namespace spawnpoint::agent

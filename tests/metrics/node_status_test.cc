@@ -1,6 +1,7 @@
 // NodeStatus in process, on a scripted GPU backend and hand-written loader statistics:
 // labels, units, the DCGM-compatible names, counters that survive a rank's restart, rank
-// up/down from the gang's events, and the /status document's aggregates.
+// up/down from the gang's events, the ranks' steps and the named stall from the stall
+// monitor's readings, and the /status document's aggregates.
 #include "agent/status/node_status.h"
 
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include "agent/loader/contract.h"
 #include "agent/run/report.h"
 #include "agent/status/agent_endpoint.h"
+#include "tests/metrics/agent_harness.h"
 #include "tests/metrics/http_client.h"
 #include "tests/metrics/sample_parser.h"
 #include "tests/support/test_process.h"
@@ -335,6 +337,139 @@ TEST_F(NodeStatusTest, PoolExitsByReasonAreExported) {
   EXPECT_EQ(FindSample(s, "spawnpoint_loader_worker_exits_total", {"rank=\"0\"", "Killed"}), 2);
   EXPECT_EQ(FindSample(s, "spawnpoint_loader_worker_exits_total", {"reason=\"OOMKilled\""}), 1);
   EXPECT_EQ(status.StatusJson()["loader"][0]["pool"]["exitsByReason"]["Killed"], 2);
+}
+
+// One rank's record as the stall monitor reads it: `durations_ms` the ring's newest
+// durations (oldest first), the last step ending at `last_s`, the attempt started at
+// `started_s` (seconds on the monotonic clock).
+RankProgress Record(int rank, uint64_t steps, std::vector<uint32_t> durations_ms, double last_s,
+                    double started_s, progress::StepSource source = progress::StepSource::kLoader) {
+  RankProgress p;
+  p.rank = rank;
+  p.started_ns = static_cast<int64_t>(started_s * 1e9);
+  p.snapshot.steps = steps;
+  p.snapshot.last_step_ns = steps > 0 ? static_cast<int64_t>(last_s * 1e9) : 0;
+  p.snapshot.source = steps > 0 ? source : progress::StepSource::kNone;
+  for (uint32_t ms : durations_ms) p.snapshot.recent_us.push_back(ms * 1000);
+  return p;
+}
+
+constexpr int64_t Ns(double seconds) { return static_cast<int64_t>(seconds * 1e9); }
+
+TEST_F(NodeStatusTest, ProgressIsEmptyAndTheStallNullBeforeTheFirstTick) {
+  NodeStatus status(Options(false));
+  auto j = status.StatusJson();
+  ASSERT_TRUE(j.contains("progress"));
+  EXPECT_TRUE(j["progress"].is_array());
+  EXPECT_TRUE(j["progress"].empty());
+  ASSERT_TRUE(j.contains("medianStepSeconds"));
+  EXPECT_TRUE(j["medianStepSeconds"].is_null());
+  ASSERT_TRUE(j.contains("stall"));
+  EXPECT_TRUE(j["stall"].is_null());
+  auto s = ParseSamples(status.registry().Render());
+  for (const char* rank : {"rank=\"0\"", "rank=\"1\""}) {
+    EXPECT_EQ(FindSample(s, "spawnpoint_rank_stalled", {rank}), 0) << rank;
+    EXPECT_EQ(FindSample(s, "spawnpoint_rank_steps_total", {rank}), 0) << rank;
+    EXPECT_EQ(FindSample(s, "spawnpoint_rank_step_seconds_count", {rank}), 0) << rank;
+  }
+  // The age is not known before the first reading.
+  EXPECT_TRUE(std::isnan(FindSample(s, "spawnpoint_rank_last_step_age_seconds")));
+}
+
+TEST_F(NodeStatusTest, ProgressTicksCountEachStepOnceAndKeepCountingAcrossAttempts) {
+  NodeStatus status(Options(false));
+  // Rank 0 made 3 steps (0.1, 0.2, 0.3 s), the last at 10 s; rank 1 none since it started.
+  status.OnProgress({Record(1, 0, {}, 0, 1), Record(0, 3, {100, 200, 300}, 10, 1)}, 0.2, Ns(10.5));
+  auto j = status.StatusJson();
+  ASSERT_EQ(j["progress"].size(), 2u);
+  EXPECT_EQ(j["progress"][0],
+            nlohmann::json::parse(R"({"rank": 0, "steps": 3, "lastStepAgeSeconds": 0.5,
+                                      "stepSource": "loader", "stalled": false})"));
+  EXPECT_EQ(j["progress"][1]["rank"], 1) << "in rank order";
+  EXPECT_EQ(j["progress"][1]["steps"], 0);
+  EXPECT_TRUE(j["progress"][1]["lastStepAgeSeconds"].is_null()) << "no step yet";
+  EXPECT_TRUE(j["progress"][1]["stepSource"].is_null());
+  EXPECT_DOUBLE_EQ(j["medianStepSeconds"].get<double>(), 0.2);
+  auto s = ParseSamples(status.registry().Render());
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_steps_total", {"rank=\"0\""}), 3);
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_step_seconds_count", {"rank=\"0\""}), 3);
+  EXPECT_DOUBLE_EQ(FindSample(s, "spawnpoint_rank_step_seconds_sum", {"rank=\"0\""}), 0.6);
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_step_seconds_bucket", {"rank=\"0\"", "le=\"+Inf\""}), 3);
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_step_seconds_bucket", {"rank=\"0\"", "le=\"0.01\""}), 0);
+  EXPECT_DOUBLE_EQ(FindSample(s, "spawnpoint_rank_last_step_age_seconds", {"rank=\"0\""}), 0.5);
+  // Before its first step, the age counts from the rank's start.
+  EXPECT_DOUBLE_EQ(FindSample(s, "spawnpoint_rank_last_step_age_seconds", {"rank=\"1\""}), 9.5);
+
+  // The same reading again observes nothing twice; two new steps observe the ring's newest two.
+  status.OnProgress({Record(0, 3, {100, 200, 300}, 10, 1), Record(1, 0, {}, 0, 1)}, 0.2, Ns(11));
+  status.OnProgress({Record(0, 5, {100, 200, 300, 400, 500}, 12, 1), Record(1, 1, {2000}, 12, 1)},
+                    0.3, Ns(12.25));
+  s = ParseSamples(status.registry().Render());
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_steps_total", {"rank=\"0\""}), 5);
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_step_seconds_count", {"rank=\"0\""}), 5);
+  EXPECT_DOUBLE_EQ(FindSample(s, "spawnpoint_rank_step_seconds_sum", {"rank=\"0\""}), 1.5);
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_steps_total", {"rank=\"1\""}), 1);
+  EXPECT_DOUBLE_EQ(FindSample(s, "spawnpoint_rank_step_seconds_sum", {"rank=\"1\""}), 2);
+  EXPECT_DOUBLE_EQ(FindSample(s, "spawnpoint_rank_last_step_age_seconds", {"rank=\"1\""}), 0.25);
+  j = status.StatusJson();
+  EXPECT_EQ(j["progress"][1]["steps"], 1);
+  EXPECT_DOUBLE_EQ(j["progress"][1]["lastStepAgeSeconds"].get<double>(), 0.25);
+
+  // A new attempt's record (another start) counts from zero: its steps add to the counter.
+  status.OnProgress({Record(0, 2, {50, 50}, 21, 20), Record(1, 0, {}, 0, 20)}, 0.05, Ns(21));
+  s = ParseSamples(status.registry().Render());
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_steps_total", {"rank=\"0\""}), 7);
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_step_seconds_count", {"rank=\"0\""}), 7);
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_steps_total", {"rank=\"1\""}), 1);
+  EXPECT_EQ(status.StatusJson()["progress"][0]["steps"], 2) << "the document shows the attempt's";
+
+  // More steps between two ticks than the ring keeps: all counted, the 256 newest observed.
+  status.OnProgress(
+      {Record(0, 1002, std::vector<uint32_t>(256, 10), 30, 20, progress::StepSource::kExplicit)},
+      0.01, Ns(30));
+  s = ParseSamples(status.registry().Render());
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_steps_total", {"rank=\"0\""}), 1007);
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_step_seconds_count", {"rank=\"0\""}), 7 + 256);
+  EXPECT_EQ(status.StatusJson()["progress"][0]["stepSource"], "explicit");
+
+  const std::string text = status.registry().Render();
+  auto promtool = testing::PromtoolCheckMetrics(text);
+  if (!promtool) GTEST_SKIP() << "promtool not installed: scripts/install-deps.sh installs it";
+  EXPECT_EQ(promtool->code, 0) << promtool->output << "\n" << text;
+  EXPECT_EQ(promtool->output, "");
+}
+
+TEST_F(NodeStatusTest, TheNamedStallIsPublishedAndMarksItsRank) {
+  const std::string file = dir_.File("status.json");
+  auto o = Options(false);
+  o.on_document = [file](const std::string& text) {
+    EXPECT_TRUE(WriteStatusFile(file, text).ok());
+  };
+  NodeStatus status(o);
+  status.OnProgress({Record(0, 40, {100}, 10, 1), Record(1, 5, {100}, 2, 1)}, 0.1, Ns(10));
+  // As StallJson makes it.
+  const auto stall = nlohmann::json::parse(R"({"rank": 1, "pod": "resnet-node-0",
+      "silentSeconds": 8.0, "medianStepSeconds": 0.1, "beforeFirstStep": false,
+      "topFrame": "HangForever", "stackSource": "gdb",
+      "message": "rank 1 (pod resnet-node-0) made no step for 8.0 s", "waiting": [0]})");
+  status.OnStall(stall);
+  // Published at once: the status file has it without a tick or a GET.
+  auto j = nlohmann::json::parse(testing::ReadFile(file));
+  EXPECT_EQ(j["stall"], stall);
+  EXPECT_EQ(j["stall"]["rank"], 1);
+  EXPECT_EQ(j["progress"][1]["stalled"], true);
+  EXPECT_EQ(j["progress"][0]["stalled"], false) << "the peer waits on it: not stalled";
+  auto s = ParseSamples(status.registry().Render());
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_stalled", {"rank=\"1\""}), 1);
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_stalled", {"rank=\"0\""}), 0);
+
+  // Cleared (its culprit stepped again, or a new attempt).
+  status.OnStall(nullptr);
+  j = nlohmann::json::parse(testing::ReadFile(file));
+  EXPECT_TRUE(j["stall"].is_null());
+  EXPECT_EQ(j["progress"][1]["stalled"], false);
+  s = ParseSamples(status.registry().Render());
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_stalled", {"rank=\"1\""}), 0);
 }
 
 // Top-level keys, and those of the first loader entry: what must not change across phases.
