@@ -1,6 +1,7 @@
 #include "operator/policy/failure_policy.h"
 
 #include <algorithm>
+#include <optional>
 #include <tuple>
 
 #include "operator/common/object.h"
@@ -62,6 +63,21 @@ const json* FailedContainer(const json& pod, const std::string& trainer) {
   return trainer_status;  // maybe terminated with 0, or still without a state
 }
 
+// At most `limit` bytes of `stack`, cut after a whole line when there is one in the last
+// half, never inside a UTF-8 sequence, and marked as trimmed.
+std::string TrimStack(const std::string& stack, size_t limit) {
+  if (stack.size() <= limit) return stack;
+  static const std::string kTrimmed = "\n... (trimmed)";
+  size_t cut = limit - kTrimmed.size();
+  const size_t line = stack.rfind('\n', cut);
+  if (line != std::string::npos && line >= cut / 2) {
+    cut = line;
+  } else {
+    while (cut > 0 && (static_cast<unsigned char>(stack[cut]) & 0xC0) == 0x80) --cut;
+  }
+  return stack.substr(0, cut) + kTrimmed;
+}
+
 }  // namespace
 
 json PodFailure::ToJson() const {
@@ -69,6 +85,7 @@ json PodFailure::ToJson() const {
             {"exitCode", exit_code}, {"reason", reason}, {"message", message},
             {"retryable", retryable}};
   if (signal > 0) j["signal"] = signal;
+  if (!stack.empty()) j["stack"] = stack;
   return j;
 }
 
@@ -105,6 +122,7 @@ PodFailure ClassifyPodFailure(const json& pod, const std::string& trainer,
 
   // The agent's report names the rank and the cause it saw (cgroup OOM, SIGBUS on /dev/shm).
   json agent = json::parse(termination_message, nullptr, /*allow_exceptions=*/false);
+  std::optional<bool> agent_retryable;
   if (agent.is_object() && agent.contains("exitCode")) {
     f.rank = agent.value("rank", -1);
     if (agent["exitCode"].is_number_integer()) f.exit_code = agent["exitCode"].get<int>();
@@ -113,6 +131,12 @@ PodFailure ClassifyPodFailure(const json& pod, const std::string& trainer,
     }
     f.reason = agent.value("reason", f.reason);
     f.message = agent.value("message", "");
+    if (agent.contains("stack") && agent["stack"].is_string()) {
+      f.stack = TrimStack(agent["stack"].get<std::string>(), kMaxFailureStackBytes);
+    }
+    if (agent.contains("retryable") && agent["retryable"].is_boolean()) {
+      agent_retryable = agent["retryable"].get<bool>();
+    }
   }
   if (f.signal == 0 && f.exit_code > 128 && f.exit_code < 128 + 65) f.signal = f.exit_code - 128;
 
@@ -131,7 +155,8 @@ PodFailure ClassifyPodFailure(const json& pod, const std::string& trainer,
     return f;
   }
   if (f.reason.empty()) f.reason = "Error";
-  f.retryable = f.exit_code != 0 && IsRetryableExitCode(policy, f.exit_code);
+  f.retryable =
+      agent_retryable.value_or(f.exit_code != 0 && IsRetryableExitCode(policy, f.exit_code));
   return f;
 }
 

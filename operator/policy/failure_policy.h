@@ -2,7 +2,9 @@
 // order of trust: the agent's JSON termination message in the trainer container's
 // terminated state (rank, exit code, signal, cause); else the container's own exit code and
 // reason (OOMKilled, Error, StartError); pod-level causes (eviction, preemption, node loss)
-// are infrastructure failures and always retryable. Exit codes are retryable by
+// are infrastructure failures and always retryable. When the agent's message says whether
+// the failure is retryable ("retryable": a rank it stopped for a stall, reason Stalled, under
+// stallPolicy.action Restart or Fail), that wins; otherwise exit codes are retryable by
 // restartPolicy.retryableExitCodes when given, else 128-255 (signals, OOM kills).
 // Pure functions; thread-safe.
 #pragma once
@@ -27,11 +29,17 @@ struct PodFailure {
   std::string message;
   bool retryable = false;
   std::string finished_at;  // the container's finishedAt (RFC 3339), "" if unknown
+  // The agent's "stack" (a stalled rank's stacks), at most kMaxFailureStackBytes; "" if none.
+  std::string stack;
 
   nlohmann::json ToJson() const;
   // "node 1 (pod x-node-1) rank 3 exited 137 (OOMKilled): message"
   std::string Describe() const;
 };
+
+// status.lastFailure.stack keeps at most this much of the agent's stack (its first lines:
+// the top frames).
+inline constexpr size_t kMaxFailureStackBytes = 4096;
 
 using api::IsRetryableExitCode;  // the rule the agent applies too (api/restart_rule.h)
 

@@ -11,8 +11,10 @@ RestartDecision DecideRestart(const PodFailure& failure, const api::RestartPolic
   const api::RestartVerdict verdict = api::JudgeRestart(policy, restarts, failure.retryable);
   if (verdict == api::RestartVerdict::kNotRetryable) {
     d.reason = "NonRetryableFailure";
-    d.message = what + " (exit code " + std::to_string(failure.exit_code) +
-                " is not retryable under the restart policy)";
+    d.message =
+        what + (failure.reason == "Stalled" ? std::string(" (stallPolicy.action is Fail)")
+                                            : " (exit code " + std::to_string(failure.exit_code) +
+                                                  " is not retryable under the restart policy)");
     return d;
   }
   if (verdict == api::RestartVerdict::kMaxRestartsReached) {

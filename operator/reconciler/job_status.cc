@@ -34,6 +34,7 @@ JobStatus JobStatus::FromJson(const json& s) {
   }
   if (s.contains("lastFailure") && s["lastFailure"].is_object()) st.last_failure = s["lastFailure"];
   if (s.contains("utilisation") && s["utilisation"].is_object()) st.utilisation = s["utilisation"];
+  if (s.contains("stall") && s["stall"].is_object()) st.stall = s["stall"];
   return st;
 }
 
@@ -62,6 +63,7 @@ json JobStatus::ToJson() const {
                 {"failed", nodes.failed}};
   if (last_failure.is_object()) s["lastFailure"] = last_failure;
   if (utilisation.is_object()) s["utilisation"] = utilisation;
+  if (stall.is_object()) s["stall"] = stall;
   return s;
 }
 

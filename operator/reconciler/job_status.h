@@ -1,6 +1,6 @@
 // The typed form of TrainingJob.status, which only the operator writes: phase, metav1
 // Conditions (lastTransitionTime moves only when a condition's status flips), counts,
-// lastFailure and utilisation. ToJson(FromJson(x)) drops unknown fields, so comparing the
+// lastFailure, utilisation and stall. ToJson(FromJson(x)) drops unknown fields, so comparing the
 // JSON before and after a reconcile tells whether a status write is needed.
 // A value type; not thread-safe to mutate concurrently.
 #pragma once
@@ -28,6 +28,7 @@ inline constexpr const char* kRestarting = "Restarting";
 inline constexpr const char* kSucceeded = "Succeeded";
 inline constexpr const char* kFailed = "Failed";
 inline constexpr const char* kSuspended = "Suspended";
+inline constexpr const char* kStalled = "Stalled";  // operator/policy/stall_policy.h
 }  // namespace condition
 
 struct Condition {
@@ -58,6 +59,7 @@ struct JobStatus {
   NodeCounts nodes;
   nlohmann::json last_failure;  // object, or null when none
   nlohmann::json utilisation;   // object, or null when never read
+  nlohmann::json stall;         // the stalled rank reported (stall_policy.h), or null
 
   static JobStatus FromJson(const nlohmann::json& status);
   nlohmann::json ToJson() const;

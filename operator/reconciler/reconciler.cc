@@ -11,6 +11,7 @@
 #include "operator/policy/failure_policy.h"
 #include "operator/policy/pending_policy.h"
 #include "operator/policy/restart_policy.h"
+#include "operator/policy/stall_policy.h"
 #include "operator/policy/success_policy.h"
 #include "operator/policy/suspend_policy.h"
 #include "operator/policy/ttl_policy.h"
@@ -134,6 +135,7 @@ ReconcileResult Reconciler::Reconcile(const std::string& ns, const std::string& 
   CreateMissingPods(c);
   PendingStep(c);
   UpdatePhase(c);
+  StallStep(c);
   return Finish(c);
 }
 
@@ -275,6 +277,8 @@ bool Reconciler::FailureStep(Context& c) {
                                    {"reason", first.reason},
                                    {"retryable", first.retryable ? "true" : "false"},
                                    {"decision", decision.restart ? "restart" : "fail"}});
+  ApplyStall(c, DecideStallAfterFailure(c.status.stall, first, decision.restart, c.status.restarts,
+                                        c.now_text));
   if (!decision.restart) {
     Fail(c, decision.reason, decision.message);
     return true;
@@ -406,6 +410,20 @@ void Reconciler::UpdatePhase(Context& c) {
                        " pods of attempt " + attempt + " are running");
 }
 
+// The running attempt's agents report a stalled rank, or no longer do (stall_policy.h).
+void Reconciler::StallStep(Context& c) {
+  if (utilisation_ == nullptr || c.status.phase != phase::kRunning) return;
+  std::optional<StallReading> reading = utilisation_->LatestStall(c.job.namespace_, c.job.name);
+  if (!reading) return;
+  // A reading from before this attempt's gang was running says nothing about it.
+  const Condition* running = c.status.Find(condition::kRunning);
+  std::optional<WallTime> read_at = ParseTime(reading->updated);
+  std::optional<WallTime> running_since =
+      running ? ParseTime(running->last_transition_time) : std::nullopt;
+  if (!read_at || !running_since || *read_at < *running_since) return;
+  ApplyStall(c, DecideStallFromReading(c.status.stall, reading->stall, c.now_text));
+}
+
 ReconcileResult Reconciler::Finish(Context& c) {
   if (c.abandoned) return {.status = c.error};
   // Counts of the current attempt.
@@ -487,6 +505,19 @@ void Reconciler::Fail(Context& c, const std::string& reason, const std::string& 
   c.Event(EventType::kWarning, reason == "DeadlineExceeded" ? "DeadlineExceeded" : "Failed",
           message);
   c.log.Warning("job failed", {{"reason", reason}, {"message", message}});
+}
+
+void Reconciler::ApplyStall(Context& c, const StallUpdate& update) {
+  c.status.stall = update.stall;
+  if (update.stalled && *update.stalled) {
+    c.SetCondition(condition::kStalled, true, update.reason, update.message);
+  } else if (update.stalled) {
+    c.ClearCondition(condition::kStalled, update.reason, update.message);
+  }
+  if (update.event) {
+    c.Event(EventType::kWarning, stall_reason::kRankStalled, update.event_message);
+    c.log.Warning("rank stalled", {{"message", update.event_message}});
+  }
 }
 
 void Reconciler::DeletePod(Context& c, const json& pod, const std::string& why) {

@@ -2,7 +2,8 @@
 // the job, its pods and its service (from the caches), computes what the world should be,
 // runs a flat list of guarded steps that may return early (finished → clean up and TTL;
 // suspend; deadline; service; stale pods; failure → restart or fail; success; restart
-// backoff; create missing pods; pending check; phase), and writes status ONCE at the end,
+// backoff; create missing pods; pending check; phase; stalled ranks), and writes status ONCE
+// at the end,
 // skipped when nothing changed. Every step is idempotent, so a reconcile may be repeated or
 // interrupted at any line and the next one converges to the same state.
 //
@@ -30,11 +31,27 @@
 
 namespace spawnpoint::op {
 
+struct StallUpdate;  // operator/policy/stall_policy.h
+
+// What one round of reading a running job's agents said about stalled ranks.
+struct StallReading {
+  // The culprit's "stall" object from the agents' documents (JobStall), or null when every
+  // agent was read and none reports a stall.
+  nlohmann::json stall;
+  std::string updated;  // when the agents were read (RFC 3339)
+};
+
 // The latest utilisation read from a running job's agents (status.utilisation), by key.
+// Implementations must be thread-safe.
 class UtilisationSource {
  public:
   virtual ~UtilisationSource() = default;
   virtual std::optional<nlohmann::json> Latest(const std::string& ns, const std::string& name) = 0;
+  // The latest reading of stalled ranks; nullopt when the job's agents were not all read
+  // (a source that does not read stalls keeps this default).
+  virtual std::optional<StallReading> LatestStall(const std::string& ns, const std::string& name) {
+    return std::nullopt;
+  }
 };
 
 struct ReconcilerOptions {
@@ -82,12 +99,14 @@ class Reconciler {
   void CreateMissingPods(Context& c);
   void PendingStep(Context& c);
   void UpdatePhase(Context& c);
+  void StallStep(Context& c);
   ReconcileResult Finish(Context& c);
 
   // Before the first create of a reconcile: false if the job is gone (stop here).
   bool ConfirmJobLive(Context& c);
   void Fail(Context& c, const std::string& reason, const std::string& message);
   void DeletePod(Context& c, const nlohmann::json& pod, const std::string& why);
+  void ApplyStall(Context& c, const StallUpdate& update);
 
   Cluster* const cluster_;
   const WallClock* const clock_;

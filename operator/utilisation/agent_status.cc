@@ -1,6 +1,7 @@
 #include "operator/utilisation/agent_status.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "operator/http/http_get.h"
 
@@ -78,6 +79,35 @@ json AggregateUtilisation(const std::vector<PodReading>& readings, const std::st
     out["error"] = errors;
   }
   return out;
+}
+
+std::optional<json> JobStall(const std::vector<PodReading>& readings) {
+  json best;
+  bool all_read = true;
+  auto silent = [](const json& s) {
+    return s.contains("silentSeconds") && s["silentSeconds"].is_number()
+               ? s["silentSeconds"].get<double>()
+               : 0.0;
+  };
+  auto rank = [](const json& s) {
+    return s.contains("rank") && s["rank"].is_number_integer() ? s["rank"].get<int64_t>()
+                                                               : INT64_MAX;
+  };
+  for (const auto& r : readings) {
+    if (!r.status.ok()) {
+      all_read = false;
+      continue;
+    }
+    const json& doc = *r.status;
+    if (!doc.contains("stall") || !doc["stall"].is_object()) continue;
+    const json& stall = doc["stall"];
+    if (best.is_null() || silent(stall) > silent(best) ||
+        (silent(stall) == silent(best) && rank(stall) < rank(best))) {
+      best = stall;
+    }
+  }
+  if (best.is_null() && !all_read) return std::nullopt;
+  return best;
 }
 
 }  // namespace spawnpoint::op

@@ -2,12 +2,15 @@
 // pods' documents into a job's status.utilisation: GPU utilisation (mean over the GPUs
 // that report it, gpus[].utilisation), data stall (mean over the ranks that are up of
 // loader[].stats.dataStall) and samples per second (their sum): the document of the agent's
-// /status endpoint. Pods that cannot be read are named in `error`, never fatal.
+// /status endpoint. Pods that cannot be read are named in `error`, never fatal. The
+// documents' "stall" (a rank that made no step for spec.stallPolicy's timeout) folds into
+// the job's stall (JobStall).
 // AgentStatusReader implementations must be thread-safe; the functions here are pure.
 #pragma once
 
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,5 +44,11 @@ struct PodReading {
 // {gpu?, dataStall?, samplesPerSecond?, pods, error?, updated}.
 nlohmann::json AggregateUtilisation(const std::vector<PodReading>& readings,
                                     const std::string& updated);
+
+// The job's stalled rank from one round of readings: of the documents whose "stall" is an
+// object, the one silent longest (its peers on other nodes fall silent after it, waiting in
+// a collective), then the lowest rank. Null when every pod was read and none reports a
+// stall; nullopt when some pod could not be read and none of the others reports one.
+std::optional<nlohmann::json> JobStall(const std::vector<PodReading>& readings);
 
 }  // namespace spawnpoint::op

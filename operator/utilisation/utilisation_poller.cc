@@ -57,16 +57,26 @@ void UtilisationPoller::PollOnce() {
       readings.push_back({pod, reader_->Read(ip, options_.port)});
     }
     if (readings.empty()) continue;
-    nlohmann::json utilisation = AggregateUtilisation(readings, FormatTime(clock_->Now()));
+    const std::string updated = FormatTime(clock_->Now());
+    nlohmann::json utilisation = AggregateUtilisation(readings, updated);
+    std::optional<nlohmann::json> stall = JobStall(readings);
     {
       std::lock_guard<std::mutex> lock(mu_);
       latest_[key] = std::move(utilisation);
+      if (stall) {
+        latest_stall_[key] = StallReading{std::move(*stall), updated};
+      } else {
+        latest_stall_.erase(key);
+      }
     }
     if (on_read_) on_read_(job.ns, job.name);
   }
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = latest_.begin(); it != latest_.end();) {
     it = live.count(it->first) ? std::next(it) : latest_.erase(it);
+  }
+  for (auto it = latest_stall_.begin(); it != latest_stall_.end();) {
+    it = live.count(it->first) ? std::next(it) : latest_stall_.erase(it);
   }
 }
 
@@ -75,6 +85,14 @@ std::optional<nlohmann::json> UtilisationPoller::Latest(const std::string& ns,
   std::lock_guard<std::mutex> lock(mu_);
   auto it = latest_.find(ns + "/" + name);
   if (it == latest_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<StallReading> UtilisationPoller::LatestStall(const std::string& ns,
+                                                           const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = latest_stall_.find(ns + "/" + name);
+  if (it == latest_stall_.end()) return std::nullopt;
   return it->second;
 }
 

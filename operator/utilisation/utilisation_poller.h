@@ -1,7 +1,7 @@
 // Reads the agents of every running job on an interval and keeps the latest
-// status.utilisation per job for the reconciler (which writes it with the rest of the
-// status, so there is still one status write per reconcile). After each round it asks for
-// the jobs it read to be reconciled. Reads are sequential with a short timeout each;
+// status.utilisation and stall reading (JobStall) per job for the reconciler (which writes it with
+// the rest of the status, so there is still one status write per reconcile). After each round it
+// asks for the jobs it read to be reconciled. Reads are sequential with a short timeout each;
 // failures end up in utilisation.error. Thread-safe.
 #pragma once
 
@@ -47,6 +47,7 @@ class UtilisationPoller : public UtilisationSource {
   void PollOnce();
 
   std::optional<nlohmann::json> Latest(const std::string& ns, const std::string& name) override;
+  std::optional<StallReading> LatestStall(const std::string& ns, const std::string& name) override;
 
  private:
   AgentStatusReader* const reader_;
@@ -59,6 +60,7 @@ class UtilisationPoller : public UtilisationSource {
   std::condition_variable cv_;
   bool stop_ = false;
   std::map<std::string, nlohmann::json> latest_;
+  std::map<std::string, StallReading> latest_stall_;
   std::thread thread_;
 };
 

@@ -274,7 +274,7 @@ class CrdOnRealServerTest(unittest.TestCase):
         self.assertEqual(code, 0, out)
         header, row = out.splitlines()[0].split(), out.splitlines()[1].split()
         self.assertEqual(header, ["NAME", "PHASE", "NODES", "GPUS", "RESTARTS", "GPU-UTIL",
-                                  "DATA-STALL", "AGE"])
+                                  "DATA-STALL", "STALLED", "AGE"])
         self.assertEqual(row[0:2], ["columns", "1"], out)  # no phase yet: the operator sets it
         code, out = kubectl("get", "trainingjobs.spawnpoint.dev", "columns", "-o", "name")
         self.assertEqual((code, out.strip()), (0, "trainingjob.spawnpoint.dev/columns"))

@@ -501,5 +501,172 @@ TEST(ReconcilerUtilisationTest, RunningJobsCarryTheLatestReading) {
   EXPECT_EQ((*cluster.Job("job"))["status"]["utilisation"]["gpu"], 0.93);
 }
 
+// Stalled ranks (issue 13): the agents' readings through a source the test sets.
+class FakeStallSource : public UtilisationSource {
+ public:
+  std::optional<nlohmann::json> Latest(const std::string&, const std::string&) override {
+    return std::nullopt;
+  }
+  std::optional<StallReading> LatestStall(const std::string&, const std::string&) override {
+    return reading;
+  }
+  std::optional<StallReading> reading;
+};
+
+class ReconcilerStallTest : public ReconcilerTest {
+ protected:
+  void SetUp() override {
+    reconciler_ = std::make_unique<Reconciler>(&cluster_, &wall_, ReconcilerOptions{}, &stalls_);
+  }
+  // The agents read now; `stall` null: none reports one.
+  void Read(json stall) {
+    stalls_.reading = StallReading{std::move(stall), FormatTime(wall_.Now())};
+  }
+  int Count(const std::string& reason) {
+    int n = 0;
+    for (const auto& e : cluster_.Events()) n += e.reason == reason;
+    return n;
+  }
+  static json AgentStall(double silent) {
+    return {{"rank", 1},
+            {"pod", "job-node-0"},
+            {"silentSeconds", silent},
+            {"medianStepSeconds", 0.41},
+            {"beforeFirstStep", false},
+            {"topFrame", "all_reduce"},
+            {"stackSource", "eu-stack"},
+            {"message", "rank 1 (pod job-node-0) made no step for " +
+                            std::to_string(static_cast<int>(silent)) +
+                            " s; median step 0.41 s; top frame: all_reduce"},
+            {"waiting", json::array({0})}};
+  }
+  FakeStallSource stalls_;
+};
+
+TEST_F(ReconcilerStallTest, AStalledRankSetsTheConditionAndOneEventUntilItSteps) {
+  StartRunning();
+  clock_.Advance(seconds(30));
+  Read(nullptr);
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_TRUE(Condition("Stalled").is_null()) << "never set while nothing stalled";
+
+  clock_.Advance(seconds(30));
+  Read(AgentStall(312));
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Condition("Stalled")["status"], "True");
+  EXPECT_EQ(Condition("Stalled")["reason"], "RankStalled");
+  EXPECT_EQ(Condition("Stalled")["message"],
+            "rank 1 (pod job-node-0) made no step for 312 s; median step 0.41 s; top frame: "
+            "all_reduce");
+  EXPECT_EQ(Status()["stall"]["rank"], 1);
+  EXPECT_EQ(Status()["stall"]["since"], "2024-05-01T10:01:00Z");
+  EXPECT_EQ(Phase(), "Running") << "Report: the job keeps running";
+  ASSERT_EQ(Count("RankStalled"), 1);
+  EXPECT_EQ(cluster_.Events().back().type, EventType::kWarning);
+  EXPECT_THAT(cluster_.Events().back().message, HasSubstr("rank 1 (pod job-node-0)"));
+
+  // Read again, still stalled: the message follows, no second event.
+  clock_.Advance(seconds(30));
+  Read(AgentStall(342));
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_THAT(Condition("Stalled")["message"].get<std::string>(), HasSubstr("342 s"));
+  EXPECT_EQ(Condition("Stalled")["lastTransitionTime"], "2024-05-01T10:01:00Z");
+  EXPECT_EQ(Count("RankStalled"), 1);
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Count("RankStalled"), 1);
+
+  // It steps again.
+  clock_.Advance(seconds(30));
+  Read(nullptr);
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Condition("Stalled")["status"], "False");
+  EXPECT_EQ(Condition("Stalled")["reason"], "Progressing");
+  EXPECT_FALSE(Status().contains("stall"));
+
+  // And stalls again: a new event.
+  clock_.Advance(seconds(30));
+  Read(AgentStall(6));
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Condition("Stalled")["status"], "True");
+  EXPECT_EQ(Count("RankStalled"), 2);
+}
+
+TEST_F(ReconcilerStallTest, ALostStatusWriteRecordsTheEventWithTheNextOne) {
+  StartRunning();
+  clock_.Advance(seconds(30));
+  Read(AgentStall(40));
+  cluster_.FailNext("update-status", Unavailable("etcd is slow"));
+  EXPECT_FALSE(Reconcile().status.ok());
+  EXPECT_EQ(Count("RankStalled"), 0) << "events follow a written status";
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Count("RankStalled"), 1);
+}
+
+TEST_F(ReconcilerStallTest, AReadingFromBeforeTheGangRanIsNotUsed) {
+  Read(AgentStall(40));  // read at 10:00:00, the previous attempt
+  clock_.Advance(seconds(5));
+  StartRunning();  // running since 10:00:05
+  EXPECT_TRUE(Condition("Stalled").is_null());
+  EXPECT_EQ(Count("RankStalled"), 0);
+  clock_.Advance(seconds(1));
+  Read(AgentStall(41));
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Condition("Stalled")["status"], "True");
+}
+
+json StalledTermination(bool retryable) {
+  return {{"rank", 1},
+          {"localRank", 1},
+          {"nodeRank", 0},
+          {"exitCode", 137},
+          {"signal", "SIGKILL"},
+          {"reason", "Stalled"},
+          {"message",
+           "rank 1 (pod job-node-0) made no step for 5.1 s; median step 0.01 s; top "
+           "frame: HangForever"},
+          {"stack", "Thread 7 (rank 1):\n  #0 HangForever\n  #1 main\n"},
+          {"retryable", retryable},
+          {"restarts", 0}};
+}
+
+TEST_F(ReconcilerStallTest, StallPolicyFailFailsTheJobWithTheStack) {
+  StartRunning(MakeJob("job", 2, /*max_restarts=*/3));
+  cluster_.FailPod("job-node-0", 1, "Error", StalledTermination(false).dump());
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Phase(), "Failed") << "not retryable although restarts are left";
+  const json last = Status()["lastFailure"];
+  EXPECT_EQ(last["reason"], "Stalled");
+  EXPECT_EQ(last["rank"], 1);
+  EXPECT_EQ(last["retryable"], false);
+  EXPECT_THAT(last["stack"].get<std::string>(), HasSubstr("HangForever"));
+  EXPECT_EQ(Condition("Failed")["reason"], "NonRetryableFailure");
+  EXPECT_THAT(Condition("Failed")["message"].get<std::string>(),
+              HasSubstr("stallPolicy.action is Fail"));
+  EXPECT_EQ(Condition("Stalled")["status"], "True");
+  EXPECT_EQ(Condition("Stalled")["reason"], "RankStalled");
+  EXPECT_EQ(Count("RankStalled"), 1);
+}
+
+TEST_F(ReconcilerStallTest, StallPolicyRestartRestartsTheGangAsARetryableFailure) {
+  json job = MakeJob("job", 2, /*max_restarts=*/3);
+  job["spec"]["restartPolicy"]["retryableExitCodes"] = {1};  // 137 would not be
+  StartRunning(job);
+  clock_.Advance(seconds(30));
+  Read(AgentStall(5));
+  ASSERT_TRUE(Reconcile().status.ok());
+  ASSERT_EQ(Count("RankStalled"), 1);
+  cluster_.FailPod("job-node-0", 137, "Error", StalledTermination(true).dump());
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Phase(), "Restarting");
+  EXPECT_EQ(Status()["restarts"], 1);
+  EXPECT_EQ(Status()["lastFailure"]["reason"], "Stalled");
+  EXPECT_EQ(Status()["lastFailure"]["retryable"], true);
+  EXPECT_EQ(Condition("Restarting")["reason"], "Stalled");
+  EXPECT_EQ(Condition("Stalled")["status"], "False");
+  EXPECT_EQ(Condition("Stalled")["reason"], "GangRestarted");
+  EXPECT_FALSE(Status().contains("stall"));
+  EXPECT_EQ(Count("RankStalled"), 1) << "the agents reported this stall already";
+}
+
 }  // namespace
 }  // namespace spawnpoint::op

@@ -150,6 +150,50 @@ TEST(HttpTest, AggregatesTheAgentsDocumentWithItsNulls) {
   EXPECT_FALSE(u.contains("error"));
 }
 
+// The agents' "stall" (docs/status.md) folded into the job's: the culprit silent longest.
+TEST(JobStallTest, TheRankSilentLongestIsTheJobsStall) {
+  auto doc = [](json stall) {
+    return json{{"phase", "Running"}, {"stall", std::move(stall)}, {"progress", json::array()}};
+  };
+  auto stall = [](int rank, const std::string& pod, double silent) {
+    return json{{"rank", rank},
+                {"pod", pod},
+                {"silentSeconds", silent},
+                {"medianStepSeconds", 0.01},
+                {"topFrame", "f"},
+                {"message", "rank " + std::to_string(rank)}};
+  };
+  std::vector<PodReading> none;
+  none.push_back({"job-node-0", doc(nullptr)});
+  none.push_back({"job-node-1", json{{"phase", "Running"}}});  // an agent without the field
+  std::optional<json> s = JobStall(none);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_TRUE(s->is_null());
+
+  // Node 1's rank hangs; node 0's rank, waiting for it in the allreduce, falls silent later.
+  std::vector<PodReading> both;
+  both.push_back({"job-node-0", doc(stall(0, "job-node-0", 7.5))});
+  both.push_back({"job-node-1", doc(stall(1, "job-node-1", 8.0))});
+  s = JobStall(both);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ((*s)["rank"], 1);
+  EXPECT_EQ((*s)["pod"], "job-node-1");
+
+  std::vector<PodReading> tie;
+  tie.push_back({"job-node-1", doc(stall(3, "job-node-1", 8.0))});
+  tie.push_back({"job-node-0", doc(stall(1, "job-node-0", 8.0))});
+  EXPECT_EQ((*JobStall(tie))["rank"], 1) << "then the lowest rank";
+
+  // A pod that cannot be read: no verdict unless another pod reports a stall.
+  std::vector<PodReading> unread;
+  unread.push_back({"job-node-0", doc(nullptr)});
+  unread.push_back({"job-node-1", Unavailable("connection refused")});
+  EXPECT_FALSE(JobStall(unread).has_value());
+  unread.push_back({"job-node-2", doc(stall(5, "job-node-2", 9))});
+  ASSERT_TRUE(JobStall(unread).has_value());
+  EXPECT_EQ((*JobStall(unread))["rank"], 5);
+}
+
 class ScriptedReader : public AgentStatusReader {
  public:
   StatusOr<json> Read(const std::string& ip, int port) override {
@@ -185,9 +229,17 @@ TEST(UtilisationPollerTest, ReadsRunningJobsAndForgetsFinishedOnes) {
   EXPECT_THAT((*latest)["error"].get<std::string>(), HasSubstr("a-node-1: connection refused"));
   EXPECT_EQ((*latest)["updated"], "2024-05-01T10:00:00Z");
   EXPECT_EQ(enqueued, std::vector<std::string>{"ml/a"});
+  EXPECT_FALSE(poller.LatestStall("ml", "a")) << "a pod was not read and none reports a stall";
+  running = {{"ml", "a", {{"a-node-0", "10.0.0.1"}}}};
+  poller.PollOnce();
+  auto stall = poller.LatestStall("ml", "a");
+  ASSERT_TRUE(stall);
+  EXPECT_TRUE(stall->stall.is_null());
+  EXPECT_EQ(stall->updated, "2024-05-01T10:00:00Z");
   running.clear();
   poller.PollOnce();
   EXPECT_FALSE(poller.Latest("ml", "a"));
+  EXPECT_FALSE(poller.LatestStall("ml", "a"));
 }
 
 TEST(UtilisationPollerTest, PollsOnTheClock) {
