@@ -70,7 +70,9 @@ TEST(AgentMetricsTest, GpuJobMetricsCarryTheGpuValuesAndPassPromtool) {
   const std::string text = ScrapeUntil(agent, port, [](const auto& s) {
     return Has(s, "spawnpoint_loader_batches_total", {"rank=\"0\""}, 1) &&
            Has(s, "spawnpoint_loader_batches_total", {"rank=\"1\""}, 1) &&
-           Has(s, "spawnpoint_rank_up", {"rank=\"1\""}, 1);
+           Has(s, "spawnpoint_rank_up", {"rank=\"1\""}, 1) &&
+           Has(s, "spawnpoint_rank_step_seconds_count", {"rank=\"0\""}, 1) &&
+           Has(s, "spawnpoint_rank_step_seconds_count", {"rank=\"1\""}, 1);
   });
   auto s = ParseSamples(text);
   const std::string rank0 =
@@ -89,6 +91,10 @@ TEST(AgentMetricsTest, GpuJobMetricsCarryTheGpuValuesAndPassPromtool) {
   EXPECT_EQ(FindSample(s, "spawnpoint_rank_up", {"rank=\"0\""}), 1);
   EXPECT_EQ(FindSample(s, "spawnpoint_agent_info", {"gpu_backend=\"nvml\""}), 1);
   EXPECT_EQ(FindSample(s, "spawnpoint_loader_active_workers", {"rank=\"0\""}), 1);
+  // The loader's Next() counts the ranks' steps (the stall monitor reads them every tick).
+  EXPECT_GE(FindSample(s, "spawnpoint_rank_steps_total", {"rank=\"1\""}), 1);
+  EXPECT_GE(FindSample(s, "spawnpoint_rank_last_step_age_seconds", {"rank=\"1\""}), 0);
+  EXPECT_EQ(FindSample(s, "spawnpoint_rank_stalled", {"rank=\"0\""}), 0);
   EXPECT_THAT(text, Not(HasSubstr("DCGM_")));
 
   // Counters move between scrapes while the trainer consumes.
@@ -120,6 +126,12 @@ TEST(AgentMetricsTest, GpuJobMetricsCarryTheGpuValuesAndPassPromtool) {
   EXPECT_GT(j["samplesPerSecond"].get<double>(), 0.0);
   EXPECT_EQ(j["gpus"][0]["pciBusId"], "0000:07:00.0");
   EXPECT_EQ(j["loader"][1]["stats"]["poolWorkers"], 1);
+  ASSERT_EQ(j["progress"].size(), 2u) << j.dump();
+  EXPECT_EQ(j["progress"][1]["rank"], 1);
+  EXPECT_GE(j["progress"][1]["steps"].get<uint64_t>(), 1u);
+  EXPECT_EQ(j["progress"][1]["stepSource"], "loader");
+  EXPECT_EQ(j["progress"][1]["stalled"], false);
+  EXPECT_TRUE(j["stall"].is_null());
 
   auto promtool = PromtoolCheckMetrics(text);
   if (!promtool) GTEST_SKIP() << "promtool not installed: scripts/install-deps.sh installs it";
