@@ -5,6 +5,8 @@
 #include "agent/status/node_status.h"
 
 #include <filesystem>
+#include <fstream>
+#include <regex>
 #include <set>
 
 #include <gmock/gmock.h>
@@ -470,6 +472,29 @@ TEST_F(NodeStatusTest, TheNamedStallIsPublishedAndMarksItsRank) {
   EXPECT_EQ(j["progress"][1]["stalled"], false);
   s = ParseSamples(status.registry().Render());
   EXPECT_EQ(FindSample(s, "spawnpoint_rank_stalled", {"rank=\"1\""}), 0);
+}
+
+// Every spawnpoint_rank_* row of docs/metrics.md's agent tables is exported with its type
+// (the loader's and the GPUs' series need readings and are tested above).
+TEST_F(NodeStatusTest, ExportsEveryDocumentedRankMetricWithItsType) {
+  std::ifstream in(std::string(SOURCE_DIR) + "/docs/metrics.md");
+  std::map<std::string, std::string> documented;
+  static const std::regex row(R"(^\| `(spawnpoint_rank_[a-z_]+)` \| (counter|gauge|histogram) \|)");
+  bool agent = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("## ", 0) == 0) agent = line.find("Agent metrics") != std::string::npos;
+    std::smatch m;
+    if (agent && std::regex_search(line, m, row)) documented[m[1]] = m[2];
+  }
+  ASSERT_GE(documented.size(), 7u) << "the rank rows of docs/metrics.md were not found";
+  NodeStatus status(Options(false));
+  status.OnProgress({Record(0, 1, {100}, 1, 0), Record(1, 0, {}, 0, 0)}, 0.1, Ns(1));
+  status.OnRankFailure(1, "UserError");  // failures have series once there is one
+  const std::string text = status.registry().Render();
+  for (const auto& [name, type] : documented) {
+    EXPECT_NE(text.find("# TYPE " + name + " " + type + "\n"), std::string::npos)
+        << name << " (" << type << ") is documented but not exported";
+  }
 }
 
 // Top-level keys, and those of the first loader entry: what must not change across phases.
