@@ -104,6 +104,7 @@ std::optional<json> JobStall(const std::vector<PodReading>& readings) {
     if (best.is_null() || silent(stall) > silent(best) ||
         (silent(stall) == silent(best) && rank(stall) < rank(best))) {
       best = stall;
+      best["pod"] = r.pod;  // the pod read; the agent may know only its host's name
     }
   }
   if (best.is_null() && !all_read) return std::nullopt;

@@ -47,8 +47,9 @@ nlohmann::json AggregateUtilisation(const std::vector<PodReading>& readings,
 
 // The job's stalled rank from one round of readings: of the documents whose "stall" is an
 // object, the one silent longest (its peers on other nodes fall silent after it, waiting in
-// a collective), then the lowest rank. Null when every pod was read and none reports a
-// stall; nullopt when some pod could not be read and none of the others reports one.
+// a collective), then the lowest rank, with "pod" set to the pod it was read from. Null
+// when every pod was read and none reports a stall; nullopt when some pod could not be read
+// and none of the others reports one.
 std::optional<nlohmann::json> JobStall(const std::vector<PodReading>& readings);
 
 }  // namespace spawnpoint::op

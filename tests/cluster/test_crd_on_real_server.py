@@ -115,6 +115,8 @@ def documented_defaults(path):
             value = text == "true"
         elif re.match(r"^-?\d+$", text):
             value = int(text)
+        elif re.match(r"^-?\d+\.\d+$", text):
+            value = float(text)
         elif text.startswith("[") and text.endswith("]"):
             value = [t.strip() for t in text[1:-1].split(",") if t.strip()]
         else:

@@ -3,7 +3,8 @@
 // agent used in place and rendezvous on 127.0.0.1, and
 // examples/local-cluster.yaml (2 nodes x 1 CPU rank of the example DDP trainer) is applied
 // with kubectl: the ranks rendezvous, train, the job reaches Succeeded and both ranks end
-// with the same parameters.
+// with the same parameters. A job whose rank hangs shows the Stalled condition and the
+// RankStalled event with kubectl (issue 13).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -11,8 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <regex>
+#include <sstream>
 
 #include "tests/operator/harness.h"
 
@@ -172,6 +175,102 @@ TEST(OperatorEndToEnd, UtilisationIsReadFromThePodsStatusEndpoint) {
   EXPECT_THAT(get.out, ::testing::HasSubstr("0.93"));
   EXPECT_THAT(get.out, ::testing::HasSubstr("0.04"));
   h.Kubectl({"delete", "tj", "util", "--wait=false"});
+}
+
+// Issue 13's acceptance through kubectl: 2 CPU ranks of the example trainer on one node, rank
+// 1 hangs at step 5 (HangForever) while rank 0 waits for it in the allreduce. With
+// stallPolicy {timeoutSeconds: 5, action: Report} the agent names rank 1 in its /status
+// "stall"; the operator reads it and the job shows the Stalled condition (the STALLED column
+// of `kubectl get tj`, `kubectl describe tj`) and a RankStalled event naming rank 1, while
+// the job keeps running (Report stops nothing).
+TEST(OperatorEndToEnd, AHungRankIsShownStalledWithKubectl) {
+  OperatorHarness h(E2E_CLUSTER_KUBECONFIG);
+  ASSERT_TRUE(h.ok()) << h.error();
+  const int port = FreePort();
+  h.StartOperator({"--agent-path", AGENT_BIN, "--master-addr", "127.0.0.1", "--agent-status-port",
+                   std::to_string(port), "--utilisation-interval", "500ms"});
+  const std::string manifest = std::string(R"(apiVersion: spawnpoint.dev/v1alpha1
+kind: TrainingJob
+metadata:
+  name: hang
+spec:
+  nodes: 1
+  gpusPerNode: 0
+  procsPerNode: 2
+  backend: gloo
+  template:
+    spec:
+      containers:
+        - name: trainer
+          image: spawnpoint/example-trainer:latest
+          command: [)") + TRAINER_BIN +
+                               R"(]
+          args: [--epochs, "1", --steps-per-epoch, "400", --hang-at-step, "5", --fail-rank, "1",
+                 --data, memory]
+  stallPolicy:
+    timeoutSeconds: 5
+    action: Report
+  restartPolicy:
+    maxRestarts: 0
+  rendezvous:
+    port: )" + std::to_string(FreePort()) +
+                               R"(
+  shmSize: 256Mi
+)";
+  const std::string path = h.dir() + "/hang.yaml";
+  spawnpoint::testing::WriteFile(path, manifest);
+  KubectlResult apply = h.Kubectl({"apply", "-f", path});
+  ASSERT_EQ(apply.code, 0) << apply.err;
+
+  auto stalled = [&] {
+    const json job = h.Job("hang");
+    if (!job.is_object() || !job.contains("status")) return json::object();
+    for (const auto& c : job["status"].value("conditions", json::array())) {
+      if (c.value("type", "") == "Stalled") return c;
+    }
+    return json::object();
+  };
+  // The stall is named 5 s (the timeout) after rank 1's last step; then read within 500 ms.
+  ASSERT_TRUE(h.WaitFor([&] { return stalled().value("status", "") == "True"; }, seconds(90)))
+      << h.Job("hang").dump(2) << h.Log() << PodLog(h, "hang-node-0");
+  const json condition = stalled();
+  EXPECT_EQ(condition["reason"], "RankStalled");
+  // The agent's message names the pod by its host's name (here the machine's, not the pod's).
+  EXPECT_THAT(condition["message"].get<std::string>(),
+              ::testing::ContainsRegex("^rank 1 \\(pod [^)]+\\) made no step for"));
+  const json status = h.Job("hang")["status"];
+  EXPECT_EQ(status["phase"], "Running") << "Report keeps the job running";
+  EXPECT_EQ(status["stall"]["rank"], 1) << status.dump(2);
+  EXPECT_EQ(status["stall"]["pod"], "hang-node-0") << status.dump(2);
+
+  // kubectl get tj: the STALLED column says True (cells may be empty: read by position).
+  KubectlResult get = h.Kubectl({"get", "tj", "hang"});
+  ASSERT_EQ(get.code, 0) << get.err;
+  std::istringstream lines(get.out);
+  std::string header, row;
+  std::getline(lines, header);
+  std::getline(lines, row);
+  const size_t at = header.find("STALLED");
+  ASSERT_NE(at, std::string::npos) << get.out;
+  ASSERT_GT(row.size(), at) << get.out;
+  EXPECT_EQ(row.substr(at, row.find(' ', at) - at), "True") << get.out;
+
+  // kubectl describe tj: the condition and the event.
+  KubectlResult describe = h.Kubectl({"describe", "tj", "hang"});
+  ASSERT_EQ(describe.code, 0) << describe.err;
+  EXPECT_THAT(describe.out, ::testing::HasSubstr("RankStalled"));
+  EXPECT_THAT(describe.out, ::testing::HasSubstr("rank 1 (pod "));
+
+  // kubectl get events: one RankStalled Warning naming rank 1.
+  KubectlResult events =
+      h.Kubectl({"get", "events", "--field-selector", "involvedObject.name=hang,reason=RankStalled",
+                 "-o", "jsonpath={range .items[*]}{.type} {.count} {.message}{\"\\n\"}{end}"});
+  ASSERT_EQ(events.code, 0) << events.err;
+  EXPECT_THAT(events.out,
+              ::testing::ContainsRegex("^Warning 1 rank 1 \\(pod [^)]+\\) made no step"))
+      << events.out;
+  EXPECT_EQ(std::count(events.out.begin(), events.out.end(), '\n'), 1) << events.out;
+  h.Kubectl({"delete", "tj", "hang", "--wait=false"});
 }
 
 }  // namespace

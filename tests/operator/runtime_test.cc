@@ -178,6 +178,9 @@ TEST(JobStallTest, TheRankSilentLongestIsTheJobsStall) {
   ASSERT_TRUE(s.has_value());
   EXPECT_EQ((*s)["rank"], 1);
   EXPECT_EQ((*s)["pod"], "job-node-1");
+  std::vector<PodReading> host;
+  host.push_back({"job-node-0", doc(stall(1, "gpu-host-7", 8.0))});
+  EXPECT_EQ((*JobStall(host))["pod"], "job-node-0") << "the pod it was read from";
 
   std::vector<PodReading> tie;
   tie.push_back({"job-node-1", doc(stall(3, "job-node-1", 8.0))});
