@@ -78,7 +78,9 @@ Status NodeAgent::Plan() {
   run_dir_ = run_dir;
   stall_ = std::make_unique<StallMonitor>(StallMonitor::Options{
       .job = node_.job.name,
-      .pod = HostName(),
+      .pod = IdentityFromEnvironment(CurrentEnvironment(), HostName(), node_.job.name,
+                                     node_.job.namespace_, node_rank_)
+                 .pod,
       .node_rank = node_rank_,
       .nodes = nnodes_,
       .policy = node_.job.spec.stall_policy,

@@ -85,8 +85,10 @@ Status StallMonitor::Prepare(std::vector<GangMember>& members) {
 }
 
 std::string StallMonitor::Describe(const StalledRank& s, const RankStack& stack) const {
-  std::string line = "rank " + std::to_string(s.rank) + " (pod " + options_.pod +
-                     ") made no step " + (s.before_first_step ? "since it started, " : "for ") +
+  const std::string where =
+      options_.pod.empty() ? "node " + std::to_string(options_.node_rank) : "pod " + options_.pod;
+  std::string line = "rank " + std::to_string(s.rank) + " (" + where + ") made no step " +
+                     (s.before_first_step ? "since it started, " : "for ") +
                      Seconds(s.silent_ns / 1e9) + "; median step " +
                      Seconds(watch_->MedianStepSeconds());
   if (!stack.top_frame.empty()) line += "; top frame: " + stack.top_frame;

@@ -32,7 +32,7 @@ class StallMonitor {
  public:
   struct Options {
     std::string job;
-    std::string pod;  // this node's pod (its hostname), for the report
+    std::string pod;  // this node's pod ("" outside Kubernetes: the report names the node)
     int node_rank = 0;
     int nodes = 1;  // the job's; with more, a node whose silent ranks all wait in a
                     // collective leaves the naming (and the action) to the culprit's node

@@ -70,7 +70,7 @@ class StallTest : public ::testing::TestWithParam<Trainer> {
 // The culprit's line, and the detection time against gloo's default timeout.
 void ExpectCulpritNamed(const std::string& err, const Trainer& t) {
   std::smatch m;
-  std::regex line(R"(stalled: rank 1 \(pod [^)]*\) made no step for ([0-9.]+) s; median step )"
+  std::regex line(R"(stalled: rank 1 \(node 0\) made no step for ([0-9.]+) s; median step )"
                   R"([0-9.e-]+ s; top frame: ([^\n]*))");
   ASSERT_TRUE(std::regex_search(err, m, line)) << err;
   EXPECT_THAT(m[2].str(), HasSubstr(t.function.substr(0, t.function.find(' '))));
@@ -150,7 +150,7 @@ TEST(StallAcrossNodesTest, TheCulpritsNodeNamesItAndTheOtherSaysItWaits) {
       [&] {
         const std::string err = agent.Stderr();
         return err.find("the stalled rank is on another node") != std::string::npos &&
-               err.find("stalled: rank 1 (pod ") != std::string::npos;
+               err.find("stalled: rank 1 (node 1)") != std::string::npos;
       },
       kTimeout))
       << agent.Stderr();
@@ -169,7 +169,7 @@ TEST(StallAcrossNodesTest, RestartRestartsEveryNode) {
   TestProcess agent(
       {AGENT_BIN, "run", "-f", dir.File("job.yaml"), "--master-port", "0", "--grace-period", "5"});
   ASSERT_EQ(agent.Wait(kTimeout), 0) << agent.Stderr();
-  EXPECT_THAT(agent.Stderr(), HasSubstr("stalled: rank 1 (pod "));
+  EXPECT_THAT(agent.Stderr(), HasSubstr("stalled: rank 1 (node 1)"));
   EXPECT_THAT(agent.Stderr(), Not(HasSubstr("stalled: rank 0")));
   EXPECT_THAT(agent.Stderr(), HasSubstr("restart 1 of 1 now; after: rank 1"));
   EXPECT_THAT(agent.Stderr(), HasSubstr("reason Stalled"));

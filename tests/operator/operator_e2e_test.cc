@@ -237,7 +237,7 @@ spec:
   EXPECT_EQ(condition["reason"], "RankStalled");
   // The agent's message names the pod by its host's name (here the machine's, not the pod's).
   EXPECT_THAT(condition["message"].get<std::string>(),
-              ::testing::ContainsRegex("^rank 1 \\(pod [^)]+\\) made no step for"));
+              ::testing::ContainsRegex("^rank 1 \\((pod|node) [^)]+\\) made no step for"));
   const json status = h.Job("hang")["status"];
   EXPECT_EQ(status["phase"], "Running") << "Report keeps the job running";
   EXPECT_EQ(status["stall"]["rank"], 1) << status.dump(2);
@@ -267,7 +267,7 @@ spec:
                  "-o", "jsonpath={range .items[*]}{.type} {.count} {.message}{\"\\n\"}{end}"});
   ASSERT_EQ(events.code, 0) << events.err;
   EXPECT_THAT(events.out,
-              ::testing::ContainsRegex("^Warning 1 rank 1 \\(pod [^)]+\\) made no step"))
+              ::testing::ContainsRegex("^Warning 1 rank 1 \\((pod|node) [^)]+\\) made no step"))
       << events.out;
   EXPECT_EQ(std::count(events.out.begin(), events.out.end(), '\n'), 1) << events.out;
   h.Kubectl({"delete", "tj", "hang", "--wait=false"});
