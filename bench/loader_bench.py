@@ -50,7 +50,7 @@ import sys
 import tempfile
 import time
 
-from loader_bench_agent import AGENT_CONFIGS, AGENT_LABELS, agent_run
+from loader_bench_agent import AGENT_CONFIGS, AGENT_LABELS, agent_run, bench_job
 from loader_bench_report import (LABELS, OURS_BIN, OURS_LINKED, OURS_SELF, PY_CONFIGS, PY_LABELS,
                                  PY_POOL, PY_STOCK, THEIRS, WORKLOADS, report)
 
@@ -58,29 +58,6 @@ PYTHON = "/usr/bin/python3"
 # The Python rows: bench/python_pool_bench.py under spawnpoint-agent run.
 PY_WORKLOADS = ("transfer", "compute", "torchvision")
 PY_SERVED = {PY_POOL: "_PoolDataLoaderIter", PY_STOCK: "_MultiProcessingDataLoaderIter"}
-PY_JOB = """\
-apiVersion: spawnpoint.dev/v1alpha1
-kind: TrainingJob
-metadata: {name: bench-python-%(side)s}
-spec:
-  nodes: 1
-  gpusPerNode: 0
-  procsPerNode: 1
-  backend: gloo
-  template:
-    spec:
-      containers:
-        - name: trainer
-          image: unused
-          command: %(command)s
-  loader:
-    workersPerRank: %(workers)d
-    prefetchFactor: %(prefetch)d
-    timeoutSeconds: 120
-    pythonPool: %(pool)s
-    preloadModules: %(preload)s
-  restartPolicy: {maxRestarts: 1, backoffSeconds: 0}
-"""
 
 
 class BenchError(Exception):
@@ -243,11 +220,13 @@ def py_run(a, side, workload, tag, short=False):
         preload = ["torch", "__main__"] + (["torchvision"] if workload == "torchvision" else [])
         job = os.path.join(tmp, "job.yaml")
         with open(job, "w") as f:
-            f.write(PY_JOB % {
-                "side": side, "workers": a.workers, "prefetch": a.prefetch,
-                "command": json.dumps([PYTHON, os.path.abspath(script), "--out", out,
-                                       "--restart"] + args),
-                "pool": "true" if side == PY_POOL else "false", "preload": json.dumps(preload)})
+            f.write(bench_job(
+                "bench-python-" + side,
+                [PYTHON, os.path.abspath(script), "--out", out, "--restart"] + args,
+                a.workers, a.prefetch,
+                loader_extra="    pythonPool: %s\n    preloadModules: %s\n"
+                % ("true" if side == PY_POOL else "false", json.dumps(preload)),
+                restart="{maxRestarts: 1, backoffSeconds: 0}"))
         cmd = [agent, "run", "-f", job, "--gpu-backend", "none", "--master-port", "0"]
         return run(cmd, a.py_timeout, tag, lambda c, t, p: py_result(side, t, out, p),
                    env=py_environment(), cwd=tmp)

@@ -31,10 +31,10 @@ AGENT_LABELS = {
 AGENT_BINARIES = {AGENT_SPLIT: "spawnpoint-loader-bench",
                   AGENT_LINKED: "spawnpoint-loader-bench-linked"}
 
-CPP_JOB = """\
+JOB = """\
 apiVersion: spawnpoint.dev/v1alpha1
 kind: TrainingJob
-metadata: {name: bench-loader-%(side)s}
+metadata: {name: %(name)s}
 spec:
   nodes: 1
   gpusPerNode: 0
@@ -50,8 +50,16 @@ spec:
     workersPerRank: %(workers)d
     prefetchFactor: %(prefetch)d
     timeoutSeconds: 120
-  restartPolicy: {maxRestarts: 0}
+%(loader_extra)s  restartPolicy: %(restart)s
 """
+
+
+def bench_job(name, command, workers, prefetch, loader_extra="",
+              restart="{maxRestarts: 0}"):
+    """A 1-rank job's manifest for the bench's rows under spawnpoint-agent run; loader_extra:
+    more lines under loader:, indented four spaces."""
+    return JOB % {"name": name, "command": json.dumps(command), "workers": workers,
+                  "prefetch": prefetch, "loader_extra": loader_extra, "restart": restart}
 
 
 def agent_run(a, side, workload, tag, run, bench_error, env, short=False):
@@ -68,8 +76,8 @@ def agent_run(a, side, workload, tag, run, bench_error, env, short=False):
         out = os.path.join(tmp, "result.json")
         job = os.path.join(tmp, "job.yaml")
         with open(job, "w") as f:
-            f.write(CPP_JOB % {"side": side, "workers": a.workers, "prefetch": a.prefetch,
-                               "command": json.dumps([binary] + args + ["--out", out])})
+            f.write(bench_job("bench-loader-" + side, [binary] + args + ["--out", out],
+                              a.workers, a.prefetch))
 
         def result(cmd, t, p):
             if not os.path.exists(out):
