@@ -207,17 +207,12 @@ std::string PythonDump(const StackRequest& r) {
   return seen > before ? ReadAll(r.python_stack_file, before) : "";
 }
 
+// The tool's path on the agent's PATH (ResolveExecutable, as a rank's command is found).
 bool OnPath(const std::string& name, std::string* path) {
   const char* env = getenv("PATH");
-  std::istringstream dirs(env ? env : "/usr/bin:/bin");
-  for (std::string dir; std::getline(dirs, dir, ':');) {
-    const std::string candidate = dir + "/" + name;
-    if (access(candidate.c_str(), X_OK) == 0) {
-      *path = candidate;
-      return true;
-    }
-  }
-  return false;
+  StatusOr<std::string> found = ResolveExecutable(name, env ? env : "/usr/bin:/bin");
+  if (found.ok()) *path = *found;
+  return found.ok();
 }
 
 // eu-stack (elfutils: ~20 ms) or gdb (seconds with libtorch's symbols) prints the main

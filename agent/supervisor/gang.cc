@@ -140,17 +140,17 @@ void AwaitLeftovers(const std::vector<pid_t>& groups, SignalWatcher* signals, Cl
                     const std::function<std::vector<pid_t>()>& keep_pids,
                     const std::function<bool(pid_t, int)>& on_other_exit) {
   auto kept = [&] { return keep_pids ? keep_pids() : std::vector<pid_t>{}; };
-  auto alive = [&] {
-    bool any = !OrphanedChildren(kept()).empty();
-    for (pid_t g : groups) any = any || kill(-g, 0) == 0;
-    return any;
-  };
   const auto deadline = clock->Now() + grace;
   int sig = SIGTERM;
-  while (alive()) {
+  while (true) {
+    // One /proc scan per round: who is left is also who gets the signal.
+    const std::vector<pid_t> left = OrphanedChildren(kept());
+    bool any = !left.empty();
+    for (pid_t g : groups) any = any || kill(-g, 0) == 0;
+    if (!any) break;
     if (clock->Now() >= deadline) sig = SIGKILL;
     for (pid_t g : groups) kill(-g, sig);
-    for (pid_t p : OrphanedChildren(kept())) kill(p, sig);
+    for (pid_t p : left) kill(p, sig);
     pollfd p{signals->fd(), POLLIN, 0};
     poll(&p, 1, 20);
     for (int s : signals->Drain()) {
