@@ -158,9 +158,11 @@ StatusOr<ProgressSnapshot> ProgressFile::Read() const {
     s.writer_pid = static_cast<pid_t>(Load<uint32_t>(data_, L::kWriterPid));
     const uint64_t n = std::min<uint64_t>(s.steps, kDurationRing);
     s.recent_us.resize(n);
+    s.recent_wait_us.resize(n);
     for (uint64_t i = 0; i < n; ++i) {  // steps s.steps - n + 1 .. s.steps, oldest first
-      const uint64_t step = s.steps - n + 1 + i;
-      s.recent_us[i] = Load<uint32_t>(data_, L::kDurations + 4 * ((step - 1) % kDurationRing));
+      const uint64_t slot = 4 * ((s.steps - n + i) % kDurationRing);
+      s.recent_us[i] = Load<uint32_t>(data_, L::kDurations + slot);
+      s.recent_wait_us[i] = Load<uint32_t>(data_, L::kWaits + slot);
     }
     std::atomic_thread_fence(std::memory_order_acquire);
     later = Load<uint64_t>(data_, L::kSteps);
@@ -174,6 +176,8 @@ StatusOr<ProgressSnapshot> ProgressFile::Read() const {
     if (first_valid > first_kept) {
       const auto drop = std::min<uint64_t>(first_valid - first_kept, s.recent_us.size());
       s.recent_us.erase(s.recent_us.begin(), s.recent_us.begin() + static_cast<long>(drop));
+      s.recent_wait_us.erase(s.recent_wait_us.begin(),
+                             s.recent_wait_us.begin() + static_cast<long>(drop));
     }
   }
   return s;
@@ -213,8 +217,11 @@ void ProgressWriter::Count(StepSource source, int64_t now_ns) {
   const int64_t us = std::max<int64_t>(0, (now_ns - last_end_ns_) / 1000);
   const auto duration =
       static_cast<uint32_t>(std::min<int64_t>(us, std::numeric_limits<uint32_t>::max()));
+  const int64_t wait_us = std::min<int64_t>(wait_ns_ / 1000, duration);
   Field<uint32_t>(data_, L::kDurations + 4 * ((n - 1) % kDurationRing))
       .store(duration, std::memory_order_relaxed);
+  Field<uint32_t>(data_, L::kWaits + 4 * ((n - 1) % kDurationRing))
+      .store(static_cast<uint32_t>(wait_us), std::memory_order_relaxed);
   Field<uint64_t>(data_, L::kLastStepNs)
       .store(static_cast<uint64_t>(now_ns), std::memory_order_relaxed);
   if (n == 1) {
@@ -226,6 +233,12 @@ void ProgressWriter::Count(StepSource source, int64_t now_ns) {
   Field<uint64_t>(data_, L::kSteps).store(n, std::memory_order_release);
   steps_ = n;
   last_end_ns_ = now_ns;
+  wait_ns_ = 0;
+}
+
+void ProgressWriter::AddWait(int64_t ns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  wait_ns_ += std::max<int64_t>(0, ns);
 }
 
 uint64_t ProgressWriter::steps() const {
@@ -313,18 +326,28 @@ void AttachLocked(ProcessWriter& p) {
 
 }  // namespace
 
-void CountStep(StepSource source) {
+// This process's writer, attaching on the first call; null without one (or in a forked
+// child of the process that attached).
+ProgressWriter* ProcessWriterOrNull() {
   ProcessWriter& p = Process();
   int state = p.state.load(std::memory_order_acquire);
-  if (state == kNone) return;
+  if (state == kNone) return nullptr;
   if (state == kUnknown) {
     std::lock_guard<std::mutex> lock(p.mu);
     if (p.state.load(std::memory_order_relaxed) == kUnknown) AttachLocked(p);
     state = p.state.load(std::memory_order_relaxed);
-    if (state != kAttached) return;
+    if (state != kAttached) return nullptr;
   }
-  if (::getpid() != p.pid) return;  // a forked child
-  p.writer->Count(source, MonotonicNs());
+  if (::getpid() != p.pid) return nullptr;  // a forked child
+  return p.writer.get();
+}
+
+void CountStep(StepSource source) {
+  if (ProgressWriter* w = ProcessWriterOrNull()) w->Count(source, MonotonicNs());
+}
+
+void AddCollectiveWait(int64_t ns) {
+  if (ProgressWriter* w = ProcessWriterOrNull()) w->AddWait(ns);
 }
 
 void ResetProcessWriterForTest() {
@@ -340,5 +363,8 @@ void ResetProcessWriterForTest() {
 namespace spawnpoint {
 
 void Step() { progress::CountStep(progress::StepSource::kExplicit); }
+
+PeerWait::PeerWait() : start_ns_(progress::MonotonicNs()) {}
+PeerWait::~PeerWait() { progress::AddCollectiveWait(progress::MonotonicNs() - start_ns_); }
 
 }  // namespace spawnpoint

@@ -30,8 +30,9 @@ struct ProgressSnapshot {
   int64_t last_step_ns = 0, first_step_ns = 0, attach_ns = 0;
   StepSource source = StepSource::kNone;
   pid_t writer_pid = 0;
-  std::vector<uint32_t> recent_us;  // the latest min(steps, 256) durations, oldest first
-                                    // (fewer only under a racing writer: ProgressFile::Read)
+  std::vector<uint32_t> recent_us;       // the latest min(steps, 256) durations, oldest first
+                                         // (fewer only under a racing writer: ProgressFile::Read)
+  std::vector<uint32_t> recent_wait_us;  // the same steps' waits for peers (same length)
 };
 
 // A mapped record. Movable, not copyable; unmaps on destruction.
@@ -83,6 +84,9 @@ class ProgressWriter {
   // last_step_ns, then steps (release). Once an explicit step was counted, steps of other
   // sources are ignored (the explicit step itself counts, from the previous step's end).
   void Count(StepSource source, int64_t now_ns);
+  // Adds `ns` to the time the step in flight waited for peers in collectives; the next
+  // counted step takes it (capped at its duration) into the waits ring.
+  void AddWait(int64_t ns);
   uint64_t steps() const;
 
  private:
@@ -93,6 +97,7 @@ class ProgressWriter {
   uint64_t steps_ = 0;     // guarded by mu_
   int64_t last_end_ns_;    // guarded by mu_: the previous step's end (or attach)
   bool explicit_ = false;  // guarded by mu_: an explicit step was counted
+  int64_t wait_ns_ = 0;    // guarded by mu_: the step in flight's wait so far
 };
 
 // CLOCK_MONOTONIC now, in ns.
@@ -104,6 +109,10 @@ int64_t MonotonicNs();
 // costing an atomic load. A record that cannot be attached is reported once on stderr and
 // steps go uncounted. Thread-safe.
 void CountStep(StepSource source);
+
+// Adds `ns` waited for peers in a collective to this process's step in flight (same record
+// and rules as CountStep). Thread-safe.
+void AddCollectiveWait(int64_t ns);
 
 // Tests only: forgets the process-wide writer, so the next CountStep attaches (or not)
 // again from the environment. Not thread-safe against concurrent CountStep calls.

@@ -7,10 +7,10 @@
 // (agent/progress/step.h), the Python writer (agent/python/spawnpoint_rank/_progress.py)
 // and the agent's reader (ProgressReader); a change of layout bumps kProgressVersion.
 //
-// A step's end is published in this order: the duration into the ring, last_step_ns,
-// then steps (a release store). A reader loads steps first (acquire), then the rest, and
-// takes a record whose steps changed under it as of the earlier count: the figures are
-// never torn by more than the step in flight.
+// A step's end is published in this order: the duration and the wait into their rings,
+// last_step_ns, then steps (a release store). A reader loads steps first (acquire), then the rest,
+// and takes a record whose steps changed under it as of the earlier count: the figures are never
+// torn by more than the step in flight.
 #pragma once
 
 #include <cstddef>
@@ -19,7 +19,7 @@
 namespace spawnpoint::progress {
 
 inline constexpr char kProgressMagic[8] = {'S', 'P', 'P', 'R', 'O', 'G', '1', '\0'};
-inline constexpr uint32_t kProgressVersion = 1;
+inline constexpr uint32_t kProgressVersion = 2;  // 2: the waits ring
 inline constexpr size_t kProgressFileSize = 4096;
 inline constexpr size_t kDurationRing = 256;  // the latest steps' durations kept
 
@@ -45,11 +45,19 @@ struct ProgressLayout {
   static constexpr size_t kAttachNs = 48;     // u64: CLOCK_MONOTONIC ns when the rank attached
   static constexpr size_t kDurations = 64;    // u32[kDurationRing]: microseconds, step n at
                                               // index (n - 1) % kDurationRing
-  static constexpr size_t kEnd = kDurations + 4 * kDurationRing;
+  static constexpr size_t kWaits =
+      kDurations + 4 * kDurationRing;  // u32[kDurationRing]:
+                                       // microseconds of step n spent waiting for
+                                       // peers in collectives, at the same index
+  static constexpr size_t kEnd = kWaits + 4 * kDurationRing;
 };
 static_assert(ProgressLayout::kEnd <= kProgressFileSize);
 
 // A step's duration is the time since the previous step's end (for the first step, since
-// the rank attached), capped at UINT32_MAX microseconds.
+// the rank attached), capped at UINT32_MAX microseconds. Its wait is the part of it the rank
+// spent blocked on its peers in collectives (DDP's gradient allreduce, a barrier), as the
+// rank measured it (never more than the duration; 0 where nothing measures it). The
+// duration minus the wait is the rank's own work for the step: in synchronous training
+// every rank's durations are alike, so that difference is what tells a straggler.
 
 }  // namespace spawnpoint::progress

@@ -7,10 +7,28 @@
 // counts steps) nor are Python trainers with an optimizer (the start-up shim counts
 // optimizer steps). Once Step() was called, those automatic counts stop, so a trainer is
 // never counted twice. Python: `import spawnpoint; spawnpoint.step()`.
+//
+// spawnpoint::PeerWait: a trainer that runs its own collectives (rather than DDP, which the
+// Python shim times by itself) marks the time it blocks on its peers, so the agent can tell
+// a straggler from the ranks waiting for it: `{ spawnpoint::PeerWait w; work->wait(); }`.
+// The wait counts towards the step in flight. Scoped; not copyable; any thread.
 #pragma once
+
+#include <cstdint>
 
 namespace spawnpoint {
 
 void Step();
+
+class PeerWait {
+ public:
+  PeerWait();
+  ~PeerWait();
+  PeerWait(const PeerWait&) = delete;
+  PeerWait& operator=(const PeerWait&) = delete;
+
+ private:
+  int64_t start_ns_;
+};
 
 }  // namespace spawnpoint

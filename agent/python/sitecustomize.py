@@ -8,12 +8,15 @@ the hook from the package beside this file (spawnpoint_rank/) only then:
     multiprocessing.context      spawnpoint_rank._mp: spawn is the default start method
     torch.utils.data.dataloader  spawnpoint_rank._dataloader: the job's DataLoader defaults
     torch.distributed            spawnpoint_rank._distributed: USE_LIBUV=0 where torch lacks libuv;
-                                 at exit, the process group's threads finish first (_exit)
+                                 at exit, the process group's threads finish first (_exit);
+                                 blocking collectives timed as waits for peers (_collective)
     lightning.pytorch.trainer.connectors.accelerator_connector (and pytorch_lightning's)
                                  spawnpoint_rank._lightning: Lightning's DDP strategies run
                                  on the agent's ranks (nothing spawned or forked)
     torch.optim.optimizer        spawnpoint_rank._optimizer: each optimizer step counts as a
                                  training step in the rank's progress record (_progress)
+    torch.nn.parallel.distributed spawnpoint_rank._collective: DDP's gradient allreduce timed,
+                                 so the agent can tell a straggler from those waiting for it
 and (2) chains to the sitecustomize Python would have imported without it. Nothing is imported
 ahead of time (neither multiprocessing nor torch, nor the package). It also takes out of the
 environment, so that processes the rank starts never see them:
@@ -54,6 +57,7 @@ _HOOKS = {  # module -> "hook module:function", called with the module just exec
     "lightning.pytorch.trainer.connectors.accelerator_connector": "spawnpoint_rank._lightning:patch",
     "pytorch_lightning.trainer.connectors.accelerator_connector": "spawnpoint_rank._lightning:patch",
     "torch.optim.optimizer": "spawnpoint_rank._optimizer:patch",
+    "torch.nn.parallel.distributed": "spawnpoint_rank._collective:patch_ddp",
 }
 
 shim_active = False          # the hooks of this copy are installed

@@ -95,6 +95,11 @@ Status NodeAgent::Plan() {
       .on_stall =
           [this](const nlohmann::json& stall) {
             if (status_) status_->OnStall(stall);
+          },
+      .on_straggler =
+          [this](const std::vector<RankBusy>& busy, double ratio, const nlohmann::json& straggler,
+                 bool changed) {
+            if (status_) status_->OnStraggler(busy, ratio, straggler, changed);
           }});
   overlap_teardown_ = owns_gang_ && IsLoopbackAddress(plan_->master_addr) &&
                       std::all_of(plan_->ranks.begin(), plan_->ranks.end(),

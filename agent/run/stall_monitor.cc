@@ -47,7 +47,48 @@ nlohmann::json StallJson(const std::string& pod, const StalledRank& stalled,
           {"waiting", waiting}};
 }
 
+nlohmann::json StragglerJson(const std::string& pod, const Straggler& straggler,
+                             const std::string& message) {
+  return {{"rank", straggler.rank},
+          {"pod", pod},
+          {"ratio", straggler.judgement.ratio},
+          {"busySeconds", straggler.judgement.busy_seconds},
+          {"peersBusySeconds", straggler.judgement.peers_busy_seconds},
+          {"windowSteps", api::kStragglerWindowSteps},
+          {"message", message}};
+}
+
+std::string DescribeStraggler(const Straggler& straggler, const std::string& where) {
+  char ratio[32];
+  snprintf(ratio, sizeof(ratio), "%.2fx", straggler.judgement.ratio);
+  return "rank " + std::to_string(straggler.rank) + " (" + where + ") is " + ratio +
+         " slower than the other ranks: " + Seconds(straggler.judgement.busy_seconds) +
+         " of its own work per step vs " + Seconds(straggler.judgement.peers_busy_seconds) +
+         " (medians of the last " + std::to_string(api::kStragglerWindowSteps) + " steps)";
+}
+
 StallMonitor::StallMonitor(Options options) : options_(std::move(options)) {}
+
+std::string StallMonitor::Where() const {
+  return options_.pod.empty() ? "node " + std::to_string(options_.node_rank)
+                              : "pod " + options_.pod;
+}
+
+void StallMonitor::CheckStraggler(const std::vector<RankProgress>& progress) {
+  const StragglerWatch::Verdict v = stragglers_->Check(progress);
+  nlohmann::json straggler = nullptr;
+  if (v.straggler) {
+    const std::string message = DescribeStraggler(*v.straggler, Where());
+    straggler = StragglerJson(options_.pod, *v.straggler, message);
+    if (v.changed) options_.say(options_.job + ": straggler: " + message);
+  } else if (v.changed) {
+    options_.say(options_.job + ": no straggler any more: the ranks' work per step is within " +
+                 "stallPolicy.stragglerRatio of each other");
+  }
+  if (options_.on_straggler) {
+    options_.on_straggler(BusyMedians(progress), stragglers_->Ratio(), straggler, v.changed);
+  }
+}
 
 void StallMonitor::ClearStall() {
   if (!stall_) return;
@@ -60,6 +101,9 @@ int StallMonitor::StackSignal() { return SIGRTMIN + 6; }
 Status StallMonitor::Prepare(std::vector<GangMember>& members) {
   ranks_.clear();
   watch_ = std::make_unique<StallWatch>(options_.policy);
+  const bool had_straggler = stragglers_ != nullptr;
+  stragglers_ = std::make_unique<StragglerWatch>(options_.policy.straggler_ratio);
+  if (had_straggler && options_.on_straggler) options_.on_straggler({}, 0, nullptr, true);
   ClearStall();
   for (GangMember& m : members) {
     Rank r;
@@ -85,9 +129,7 @@ Status StallMonitor::Prepare(std::vector<GangMember>& members) {
 }
 
 std::string StallMonitor::Describe(const StalledRank& s, const RankStack& stack) const {
-  const std::string where =
-      options_.pod.empty() ? "node " + std::to_string(options_.node_rank) : "pod " + options_.pod;
-  std::string line = "rank " + std::to_string(s.rank) + " (" + where + ") made no step " +
+  std::string line = "rank " + std::to_string(s.rank) + " (" + Where() + ") made no step " +
                      (s.before_first_step ? "since it started, " : "for ") +
                      Seconds(s.silent_ns / 1e9) + "; median step " +
                      Seconds(watch_->MedianStepSeconds());
@@ -111,6 +153,9 @@ std::optional<RankFailure> StallMonitor::Check(const std::vector<std::pair<int, 
       if (p.rank == stall_->first && p.snapshot.steps != stall_->second) ClearStall();
     }
   }
+  // A stalled gang makes no steps: its windows keep their last figures, and the stall is
+  // what is reported.
+  if (!stall_ && stalled.empty()) CheckStraggler(progress);
   if (stalled.empty()) return std::nullopt;
 
   // When one rank hangs its peers soon wait for it in a collective and fall silent too:

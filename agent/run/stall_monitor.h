@@ -4,7 +4,10 @@
 // records (StallWatch decides who is stalled), takes the stalled ranks' stacks, names the
 // culprit (a rank not waiting in a collective, else the one with the fewest steps; its
 // peers are said to wait on it, not reported as stalled) and acts as
-// spec.stallPolicy.action says. Used from the gang's thread only; not thread-safe.
+// spec.stallPolicy.action says. It also names a straggler among this node's ranks
+// (StragglerWatch: own work per step over stallPolicy.stragglerRatio times the others') in
+// one log line per episode; a straggler is reported, never acted on. Used from the gang's
+// thread only; not thread-safe.
 #pragma once
 
 #include <sys/types.h>
@@ -22,6 +25,7 @@
 #include "agent/progress/progress_file.h"
 #include "agent/run/rank_stacks.h"
 #include "agent/run/stall_watch.h"
+#include "agent/run/straggler_watch.h"
 #include "agent/supervisor/exit_cause.h"
 #include "agent/supervisor/gang.h"
 #include "api/stall_policy.h"
@@ -48,6 +52,13 @@ class StallMonitor {
     // A stall named (StallJson), and null once its culprit steps again or a new attempt
     // starts. May be empty.
     std::function<void(const nlohmann::json& stall)> on_stall;
+    // Every Check, after on_progress: each rank's medians of own work and wait per step
+    // (BusyMedians, in rank order), the slowest rank's ratio to the others (0: not judged),
+    // the named straggler (StragglerJson) or null, and whether that changed at this Check.
+    // May be empty.
+    std::function<void(const std::vector<RankBusy>& busy, double ratio,
+                       const nlohmann::json& straggler, bool changed)>
+        on_straggler;
   };
   explicit StallMonitor(Options options);
 
@@ -74,11 +85,14 @@ class StallMonitor {
   };
 
   std::string Describe(const StalledRank& s, const RankStack& stack) const;
+  std::string Where() const;  // "pod P", or "node N" outside Kubernetes
   void ClearStall();
+  void CheckStraggler(const std::vector<RankProgress>& progress);
 
   Options options_;
   std::vector<Rank> ranks_;
   std::unique_ptr<StallWatch> watch_;
+  std::unique_ptr<StragglerWatch> stragglers_;
   // The named stall, until its culprit steps again: its rank and step count then.
   std::optional<std::pair<int, uint64_t>> stall_;
 };
@@ -88,5 +102,14 @@ class StallMonitor {
 nlohmann::json StallJson(const std::string& pod, const StalledRank& stalled,
                          double median_step_seconds, const RankStack& stack,
                          const std::string& message, const std::vector<int>& waiting);
+
+// The status document's "straggler": {"rank", "pod", "ratio", "busySeconds",
+// "peersBusySeconds", "windowSteps", "message"}.
+nlohmann::json StragglerJson(const std::string& pod, const Straggler& straggler,
+                             const std::string& message);
+
+// "rank R (WHERE) is 2.00x slower than the other ranks: 0.2 s of its own work per step vs
+// 0.1 s (medians of the last 20 steps)".
+std::string DescribeStraggler(const Straggler& straggler, const std::string& where);
 
 }  // namespace spawnpoint::agent

@@ -170,6 +170,12 @@ NodeStatus::NodeStatus(NodeStatusOptions options)
       registry_.AddGauge({.name = "spawnpoint_rank_stalled",
                           .help = "1 while the rank is named as stalled (stallPolicy), else 0.",
                           .labels = rank}));
+  straggler_ratio_ = Must(registry_.AddGauge(
+      {.name = "spawnpoint_job_straggler_ratio",
+       .help = "The slowest rank's work per step over the median of the other ranks' on this "
+               "node (own work: step time minus the wait for peers; medians over 20 steps); 0 "
+               "while fewer than two ranks have 20 steps.",
+       .labels = node}));
   auto* info =
       Must(registry_.AddGauge({.name = "spawnpoint_agent_info",
                                .help = "Always 1; the labels describe the agent.",
@@ -187,6 +193,7 @@ NodeStatus::NodeStatus(NodeStatusOptions options)
   ranks_up_->WithLabels({id.job_namespace, id.job})->Set(0);
   restarts_total_->WithLabels({id.job_namespace, id.job})->Inc(options_.restart_count);
   gpu_errors_->WithLabels({id.job_namespace, id.job});
+  straggler_ratio_->WithLabels({id.job_namespace, id.job})->Set(0);
   for (const char* p : kPhases) {
     phase_->WithLabels({id.job_namespace, id.job, p})->Set(std::string(p) == "Starting");
   }
@@ -315,6 +322,18 @@ void NodeStatus::OnStall(const json& stall) {
   Publish();
 }
 
+void NodeStatus::OnStraggler(const std::vector<RankBusy>& busy, double ratio, const json& straggler,
+                             bool changed) {
+  const auto& id = options_.identity;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = busy;
+    straggler_ = straggler.is_object() ? straggler : json(nullptr);
+    straggler_ratio_->WithLabels({id.job_namespace, id.job})->Set(ratio);
+  }
+  if (changed) Publish();
+}
+
 std::string NodeStatus::phase() const {
   std::lock_guard<std::mutex> lock(mu_);
   return phase_name_;
@@ -363,6 +382,7 @@ NodeStatus::Reading NodeStatus::Read() {
   r.last_failure = last_failure_;
   r.median_step_seconds = median_step_seconds_;
   r.stall = stall_;
+  r.straggler = straggler_;
   r.progress = json::array();
   const int stalled = stall_.is_object() ? stall_.value("rank", -1) : -1;
   for (const RankSteps& p : progress_) {
@@ -371,7 +391,14 @@ NodeStatus::Reading NodeStatus::Read() {
          {"steps", p.steps},
          {"lastStepAgeSeconds", p.steps > 0 ? json(p.last_step_age_seconds) : json(nullptr)},
          {"stepSource", StepSourceName(p.source)},
-         {"stalled", p.rank == stalled}});
+         {"stalled", p.rank == stalled},
+         {"busySeconds", nullptr},
+         {"waitSeconds", nullptr}});
+    for (const RankBusy& b : busy_) {
+      if (b.rank != p.rank) continue;
+      if (b.busy_seconds) r.progress.back()["busySeconds"] = *b.busy_seconds;
+      if (b.wait_seconds) r.progress.back()["waitSeconds"] = *b.wait_seconds;
+    }
   }
   for (size_t i = 0; i < r.ranks.size(); ++i) {
     RankReading& rr = r.ranks[i];
@@ -480,6 +507,7 @@ json NodeStatus::Document(const Reading& r) {
       {"medianStepSeconds",
        r.median_step_seconds > 0 ? json(r.median_step_seconds) : json(nullptr)},
       {"stall", r.stall},
+      {"straggler", r.straggler},
       {"elapsedSeconds",
        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()},
       {"updated", UtcNow()},

@@ -37,6 +37,7 @@
 #include "agent/devices/gpu_backend.h"
 #include "agent/plan/node_plan.h"
 #include "agent/run/stall_watch.h"
+#include "agent/run/straggler_watch.h"
 #include "metrics/registry.h"
 
 namespace spawnpoint::agent {
@@ -119,6 +120,13 @@ class NodeStatus {
   // (StallMonitor::Options::on_stall): the document's "stall" and its rank's "stalled", and
   // spawnpoint_rank_stalled. Then publishes.
   void OnStall(const nlohmann::json& stall);
+  // The ranks' own work and wait per step and the straggler verdict at a gang tick
+  // (StallMonitor::Options::on_straggler): each rank's "busySeconds" and "waitSeconds" in
+  // "progress", the document's "straggler" (StragglerJson or null) and
+  // spawnpoint_job_straggler_ratio (the slowest rank's ratio; 0 while not judged).
+  // Publishes when `changed`.
+  void OnStraggler(const std::vector<RankBusy>& busy, double ratio, const nlohmann::json& straggler,
+                   bool changed);
 
   std::string phase() const;
   // Takes a reading and publishes the next document (see above): its text, as /status
@@ -166,6 +174,7 @@ class NodeStatus {
     nlohmann::json progress;  // the document's "progress" (an array)
     double median_step_seconds = 0;
     nlohmann::json stall;
+    nlohmann::json straggler;
   };
   // One rank's progress as of the last tick.
   struct RankSteps {
@@ -199,6 +208,7 @@ class NodeStatus {
   metrics::Family<metrics::Histogram>* rank_step_seconds_ = nullptr;
   metrics::Family<metrics::Gauge>* rank_last_step_age_ = nullptr;
   metrics::Family<metrics::Gauge>* rank_stalled_ = nullptr;
+  metrics::Family<metrics::Gauge>* straggler_ratio_ = nullptr;
 
   // Publishing: held while a document is made and handed to on_document, so documents
   // go out one at a time and in order. Taken before mu_, never while holding it.
@@ -216,6 +226,8 @@ class NodeStatus {
   std::vector<RankSteps> progress_;  // the last tick's, in rank order; empty before it
   double median_step_seconds_ = 0;   // the last tick's; 0: no step yet
   nlohmann::json stall_;             // the named stall; null when none
+  std::vector<RankBusy> busy_;       // the last tick's medians (any order)
+  nlohmann::json straggler_;         // the named straggler; null when none
 };
 
 }  // namespace spawnpoint::agent

@@ -111,7 +111,10 @@ void AverageGradients(c10d::ProcessGroup& pg, const std::vector<torch::Tensor>& 
     works.push_back(pg.allreduce(flats[b]));
   }
   for (size_t b = 0; b < buckets.size(); ++b) {
-    works[b]->wait();
+    {
+      spawnpoint::PeerWait waiting;  // the agent tells a straggler by its ranks' waits
+      works[b]->wait();
+    }
     auto flat = flats[b][0].div_(world_size);
     int64_t offset = 0;
     for (size_t k : buckets[b]) {

@@ -3,7 +3,8 @@
 // allreduce. The agent must name rank 1 (not its waiting peer) with the blocking function,
 // and act as stallPolicy.action says, and its status document (--status-file) must show the
 // stall and every rank's steps. Detection time is printed against gloo's default collective
-// timeout (1,800 s), never asserted.
+// timeout (1,800 s), never asserted. Stragglers: a Python DDP rank slowed to 2x is named with
+// its ratio; epoch boundaries, a validation pass and a checkpoint pause raise nothing.
 #include <regex>
 
 #include <gmock/gmock.h>
@@ -174,6 +175,66 @@ TEST(StallAcrossNodesTest, RestartRestartsEveryNode) {
   EXPECT_THAT(agent.Stderr(), HasSubstr("restart 1 of 1 now; after: rank 1"));
   EXPECT_THAT(agent.Stderr(), HasSubstr("reason Stalled"));
   EXPECT_THAT(agent.Stderr(), HasSubstr("all nodes succeeded, restarts 1"));
+}
+
+std::string StragglerJob(const std::string& args) {
+  return "apiVersion: spawnpoint.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: slow}\n"
+         "spec:\n  procsPerNode: 2\n  backend: gloo\n  shmSize: 256Mi\n"
+         "  loader: {workersPerRank: 0}\n"
+         "  stallPolicy: {timeoutSeconds: 5}\n"
+         "  template:\n    spec:\n      containers:\n      - name: trainer\n        image: x\n"
+         "        command: [/usr/bin/python3, \"" STRAGGLER_DDP_PY "\"]\n        args: " +
+         args + "\n";
+}
+
+// Rank 1 does twice rank 0's work per step; both steps last as long (DDP's allreduce makes
+// rank 0 wait). The agent names rank 1 from its own work per step, within 20 % of 2x.
+TEST(StragglerTest, ARankSlowedToTwiceIsNamedWithItsRatio) {
+  TempDir dir;
+  WriteFile(dir.File("job.yaml"), StragglerJob("['100', '50', '1', '2']"));
+  TestProcess agent({AGENT_BIN, "run", "-f", dir.File("job.yaml"), "--master-port", "0",
+                     "--status-file", dir.File("status.json")});
+  nlohmann::json named;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto doc = nlohmann::json::parse(ReadFile(dir.File("status.json")), nullptr, false);
+        if (doc.is_object() && doc.value("straggler", nlohmann::json()).is_object()) {
+          named = doc;
+        }
+        return !named.is_null();
+      },
+      kTimeout))
+      << agent.Stderr();
+  ASSERT_EQ(agent.Wait(kTimeout), 0) << agent.Stderr();
+  const std::string err = agent.Stderr();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      err, m,
+      std::regex(
+          R"(slow: straggler: rank 1 \(node 0\) is ([0-9.]+)x slower than the other ranks)")))
+      << err;
+  const double ratio = std::stod(m[1]);
+  EXPECT_NEAR(ratio, 2.0, 0.4) << err;
+  EXPECT_THAT(err, Not(HasSubstr("straggler: rank 0")));
+  EXPECT_THAT(err, Not(HasSubstr("stalled:")));
+  EXPECT_EQ(named["straggler"]["rank"], 1);
+  EXPECT_NEAR(named["straggler"]["ratio"].get<double>(), 2.0, 0.4);
+  for (const auto& p : named["progress"]) {
+    EXPECT_TRUE(p["busySeconds"].is_number()) << p;
+    EXPECT_TRUE(p["waitSeconds"].is_number()) << p;
+  }
+  std::printf("rank slowed to 2.00x named as a straggler at %.2fx\n", ratio);
+}
+
+// Issue 13's "no false alarm", on real ranks at timeoutSeconds 5: an epoch boundary, a
+// validation pass of 10 steps' work and a 3 s checkpoint pause on rank 0 raise nothing.
+TEST(StragglerTest, EpochBoundariesValidationAndACheckpointRaiseNothing) {
+  TempDir dir;
+  WriteFile(dir.File("job.yaml"), StragglerJob("['80', '50', '-1', '1', '--quirks']"));
+  TestProcess agent({AGENT_BIN, "run", "-f", dir.File("job.yaml"), "--master-port", "0"});
+  ASSERT_EQ(agent.Wait(kTimeout), 0) << agent.Stderr();
+  EXPECT_THAT(agent.Stderr(), Not(HasSubstr("stalled")));
+  EXPECT_THAT(agent.Stderr(), Not(HasSubstr("straggler")));
 }
 
 INSTANTIATE_TEST_SUITE_P(Trainers, StallTest, ::testing::Values(Cpp(), Python()),

@@ -6,34 +6,13 @@
 
 #include "agent/run/rank_stacks.h"
 #include "agent/run/stall_watch.h"
+#include "tests/agent/sim_rank.h"
 
 namespace spawnpoint::agent {
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-
-constexpr int64_t kMs = 1'000'000;
-constexpr int64_t kS = 1'000 * kMs;
-
-// A simulated rank: steps of given durations, and its record as the agent would read it.
-struct SimRank {
-  int rank = 0;
-  int64_t started_ns = 0;
-  int64_t now_ns = 0;  // the end of its latest step
-  progress::ProgressSnapshot snapshot;
-
-  void Step(int64_t duration_ns) {
-    now_ns += duration_ns;
-    snapshot.steps++;
-    snapshot.last_step_ns = now_ns;
-    snapshot.recent_us.push_back(static_cast<uint32_t>(duration_ns / 1000));
-    if (snapshot.recent_us.size() > progress::kDurationRing) {
-      snapshot.recent_us.erase(snapshot.recent_us.begin());
-    }
-  }
-  RankProgress Progress() const { return {rank, snapshot, started_ns}; }
-};
 
 std::vector<int> Ranks(const std::vector<StalledRank>& stalled) {
   std::vector<int> out;

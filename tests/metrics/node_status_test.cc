@@ -386,7 +386,8 @@ TEST_F(NodeStatusTest, ProgressTicksCountEachStepOnceAndKeepCountingAcrossAttemp
   ASSERT_EQ(j["progress"].size(), 2u);
   EXPECT_EQ(j["progress"][0],
             nlohmann::json::parse(R"({"rank": 0, "steps": 3, "lastStepAgeSeconds": 0.5,
-                                      "stepSource": "loader", "stalled": false})"));
+                                      "stepSource": "loader", "stalled": false,
+                                      "busySeconds": null, "waitSeconds": null})"));
   EXPECT_EQ(j["progress"][1]["rank"], 1) << "in rank order";
   EXPECT_EQ(j["progress"][1]["steps"], 0);
   EXPECT_TRUE(j["progress"][1]["lastStepAgeSeconds"].is_null()) << "no step yet";
@@ -472,6 +473,40 @@ TEST_F(NodeStatusTest, TheNamedStallIsPublishedAndMarksItsRank) {
   EXPECT_EQ(j["progress"][1]["stalled"], false);
   s = ParseSamples(status.registry().Render());
   EXPECT_EQ(FindSample(s, "spawnpoint_rank_stalled", {"rank=\"1\""}), 0);
+}
+
+TEST_F(NodeStatusTest, TheStragglerIsPublishedWithEveryRanksWorkAndWait) {
+  const std::string file = dir_.File("status.json");
+  auto o = Options(false);
+  o.on_document = [file](const std::string& text) {
+    EXPECT_TRUE(WriteStatusFile(file, text).ok());
+  };
+  NodeStatus status(o);
+  auto s = ParseSamples(status.registry().Render());
+  EXPECT_EQ(FindSample(s, "spawnpoint_job_straggler_ratio"), 0) << "not judged yet";
+  EXPECT_TRUE(status.StatusJson()["straggler"].is_null());
+  status.OnProgress({Record(0, 40, {200}, 10, 1), Record(1, 40, {200}, 10, 1)}, 0.2, Ns(10));
+  // As StragglerJson makes it.
+  const auto straggler = nlohmann::json::parse(R"({"rank": 1, "pod": "resnet-node-0",
+      "ratio": 1.96, "busySeconds": 0.196, "peersBusySeconds": 0.1, "windowSteps": 20,
+      "message": "rank 1 (pod resnet-node-0) is 1.96x slower than the other ranks"})");
+  status.OnStraggler({RankBusy{0, 0.1, 0.1}, RankBusy{1, 0.196, 0.004}}, 1.96, straggler, true);
+  auto j = nlohmann::json::parse(testing::ReadFile(file));  // published at once
+  EXPECT_EQ(j["straggler"], straggler);
+  EXPECT_DOUBLE_EQ(j["progress"][0]["busySeconds"].get<double>(), 0.1);
+  EXPECT_DOUBLE_EQ(j["progress"][1]["busySeconds"].get<double>(), 0.196);
+  EXPECT_DOUBLE_EQ(j["progress"][1]["waitSeconds"].get<double>(), 0.004);
+  s = ParseSamples(status.registry().Render());
+  EXPECT_DOUBLE_EQ(FindSample(s, "spawnpoint_job_straggler_ratio"), 1.96);
+
+  // A tick without a change is not published; a rank without a window shows null.
+  status.OnStraggler({RankBusy{0, 0.1, 0.1}, RankBusy{1}}, 0, nullptr, false);
+  EXPECT_EQ(nlohmann::json::parse(testing::ReadFile(file))["straggler"], straggler);
+  j = status.StatusJson();
+  EXPECT_TRUE(j["straggler"].is_null());
+  EXPECT_TRUE(j["progress"][1]["busySeconds"].is_null());
+  s = ParseSamples(status.registry().Render());
+  EXPECT_EQ(FindSample(s, "spawnpoint_job_straggler_ratio"), 0);
 }
 
 // Every spawnpoint_rank_* row of docs/metrics.md's agent tables is exported with its type

@@ -100,6 +100,48 @@ TEST_F(ProgressFileTest, WriterPublishesStepsWithTheirDurations) {
   EXPECT_THAT(s.recent_us, ElementsAre(50'000u, 10'000u, 30'000u));
 }
 
+// The waits ring: each step takes the waits added while it was in flight, capped at its
+// duration; a step without waits records 0.
+TEST_F(ProgressFileTest, EachStepRecordsItsWaitForPeersCappedAtItsDuration) {
+  StatusOr<ProgressFile> file = ProgressFile::Create(path_);
+  ASSERT_TRUE(file.ok());
+  StatusOr<std::unique_ptr<ProgressWriter>> w = ProgressWriter::Attach(path_, 4321, 0);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  (*w)->AddWait(10 * kMs);
+  (*w)->AddWait(5 * kMs);
+  (*w)->Count(StepSource::kOptimizer, 40 * kMs);  // 40 ms, 15 of them waiting
+  (*w)->Count(StepSource::kOptimizer, 60 * kMs);  // no wait
+  (*w)->AddWait(50 * kMs);
+  (*w)->Count(StepSource::kOptimizer, 80 * kMs);  // 20 ms: a wait cannot be longer
+  (*w)->AddWait(-3 * kMs);                        // a clock that went back adds nothing
+  (*w)->Count(StepSource::kOptimizer, 90 * kMs);
+  ProgressSnapshot s = MustRead(*file);
+  EXPECT_THAT(s.recent_us, ElementsAre(40'000u, 20'000u, 20'000u, 10'000u));
+  EXPECT_THAT(s.recent_wait_us, ElementsAre(15'000u, 0u, 20'000u, 0u));
+}
+
+// spawnpoint::PeerWait adds its scope's time to this process's step in flight.
+TEST_F(ProgressFileTest, PeerWaitAddsItsScopeToTheStepInFlight) {
+  StatusOr<ProgressFile> file = ProgressFile::Create(path_);
+  ASSERT_TRUE(file.ok());
+  ASSERT_EQ(::setenv(kProgressFileEnv, path_.c_str(), 1), 0);
+  int64_t inside = 0;
+  {
+    spawnpoint::PeerWait waiting;
+    const int64_t start = MonotonicNs();
+    while (MonotonicNs() - start < 2 * kMs) {
+    }
+    inside = MonotonicNs() - start;
+  }
+  Step();
+  Step();
+  ProgressSnapshot s = MustRead(*file);
+  ASSERT_EQ(s.recent_wait_us.size(), 2u);
+  EXPECT_GE(s.recent_wait_us[0], static_cast<uint32_t>(inside / 1000));
+  EXPECT_LE(s.recent_wait_us[0], s.recent_us[0]);
+  EXPECT_EQ(s.recent_wait_us[1], 0u);
+}
+
 TEST_F(ProgressFileTest, ExplicitStepsStopAutomaticCounting) {
   StatusOr<ProgressFile> file = ProgressFile::Create(path_);
   ASSERT_TRUE(file.ok());
@@ -186,16 +228,16 @@ TEST_F(ProgressFileTest, BadRecordsAreClearErrorsNamingTheFile) {
     Patch(ProgressLayout::kVersion, &version, sizeof(version));
     StatusOr<ProgressFile> f = ProgressFile::Open(path_);
     ASSERT_FALSE(f.ok());
-    EXPECT_THAT(f.status().message(), HasSubstr(path_ + ": version 7, this build reads version 1"));
+    EXPECT_THAT(f.status().message(), HasSubstr(path_ + ": version 7, this build reads version 2"));
   }
   {  // changed under an open reader: version, then truncated
     StatusOr<ProgressFile> f = ProgressFile::Create(path_);
     ASSERT_TRUE(f.ok());
-    const uint32_t version = 2;
+    const uint32_t version = 1;  // a writer of the layout before the waits ring
     Patch(ProgressLayout::kVersion, &version, sizeof(version));
     StatusOr<ProgressSnapshot> s = f->Read();
     ASSERT_FALSE(s.ok());
-    EXPECT_THAT(s.status().message(), HasSubstr("version 2"));
+    EXPECT_THAT(s.status().message(), HasSubstr("version 1"));
     ASSERT_EQ(::truncate(path_.c_str(), 100), 0);
     s = f->Read();
     ASSERT_FALSE(s.ok());

@@ -3,7 +3,9 @@
 ProgressTest: real interpreters with the shim (SPAWNPOINT_SHIM=1) and a record named in
 SPAWNPOINT_PROGRESS_FILE train a tiny model with torch's SGD: the record shows the optimizer
 steps with their durations; spawnpoint.step() makes the record explicit; a process the rank
-starts does not write. OptimizerHookTest: the hook on a fake torch.optim.optimizer, for
+starts does not write. WaitTest: two real ranks (gloo) of which rank 1 works longer per
+step: rank 0's record shows the wait for its peer, through DDP (its default allreduce, or a
+hook of the trainer's own) or blocking collectives; BucketClock's arithmetic. OptimizerHookTest: the hook on a fake torch.optim.optimizer, for
 torch >= 2.0 (the global post-hook) and 1.x (wrapped step()s), without torch. StackTest:
 SPAWNPOINT_STACK_SIGNAL makes faulthandler write every thread's stack to
 SPAWNPOINT_STACK_FILE. The shim is taken from SPAWNPOINT_TEST_SHIM_DIR (ctest: the build's
@@ -33,13 +35,14 @@ MAGIC = b"SPPROG1\0"
 HEADER = struct.Struct("<8sIIQQQI4xQ")  # magic version pid steps last first source attach
 DURATIONS = 64
 RING = 256
+WAITS = DURATIONS + 4 * RING
 OPTIMIZER, LOADER, EXPLICIT = 1, 2, 3
 
 
 def create_record(path):
     """What the agent's ProgressFile::Create makes: 4096 zero bytes, magic and version."""
     with open(path, "wb") as f:
-        f.write(MAGIC + struct.pack("<I", 1) + bytes(4096 - 12))
+        f.write(MAGIC + struct.pack("<I", 2) + bytes(4096 - 12))
 
 
 def read_record(path):
@@ -47,9 +50,12 @@ def read_record(path):
         data = f.read()
     magic, version, pid, steps, last, first, source, attach = HEADER.unpack_from(data, 0)
     ring = struct.unpack_from("<%dI" % RING, data, DURATIONS)
-    recent = [ring[(n - 1) % RING] for n in range(max(1, steps - RING + 1), steps + 1)]
+    waits = struct.unpack_from("<%dI" % RING, data, WAITS)
+    numbers = range(max(1, steps - RING + 1), steps + 1)
     return {"magic": magic, "version": version, "pid": pid, "steps": steps, "last_ns": last,
-            "first_ns": first, "source": source, "attach_ns": attach, "recent_us": recent}
+            "first_ns": first, "source": source, "attach_ns": attach,
+            "recent_us": [ring[(n - 1) % RING] for n in numbers],
+            "recent_wait_us": [waits[(n - 1) % RING] for n in numbers]}
 
 
 def environment(extra):
@@ -180,6 +186,115 @@ class ProgressTest(ProgressTestCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(proc.stderr.count("spawnpoint-shim: progress record %s: 4 bytes"
                                            % self.record), 1, proc.stderr)
+
+
+# Two ranks (gloo, a FileStore): rank 1 "works" 300 ms per step before its forward, rank 0
+# 10 ms. mode "ddp": DDP with its default allreduce; "hook": DDP with the trainer's own comm
+# hook (it must still run); "blocking": no DDP, gradients averaged with dist.all_reduce.
+WAIT_TRAINER = textwrap.dedent("""\
+    import json, os, sys, time
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    mode, rank, store = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=2)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    calls = []
+    if mode in ("ddp", "hook"):
+        model = DistributedDataParallel(model)
+    if mode == "hook":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        def my_hook(state, bucket):
+            calls.append(1)
+            return default_hooks.allreduce_hook(state, bucket)
+
+        model.register_comm_hook(None, my_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(6):
+        time.sleep(0.3 if rank == 1 else 0.01)
+        opt.zero_grad()
+        model(torch.randn(8, 4)).pow(2).mean().backward()
+        if mode == "blocking":
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+                p.grad /= 2
+        opt.step()
+    print(json.dumps({"hook_calls": len(calls)}))
+""")
+
+
+class WaitTest(ProgressTestCase):
+    def train_pair(self, mode):
+        script = self.write("pair.py", WAIT_TRAINER)
+        store = os.path.join(self.tmp, "store")
+        records = [os.path.join(self.tmp, "rank-%d.progress" % r) for r in (0, 1)]
+        procs = []
+        for r in (0, 1):
+            create_record(records[r])
+            procs.append(subprocess.Popen(
+                [PYTHON, script, mode, str(r), store], cwd=self.tmp,
+                env=environment({"SPAWNPOINT_PROGRESS_FILE": records[r]}),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True))
+        outs = []
+        for p in procs:
+            out, err = p.communicate(timeout=TIMEOUT)
+            self.assertEqual(p.returncode, 0, err)
+            outs.append(json.loads(out.strip().splitlines()[-1]))
+        return outs, [read_record(path) for path in records]
+
+    def check_rank_0_waits_for_rank_1(self, records):
+        for r in records:
+            self.assertEqual(r["steps"], 6)
+            for wait, duration in zip(r["recent_wait_us"], r["recent_us"]):
+                self.assertLessEqual(wait, duration)
+        # Steps 2..6 (the first includes start-up): rank 0 waits ~290 ms of each for rank 1,
+        # rank 1 hardly at all (margins far beyond a loaded machine's jitter).
+        fast = sorted(records[0]["recent_wait_us"][1:])[2]
+        slow = sorted(records[1]["recent_wait_us"][1:])[2]
+        self.assertGreater(fast, 150000, records)
+        self.assertLess(slow, 150000, records)
+        busy = [sorted(d - w for d, w in zip(r["recent_us"][1:], r["recent_wait_us"][1:]))[2]
+                for r in records]
+        self.assertGreater(busy[1], 2 * busy[0], records)
+
+    def test_ddp_default_allreduce(self):
+        _, records = self.train_pair("ddp")
+        self.check_rank_0_waits_for_rank_1(records)
+
+    def test_ddp_with_the_trainers_own_hook(self):
+        outs, records = self.train_pair("hook")
+        self.assertEqual([o["hook_calls"] for o in outs], [6, 6], "the trainer's hook runs")
+        self.check_rank_0_waits_for_rank_1(records)
+
+    def test_blocking_collectives(self):
+        _, records = self.train_pair("blocking")
+        self.check_rank_0_waits_for_rank_1(records)
+
+    def test_bucket_clock(self):
+        sys.path.insert(0, SHIM_DIR)
+        self.addCleanup(sys.path.remove, SHIM_DIR)
+        from spawnpoint_rank._collective import BucketClock
+
+        clock = BucketClock()
+        self.assertEqual(clock.take(), 0)
+        # A pass of two buckets: ready at 10 and 20, done at 25 and 50: waited 50 - 20.
+        clock.ready(10)
+        clock.ready(20)
+        clock.done(25)
+        clock.done(50)
+        # The next pass (gradient accumulation: two backwards in a step) closes it; in this
+        # one the rank is last to be ready (the straggler): only the allreduce's own 3.
+        clock.ready(100)
+        clock.done(103)
+        self.assertEqual(clock.take(), 30 + 3)
+        self.assertEqual(clock.take(), 0)
+        clock.ready(200)  # still in flight: taken with the next step
+        self.assertEqual(clock.take(), 0)
+        clock.done(260)
+        self.assertEqual(clock.take(), 60)
 
 
 # A fake torch.optim.optimizer: a base Optimizer and, defined before the hook runs, a

@@ -25,7 +25,7 @@ import datetime
 import os
 import sys
 
-from . import _exit
+from . import _collective, _exit
 from ._report import report_once
 from .policy import DISABLE, PROBE, libuv_decision
 
@@ -68,6 +68,7 @@ def patch(distmod):
     if torch is None or tcp_store is None or _multiprocessing_child():
         return
     _exit.register(distmod)
+    _collective.patch_functions(distmod)
     # torch is still being imported: its __version__ may not be set yet, torch.version's is.
     version = getattr(torch, "__version__", None) or getattr(
         sys.modules.get("torch.version"), "__version__", "")

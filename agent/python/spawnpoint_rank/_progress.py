@@ -1,12 +1,15 @@
-"""The rank's writer of its progress record (agent/progress/progress_record.h): steps and
-their durations, for the agent's hang and straggler detection, never through stdout.
+"""The rank's writer of its progress record (agent/progress/progress_record.h): steps, their
+durations and their waits for peers, for the agent's hang and straggler detection, never
+through stdout.
 
 The bootstrap (sitecustomize.py) takes SPAWNPOINT_PROGRESS_FILE out of the environment at
 start-up (so processes the rank starts never write to the record) and gives this package
 its path and the start-up time as `progress_file` and `progress_attach_ns`. The first
 counted step maps the record and stamps the writer pid and attach time; each step then
 publishes its duration (since the previous step's end, the first since start-up) into the
-ring, then last_step_ns, then steps. `count_step(source)` counts; the first EXPLICIT step
+ring (and the time it waited for peers in collectives, added by `add_wait(ns)` and by the
+sources `_collective` registers with `add_wait_source`, into the waits ring), then
+last_step_ns, then steps. `count_step(source)` counts; the first EXPLICIT step
 (spawnpoint.step()) makes the record explicit and automatic counts (OPTIMIZER) stop. Without
 a record, in a forked child, or where the record cannot be used (reported once), counting
 is a no-op. Safe from any thread (one lock; a step takes microseconds to count).
@@ -24,7 +27,7 @@ OPTIMIZER = 1
 EXPLICIT = 3
 
 MAGIC = b"SPPROG1\0"
-VERSION = 1
+VERSION = 2
 FILE_SIZE = 4096
 RING = 256
 # Offsets (ProgressLayout) as indices of the record viewed as u32 and as u64.
@@ -32,6 +35,7 @@ _U32_VERSION = 8 // 4
 _U32_WRITER_PID = 12 // 4
 _U32_SOURCE = 40 // 4
 _U32_DURATIONS = 64 // 4
+_U32_WAITS = _U32_DURATIONS + 256
 _U64_STEPS = 16 // 8
 _U64_LAST_STEP_NS = 24 // 8
 _U64_FIRST_STEP_NS = 32 // 8
@@ -72,8 +76,9 @@ class Writer(object):
         self._u32[_U32_WRITER_PID] = pid
         self._u64[_U64_ATTACH_NS] = attach_ns
 
-    def count(self, source, now_ns):
-        """Counts one step of `source` that ended at `now_ns` (time.monotonic_ns())."""
+    def count(self, source, now_ns, wait_ns=0):
+        """Counts one step of `source` that ended at `now_ns` (time.monotonic_ns()), of which
+        it spent `wait_ns` waiting for peers."""
         with self._lock:
             if self._explicit and source != EXPLICIT:
                 return
@@ -82,6 +87,7 @@ class Writer(object):
             n = self._steps + 1
             us = min(max(0, (now_ns - self._last_end_ns) // 1000), _MAX_US)
             self._u32[_U32_DURATIONS + (n - 1) % RING] = us
+            self._u32[_U32_WAITS + (n - 1) % RING] = min(max(0, wait_ns // 1000), us)
             self._u64[_U64_LAST_STEP_NS] = now_ns
             if n == 1:
                 self._u64[_U64_FIRST_STEP_NS] = now_ns
@@ -95,6 +101,9 @@ _lock = threading.Lock()
 _writer = None     # the Writer, once attached
 _writer_pid = 0    # the process that attached (a forked child does not write)
 _tried = False     # attaching was tried (successfully or not)
+_wait_lock = threading.Lock()
+_wait_ns = 0       # the step in flight's wait for peers, from add_wait
+_wait_sources = []  # callables returning (and forgetting) ns waited, asked at each step
 
 
 def _attach():
@@ -116,11 +125,34 @@ def _attach():
         return _writer
 
 
+def add_wait(ns):
+    """Adds `ns` waited for peers in a collective to the step in flight."""
+    global _wait_ns
+    with _wait_lock:
+        _wait_ns += max(0, ns)
+
+
+def add_wait_source(take):
+    """Registers `take()`: asked at each counted step for the ns waited since it last was."""
+    with _wait_lock:
+        _wait_sources.append(take)
+
+
+def _take_wait():
+    global _wait_ns
+    with _wait_lock:
+        wait, _wait_ns = _wait_ns, 0
+        sources = list(_wait_sources)
+    for take in sources:
+        wait += take()
+    return wait
+
+
 def count_step(source):
     """Counts one step of `source` (OPTIMIZER or EXPLICIT) in this rank's record, if any."""
     writer = _writer if _tried else _attach()
     if writer is not None and os.getpid() == _writer_pid:
-        writer.count(source, time.monotonic_ns())
+        writer.count(source, time.monotonic_ns(), _take_wait())
 
 
 def step():
