@@ -10,6 +10,18 @@ bool IsRetryableExitCode(const RestartPolicy& policy, int shell_code) {
   return std::find(codes.begin(), codes.end(), shell_code) != codes.end();
 }
 
+bool IsRetryableFailure(const RestartPolicy& policy, int shell_code, std::string_view cause) {
+  if (policy.retry_on_exit_codes.empty() && policy.retry_on_causes.empty()) {
+    return IsRetryableExitCode(policy, shell_code);
+  }
+  const auto& codes = policy.retryable_exit_codes;
+  const auto& on_codes = policy.retry_on_exit_codes;
+  const auto& causes = policy.retry_on_causes;
+  return std::find(codes.begin(), codes.end(), shell_code) != codes.end() ||
+         std::find(on_codes.begin(), on_codes.end(), shell_code) != on_codes.end() ||
+         (!cause.empty() && std::find(causes.begin(), causes.end(), cause) != causes.end());
+}
+
 int QuickFailuresAfter(const RestartPolicy& policy, int quick_before, Clock::Duration ran) {
   if (ran >= std::chrono::seconds(policy.reset_after_seconds)) return 1;
   return std::max(0, quick_before) + 1;

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 
 #include "api/training_job.h"
 #include "common/clock.h"
@@ -15,9 +16,24 @@ namespace spawnpoint::api {
 // The longest wait before a restart, however many restarts came before.
 inline constexpr std::chrono::seconds kMaxRestartBackoff{300};
 
+// The causes a failure is reported with (status.lastFailure.reason) and restartPolicy.retryOn
+// accepts: the agent's, from the exit and the rank's last lines (agent/supervisor/exit_cause.h),
+// and the operator's for pods taken away (always retryable).
+inline constexpr std::string_view kFailureCauses[] = {
+    "UserError",       "OOMKilled",          "ShmExhausted",
+    "Killed",          "Terminated",         "Crashed",
+    "Stalled",         "GpuOutOfMemory",     "CollectiveTimeout",
+    "CollectiveError", "LoaderWorkerKilled", "ImportError",
+    "Evicted",         "Preempted",          "NodeLost"};
+
 // A shell exit code (128+signal for signals) is retryable if listed in retryableExitCodes,
 // or, with none listed, if it is 128-255 (signals, OOM kills, preemption).
 bool IsRetryableExitCode(const RestartPolicy& policy, int shell_code);
+
+// A failure with this shell exit code and cause (a kFailureCauses name, or "" if unknown) is
+// retryable if its code is in retryableExitCodes or retryOn, or its cause in retryOn; with
+// neither given, by the default rule (128-255).
+bool IsRetryableFailure(const RestartPolicy& policy, int shell_code, std::string_view cause);
 
 // The restart schedule. The first failure of a long run is usually a preemption, a lost
 // node or a killed rank, where waiting helps nobody; a crash loop is where waiting matters.

@@ -14,6 +14,7 @@
 
 #include "api/field_path.h"
 #include "api/field_reader.h"
+#include "api/restart_rule.h"
 #include "api/schema.h"
 #include "api/torchrun_spec.h"
 #include "api/yaml_to_json.h"
@@ -37,7 +38,7 @@ constexpr std::string_view kLoaderFields[] = {
     "workersPerRank", "prefetchFactor", "persistentWorkers", "pinMemory",  "timeoutSeconds",
     "seed",           "startMethod",    "workerCommand",     "pythonPool", "preloadModules"};
 constexpr std::string_view kRestartFields[] = {"maxRestarts", "backoffSeconds", "resetAfterSeconds",
-                                               "retryableExitCodes"};
+                                               "retryableExitCodes", "retryOn"};
 constexpr std::string_view kRendezvousFields[] = {"port"};
 constexpr std::string_view kRunPolicyFields[] = {"suspend", "activeDeadlineSeconds",
                                                  "ttlSecondsAfterFinished", "cleanPodPolicy"};
@@ -100,6 +101,7 @@ class Decoder : public FieldReader {
   Status DecodeLoader(const Field& field, LoaderSpec* loader);
   Status DecodePreloadModules(const Field& field, std::vector<std::string>* modules);
   Status DecodeRestartPolicy(const Field& field, RestartPolicy* policy);
+  Status DecodeRetryOn(const Field& field, RestartPolicy* policy);
   Status DecodeRendezvous(const Field& field, int* port);
   Status DecodeShmSize(const Field& field, TrainingJobSpec* spec);
   Status DecodeRunPolicy(const Field& field, RunPolicy* policy);
@@ -457,13 +459,40 @@ Status Decoder::DecodeRestartPolicy(const Field& field, RestartPolicy* policy) {
   SP_RETURN_IF_ERROR(
       ReadInt(Get(r, field.path, "resetAfterSeconds"), 1, kIntMax, &policy->reset_after_seconds));
   Field codes = Get(r, field.path, "retryableExitCodes");
-  if (!codes.value) return Status::Ok();
-  if (!codes.value->is_array()) return WrongType(codes, "a list of exit codes (1-255)");
-  policy->retryable_exit_codes.clear();
-  for (size_t i = 0; i < codes.value->size(); ++i) {
+  if (codes.value) {
+    if (!codes.value->is_array()) return WrongType(codes, "a list of exit codes (1-255)");
+    policy->retryable_exit_codes.clear();
+    for (size_t i = 0; i < codes.value->size(); ++i) {
+      int code = 0;
+      SP_RETURN_IF_ERROR(ReadInt({&(*codes.value)[i], codes.path.Index(i)}, 1, 255, &code));
+      policy->retryable_exit_codes.push_back(code);
+    }
+  }
+  return DecodeRetryOn(Get(r, field.path, "retryOn"), policy);
+}
+
+// Each entry an exit code (1-255) or a failure cause's name.
+Status Decoder::DecodeRetryOn(const Field& field, RestartPolicy* policy) {
+  if (!field.value) return Status::Ok();
+  const std::string expected = "a list of exit codes (1-255) and failure causes";
+  if (!field.value->is_array()) return WrongType(field, expected);
+  policy->retry_on_exit_codes.clear();
+  policy->retry_on_causes.clear();
+  for (size_t i = 0; i < field.value->size(); ++i) {
+    const Field entry{&(*field.value)[i], field.path.Index(i)};
+    if (entry.value->is_string()) {
+      size_t index = 0;
+      SP_RETURN_IF_ERROR(ReadChoice(entry, kFailureCauses, &index));
+      policy->retry_on_causes.emplace_back(kFailureCauses[index]);
+      continue;
+    }
+    if (!entry.value->is_number_integer()) {
+      return WrongType(entry, "an exit code (1-255) or a failure cause (" +
+                                  std::string(kFailureCauses[0]) + ", ...)");
+    }
     int code = 0;
-    SP_RETURN_IF_ERROR(ReadInt({&(*codes.value)[i], codes.path.Index(i)}, 1, 255, &code));
-    policy->retryable_exit_codes.push_back(code);
+    SP_RETURN_IF_ERROR(ReadInt(entry, 1, 255, &code));
+    policy->retry_on_exit_codes.push_back(code);
   }
   return Status::Ok();
 }

@@ -54,6 +54,10 @@ struct RestartPolicy {
   // with it the backoff) starts again (api/restart_rule.h).
   int reset_after_seconds = 600;
   std::vector<int> retryable_exit_codes;  // empty: 128-255 are retryable
+  // restartPolicy.retryOn: exit codes and failure causes (api/restart_rule.h's
+  // kFailureCauses) that restart the gang. With retryableExitCodes, they replace the default.
+  std::vector<int> retry_on_exit_codes;
+  std::vector<std::string> retry_on_causes;
 };
 
 struct RunPolicy {

@@ -34,6 +34,12 @@ json TrainingJobToJson(const TrainingJob& job) {
       {"resetAfterSeconds", s.restart_policy.reset_after_seconds},
       {"retryableExitCodes", s.restart_policy.retryable_exit_codes},
   };
+  if (!s.restart_policy.retry_on_exit_codes.empty() || !s.restart_policy.retry_on_causes.empty()) {
+    json retry_on = json::array();
+    for (int code : s.restart_policy.retry_on_exit_codes) retry_on.push_back(code);
+    for (const std::string& cause : s.restart_policy.retry_on_causes) retry_on.push_back(cause);
+    restart["retryOn"] = retry_on;
+  }
   const RunPolicy& r = s.run_policy;
   json run_policy = {
       {"suspend", r.suspend},

@@ -400,6 +400,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"  restartPolicy:\n    retryableExitCodes: [137, 0]\n",
                 "job.yaml:12:31: spec.restartPolicy.retryableExitCodes[1]: must be between 1 and "
                 "255, got 0"},
+        BadCase{"  restartPolicy:\n    retryOn: [Killed, Kiled]\n",
+                "job.yaml:12:23: spec.restartPolicy.retryOn[1]: must be one of UserError, "
+                "OOMKilled, ShmExhausted, Killed, Terminated, Crashed, Stalled, GpuOutOfMemory, "
+                "CollectiveTimeout, CollectiveError, LoaderWorkerKilled, ImportError, Evicted, "
+                "Preempted, NodeLost; got \"Kiled\" (did you mean \"Killed\"?)"},
+        BadCase{"  restartPolicy:\n    retryOn: [0]\n",
+                "job.yaml:12:15: spec.restartPolicy.retryOn[0]: must be between 1 and 255, got 0"},
+        BadCase{"  restartPolicy:\n    retryOn: Killed\n",
+                "job.yaml:12:14: spec.restartPolicy.retryOn: must be a list of exit codes (1-255) "
+                "and failure causes, got string \"Killed\""},
         BadCase{"  restartPolicy:\n    retryableExitCodes: 137\n",
                 "job.yaml:12:25: spec.restartPolicy.retryableExitCodes: must be a list of exit "
                 "codes (1-255), got number 137"},
@@ -494,7 +504,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"  restartPolicy:\n    max_restarts: 1\n",
                 "job.yaml:12:5: spec.restartPolicy.max_restarts: unknown field (did you mean "
                 "\"maxRestarts\"?); allowed: maxRestarts, backoffSeconds, resetAfterSeconds, "
-                "retryableExitCodes"},
+                "retryableExitCodes, retryOn"},
         BadCase{"  rendezvous:\n    host: 10.0.0.1\n",
                 "job.yaml:12:5: spec.rendezvous.host: unknown field; allowed: port"},
         BadCase{"  runPolicy:\n    backoffLimit: 3\n",
@@ -671,6 +681,25 @@ TEST(TrainingJob, PlainScalarsResolveAsKubectlDoes) {
   EXPECT_EQ(ParseError(WithSpec("") + "status: {x: .inf}\n"),
             "job.yaml:11:13: status.x: \".inf\" is a number JSON cannot represent (infinite or "
             "NaN); quote it if you mean a string");
+}
+
+// restartPolicy.retryOn: causes and exit codes, kept apart, and back the way they came.
+TEST(TrainingJob, RetryOnTakesCausesAndExitCodes) {
+  TrainingJob job = ParseOne(
+      WithSpec("  restartPolicy:\n    retryOn: [Killed, OOMKilled, 3, CollectiveTimeout]\n"));
+  const RestartPolicy& p = job.spec.restart_policy;
+  EXPECT_EQ(p.retry_on_causes,
+            (std::vector<std::string>{"Killed", "OOMKilled", "CollectiveTimeout"}));
+  EXPECT_EQ(p.retry_on_exit_codes, (std::vector<int>{3}));
+  json out = TrainingJobToJson(job);
+  EXPECT_EQ(out["spec"]["restartPolicy"]["retryOn"],
+            json::parse(R"([3, "Killed", "OOMKilled", "CollectiveTimeout"])"));
+  auto again = TrainingJobFromJson(out);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again->spec.restart_policy.retry_on_causes, p.retry_on_causes);
+  EXPECT_EQ(again->spec.restart_policy.retry_on_exit_codes, p.retry_on_exit_codes);
+  // Absent: nothing written, the default rule.
+  EXPECT_FALSE(TrainingJobToJson(ParseOne(kBase))["spec"]["restartPolicy"].contains("retryOn"));
 }
 
 TEST(TrainingJob, WorkersPerRankAuto) {
