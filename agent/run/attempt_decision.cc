@@ -46,12 +46,17 @@ AttemptDecision Decide(const GangResult& result, int restarts, const api::Restar
     d.message = "the gang spans several nodes: the operator restarts it";
     return d;
   }
-  const bool retryable = d.failure->retryable.value_or(api::IsRetryableExitCode(policy, code));
+  const std::string cause = ExitReasonName(d.failure->cause.reason);
+  const bool retryable =
+      d.failure->retryable.value_or(api::IsRetryableFailure(policy, code, cause));
   switch (api::JudgeRestart(policy, restarts, retryable)) {
     case api::RestartVerdict::kNotRetryable:
       d.reason = "NonRetryableFailure";
       d.message = d.failure->retryable ? "stallPolicy.action is Fail"
                                        : "exit code " + std::to_string(code) + " is not retryable";
+      if (!d.failure->retryable && !policy.retry_on_causes.empty()) {
+        d.message += ", nor " + cause + " in restartPolicy.retryOn";
+      }
       return d;
     case api::RestartVerdict::kMaxRestartsReached:
       d.reason = "MaxRestartsReached";

@@ -81,10 +81,10 @@ std::vector<GangMember> LocalCluster::MembersFor(int restart) const {
   return members;
 }
 
-void LocalCluster::Refine(RankFailure& f) const {
+bool LocalCluster::Refine(RankFailure& f) const {
   std::ifstream in(LogPath(f.node_rank));
   nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.contains("rank")) return;
+  if (j.is_discarded() || !j.contains("rank")) return false;
   f.rank = j.value("rank", f.rank);
   f.local_rank = j.value("localRank", f.local_rank);
   // The node agent exits 1 for any failed rank; the rank's own code decides the restart.
@@ -95,15 +95,26 @@ void LocalCluster::Refine(RankFailure& f) const {
     f.status.exit_code = signalled ? 0 : code;
   }
   f.cause.message = j.value("message", f.cause.message);
+  f.cause.line = j.value("line", "");
+  f.cause.exception = j.value("exception", "");
   if (j.contains("retryable") && j["retryable"].is_boolean())
     f.retryable = j["retryable"].get<bool>();
   f.stack = j.value("stack", f.stack);
-  std::string reason = j.value("reason", "");
-  for (auto r :
-       {ExitReason::kUserError, ExitReason::kOomKilled, ExitReason::kShmExhausted,
-        ExitReason::kKilled, ExitReason::kTerminated, ExitReason::kCrashed, ExitReason::kStalled}) {
-    if (reason == ExitReasonName(r)) f.cause.reason = r;
+  f.log_tail = j.value("logTail", "");
+  f.log_stream = j.value("logStream", "");
+  // When it failed, as that node's agent saw it: the order across nodes (PickRootCause).
+  if (auto at = ParseEpochMillis(j.value("failedAt", ""))) f.failed_at_ms = *at;
+  f.consequences.clear();
+  if (j.contains("consequences") && j["consequences"].is_array()) {
+    for (const auto& c : j["consequences"]) {
+      if (!c.is_object()) continue;
+      f.consequences.push_back(PeerFailure{c.value("rank", -1), c.value("nodeRank", 0),
+                                           c.value("exitCode", 0), c.value("reason", ""),
+                                           c.value("line", "")});
+    }
   }
+  if (auto reason = ExitReasonFromName(j.value("reason", ""))) f.cause.reason = *reason;
+  return true;
 }
 
 }  // namespace spawnpoint::agent

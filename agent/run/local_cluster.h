@@ -27,9 +27,10 @@ class LocalCluster {
 
   // The node agents of attempt `restart`.
   std::vector<GangMember> MembersFor(int restart) const;
-  // Refines a failed node agent's report with the rank, exit code, signal and cause its
-  // termination log names (the node agent itself exits 1 for any failed rank).
-  void Refine(RankFailure& failure) const;
+  // Refines a failed node agent's report with the rank, exit code, signal, cause, last lines
+  // and failure time its termination log names (the node agent itself exits 1 for any failed
+  // rank); false, leaving it as it was, when the log names no failed rank (it was stopped).
+  bool Refine(RankFailure& failure) const;
 
   // The options of node `node`'s agent in attempt `restart`.
   AgentOptions NodeOptions(int node, int restart) const;

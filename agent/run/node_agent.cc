@@ -262,7 +262,7 @@ StatusOr<GangResult> NodeAgent::RunAttempt(int restart) {
     go.on_tick = [this] { pools_.Tick(); };
   }
   if (cluster_) {  // a node agent's failure is its rank's
-    go.refine_failure = [this](RankFailure& f) { cluster_->Refine(f); };
+    go.refine_failure = [this](RankFailure& f) { return cluster_->Refine(f); };
   }
   return Gang(spawner_, signals_, std::move(go)).Run(std::move(members));
 }

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "agent/run/exit_codes.h"
+#include "common/text.h"
 
 namespace spawnpoint::agent {
 
@@ -65,22 +66,46 @@ bool ShouldWriteTerminationLog(const AgentOptions& o) {
 
 }  // namespace
 
+std::string FitTerminationMessage(const nlohmann::json& message, size_t limit) {
+  auto dump = [](const nlohmann::json& j) {
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  std::string text = dump(message);
+  if (text.size() <= limit || !message.is_object()) return text;
+  nlohmann::json j = message;
+  // What gives way, in order: the oldest lines of the tail, the stack's last frames, the
+  // peers, the message's end. Each string is cut to what the excess leaves of it, then by a
+  // quarter more while escapes keep the dump too long.
+  auto shrink = [&](const char* field, bool keep_end) {
+    if (!j.contains(field) || !j[field].is_string()) return;
+    const std::string value = ValidUtf8(j[field].get<std::string>());
+    size_t excess = text.size() - limit;
+    for (size_t keep = value.size() > excess + 4 ? value.size() - excess - 4 : 0;;
+         keep = keep * 3 / 4) {
+      j[field] = keep_end ? KeepEnd(value, keep + 4, "...\n") : KeepStart(value, keep + 3, "...");
+      text = dump(j);
+      if (text.size() <= limit || keep == 0) break;
+    }
+    if (text.size() > limit) j.erase(field);
+    text = dump(j);
+  };
+  shrink("logTail", /*keep_end=*/true);
+  if (text.size() > limit) shrink("stack", /*keep_end=*/false);
+  while (text.size() > limit && j.contains("consequences") && j["consequences"].is_array() &&
+         !j["consequences"].empty()) {
+    j["consequences"].erase(j["consequences"].size() - 1);
+    if (j["consequences"].empty()) j.erase("consequences");
+    text = dump(j);
+  }
+  if (text.size() > limit) shrink("line", /*keep_end=*/false);
+  if (text.size() > limit) shrink("message", /*keep_end=*/false);
+  if (text.size() > limit) text = dump({{"reason", j.value("reason", "Unknown")}});
+  return text;
+}
+
 void WriteTerminationLog(const AgentOptions& o, const nlohmann::json& message) {
   if (!ShouldWriteTerminationLog(o)) return;
-  constexpr size_t kLimit = 4000;  // Kubernetes keeps 4096 bytes
-  std::string text = message.dump();
-  if (text.size() > kLimit && message.contains("message") && message["message"].is_string()) {
-    nlohmann::json shorter = message;
-    const std::string m = message["message"].get<std::string>();
-    const size_t excess = text.size() - kLimit + 3;  // and "..."
-    // Escapes may make the dump longer than the text: cut until it fits.
-    for (size_t keep = m.size() > excess ? m.size() - excess : 0;; keep = keep * 3 / 4) {
-      shorter["message"] = m.substr(0, keep) + "...";
-      text = shorter.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-      if (text.size() <= kLimit || keep == 0) break;
-    }
-  }
-  if (text.size() > kLimit) text = text.substr(0, kLimit);
+  const std::string text = FitTerminationMessage(message, kTerminationMessageLimit);
   std::ofstream out(o.termination_log, std::ios::trunc);
   out << text << "\n";
   if (!out) Say("warning: cannot write the termination log " + o.termination_log);

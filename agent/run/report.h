@@ -30,9 +30,17 @@ std::string FormatElapsed(Clock::Duration elapsed);
 // file and why; the old content stays.
 Status WriteStatusFile(const std::string& path, const std::string& text);
 
+// Kubernetes keeps 4096 bytes of a termination message; the newline and some slack aside.
+inline constexpr size_t kTerminationMessageLimit = 4000;
+
+// `message` as one line of JSON in at most `limit` bytes, always valid UTF-8 and one JSON
+// object: when too long, "logTail" loses its oldest lines first, then "stack" its end, then
+// "consequences" their last entries, then "line" and "message" their ends.
+std::string FitTerminationMessage(const nlohmann::json& message, size_t limit);
+
 // Writes `message` to the termination log when one is wanted: --termination-log given, or
-// the default path exists (the kubelet creates it in pods). Kubernetes keeps 4096 bytes:
-// a longer message has its "message" field shortened, so the log stays one JSON object.
+// the default path exists (the kubelet creates it in pods), fitted to
+// kTerminationMessageLimit (FitTerminationMessage).
 void WriteTerminationLog(const AgentOptions& o, const nlohmann::json& message);
 
 }  // namespace spawnpoint::agent

@@ -3,9 +3,13 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
+
+#include "common/text.h"
 
 namespace spawnpoint::agent {
 
@@ -37,8 +41,55 @@ const char* ExitReasonName(ExitReason reason) {
       return "Crashed";
     case ExitReason::kStalled:
       return "Stalled";
+    case ExitReason::kGpuOutOfMemory:
+      return "GpuOutOfMemory";
+    case ExitReason::kCollectiveTimeout:
+      return "CollectiveTimeout";
+    case ExitReason::kCollectiveError:
+      return "CollectiveError";
+    case ExitReason::kLoaderWorkerKilled:
+      return "LoaderWorkerKilled";
+    case ExitReason::kImportError:
+      return "ImportError";
   }
   return "Unknown";
+}
+
+std::optional<ExitReason> ExitReasonFromName(const std::string& name) {
+  for (int r = static_cast<int>(ExitReason::kSucceeded);
+       r <= static_cast<int>(ExitReason::kImportError); ++r) {
+    if (name == ExitReasonName(static_cast<ExitReason>(r))) return static_cast<ExitReason>(r);
+  }
+  return std::nullopt;
+}
+
+bool IsCollectiveReason(ExitReason reason) {
+  return reason == ExitReason::kCollectiveTimeout || reason == ExitReason::kCollectiveError;
+}
+
+std::string FormatEpochMillis(int64_t ms) {
+  const time_t secs = static_cast<time_t>(ms / 1000);
+  struct tm tm {};
+  gmtime_r(&secs, &tm);
+  char buf[40];
+  snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+           tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+           static_cast<int>(ms % 1000));
+  return buf;
+}
+
+std::optional<int64_t> ParseEpochMillis(const std::string& text) {
+  struct tm tm {};
+  int millis = 0;
+  char z = 0;
+  if (sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d.%3d%c", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+             &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &millis, &z) != 8 ||
+      z != 'Z') {
+    return std::nullopt;
+  }
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return static_cast<int64_t>(timegm(&tm)) * 1000 + millis;
 }
 
 std::string SignalName(int signal) {
@@ -97,15 +148,34 @@ std::string RankFailure::Line() const {
   return out.str();
 }
 
+nlohmann::json PeerFailure::ToJson() const {
+  nlohmann::json j = {
+      {"rank", rank}, {"nodeRank", node_rank}, {"exitCode", exit_code}, {"reason", reason}};
+  if (!line.empty()) j["line"] = line;
+  return j;
+}
+
 nlohmann::json RankFailure::ToJson() const {
   nlohmann::json j = {{"rank", rank},
                       {"localRank", local_rank},
                       {"nodeRank", node_rank},
                       {"exitCode", status.ShellCode()},
                       {"reason", ExitReasonName(cause.reason)},
-                      {"message", cause.message}};
+                      {"message", ValidUtf8(cause.message)}};
   if (status.signal != 0) j["signal"] = SignalName(status.signal);
-  if (!stack.empty()) j["stack"] = stack;
+  if (!cause.line.empty()) j["line"] = ValidUtf8(cause.line);
+  if (!cause.exception.empty()) j["exception"] = ValidUtf8(cause.exception);
+  if (!log_tail.empty()) {
+    j["logTail"] = KeepEnd(ValidUtf8(log_tail), kMaxLogTailBytes, "...\n");
+    j["logStream"] = log_stream;
+  }
+  if (failed_at_ms > 0) j["failedAt"] = FormatEpochMillis(failed_at_ms);
+  if (!consequences.empty()) {
+    nlohmann::json peers = nlohmann::json::array();
+    for (const PeerFailure& p : consequences) peers.push_back(p.ToJson());
+    j["consequences"] = peers;
+  }
+  if (!stack.empty()) j["stack"] = ValidUtf8(stack);
   if (retryable) j["retryable"] = *retryable;
   return j;
 }

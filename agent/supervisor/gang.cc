@@ -11,7 +11,10 @@
 #include <cerrno>
 #include <cstring>
 #include <set>
+#include <tuple>
 
+#include "agent/supervisor/failure_cause.h"
+#include "agent/supervisor/log_tail.h"
 #include "agent/supervisor/process_table.h"
 
 namespace spawnpoint::agent {
@@ -39,10 +42,15 @@ struct OutputStream {
   int sink = 1;
   std::string prefix;
   std::string partial;
+  LogTail* tail = nullptr;  // the member's last lines of this stream
+  size_t member = 0;        // index into the gang's members
 
   static constexpr size_t kMaxLine = 64 * 1024;
 
-  void Emit(const std::string& line) { WriteAll(sink, prefix + line + "\n"); }
+  void Emit(const std::string& line) {
+    WriteAll(sink, prefix + line + "\n");
+    if (tail) tail->Add(line);
+  }
 
   // Returns false at end of stream.
   bool ReadAvailable() {
@@ -81,7 +89,27 @@ struct Running {
   pid_t pid = 0;
   bool exited = false;
   ExitStatus status;
+  size_t index = 0;  // into the gang's members
 };
+
+// What a member wrote: its stderr's and its stdout's last lines.
+struct MemberOutput {
+  LogTail err;
+  LogTail out;
+};
+
+// The member's last words: stderr's tail, or stdout's when stderr said nothing; and the cause
+// they name, read from stderr first.
+void AddLastWords(const MemberOutput& output, RankFailure& f) {
+  const bool use_err = !output.err.empty();
+  const LogTail& tail = use_err ? output.err : output.out;
+  if (tail.empty()) return;
+  f.log_tail = tail.Text(kMaxLogTailLines, kMaxLogTailBytes);
+  f.log_stream = use_err ? "stderr" : "stdout";
+  std::optional<TailMatch> match = MatchTail(output.err.Lines());
+  if (!match) match = MatchTail(output.out.Lines());
+  f.cause = RefineWithTail(f.cause, f.status, match);
+}
 
 }  // namespace
 
@@ -171,12 +199,24 @@ GangResult Gang::Run(std::vector<GangMember> members) {
   const auto oom_before = ReadOomKillCount(options_.memory_events_path);
   std::vector<Running> running;
   std::vector<OutputStream> streams;
+  std::vector<MemberOutput> outputs(members.size());
   running.reserve(members.size());
+  // Failures that may be the attempt's cause: the first, and members that failed by themselves
+  // after it (not by the gang's own SIGTERM or SIGKILL); PickRootCause chooses among them.
+  std::vector<RankFailure> candidates;
 
   bool stopping = false;
   bool killed = false;
   Clock* const clock = options_.clock;
   Clock::TimePoint kill_deadline{};
+  // Failure times are wall-clock (they are compared across nodes), read through the clock.
+  const auto wall_base = std::chrono::system_clock::now();
+  const Clock::TimePoint clock_base = clock->Now();
+  auto wall_ms = [&] {
+    const auto wall = wall_base + std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                      clock->Now() - clock_base);
+    return std::chrono::duration_cast<Ms>(wall.time_since_epoch()).count();
+  };
 
   auto begin_stop = [&](int sig) {
     if (!stopping) {
@@ -187,17 +227,45 @@ GangResult Gang::Run(std::vector<GangMember> members) {
       if (!r.exited) kill(-r.pid, sig);
     }
   };
-  auto record_failure = [&](Running& r, ExitStatus status) {
-    if (result.failure || result.outcome == GangOutcome::kInterrupted) return;
+  // The member's failure: its exit's cause refined by its last lines (read to the end of
+  // what it wrote), then, for a member that is itself an agent, by its report.
+  auto make_failure = [&](Running& r, ExitStatus status) {
     RankFailure f;
     f.rank = r.member->rank;
     f.local_rank = r.member->local_rank;
     f.node_rank = r.member->node_rank;
     f.pid = r.pid;
     f.status = status;
+    f.failed_at_ms = wall_ms();
     f.cause = ClassifyExit(status, oom_before, ReadOomKillCount(options_.memory_events_path));
+    for (auto& s : streams) {
+      if (s.member != r.index || s.fd < 0) continue;
+      if (!s.ReadAvailable()) s.Close();
+      s.Flush();  // it has exited: a line without its newline is its last
+    }
+    AddLastWords(outputs[r.index], f);
+    bool refined = true;
+    if (options_.refine_failure) refined = options_.refine_failure(f);
+    return std::pair{f, refined};
+  };
+  auto record_failure = [&](Running& r, ExitStatus status) {
+    if (result.failure || result.outcome == GangOutcome::kInterrupted) return;
+    RankFailure f = make_failure(r, status).first;
     result.outcome = GangOutcome::kFailed;
     result.failure = f;
+    candidates.push_back(f);
+  };
+  // A member that failed after the gang began to stop: a candidate unless the gang's own
+  // signal ended it (a member that is an agent reports what its ranks did, when they failed).
+  auto record_later_failure = [&](Running& r, ExitStatus status) {
+    if (!result.failure) return;
+    if (options_.refine_failure) {
+      auto [f, refined] = make_failure(r, status);
+      if (refined) candidates.push_back(f);
+      return;
+    }
+    if (status.signal == SIGTERM || status.signal == SIGKILL) return;
+    candidates.push_back(make_failure(r, status).first);
   };
 
   // Start every member; a member that cannot start fails the gang like one that died.
@@ -222,17 +290,21 @@ GangResult Gang::Run(std::vector<GangMember> members) {
         close(err_pipe[0]);
       }
       WriteAll(options_.error_fd, "[spawnpoint] " + m.label + ": " + pid.status().message() + "\n");
-      Running r{&m, 0, true, {}};
+      const size_t index = static_cast<size_t>(&m - members.data());
+      Running r{&m, 0, true, {}, index};
       record_failure(r, ExitStatus{127, 0});
       result.failure->cause = {ExitReason::kUserError, pid.status().message()};
+      candidates.back() = *result.failure;
       break;
     }
-    running.push_back(Running{&m, *pid, false, {}});
+    const size_t index = static_cast<size_t>(&m - members.data());
+    running.push_back(Running{&m, *pid, false, {}, index});
     if (m.prefix_output) {
-      for (auto [fd, sink] : {std::pair{out_pipe[0], options_.output_fd},
-                              std::pair{err_pipe[0], options_.error_fd}}) {
+      for (auto [fd, sink, tail] :
+           {std::tuple{out_pipe[0], options_.output_fd, &outputs[index].out},
+            std::tuple{err_pipe[0], options_.error_fd, &outputs[index].err}}) {
         fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-        streams.push_back(OutputStream{fd, sink, "[" + m.label + "] ", ""});
+        streams.push_back(OutputStream{fd, sink, "[" + m.label + "] ", "", tail, index});
       }
     }
   }
@@ -283,9 +355,10 @@ GangResult Gang::Run(std::vector<GangMember> members) {
       it->status = ExitStatus::FromWaitStatus(wstatus);
       if (!it->status.Success() && !stopping) {
         record_failure(*it, it->status);
-        if (options_.refine_failure && result.failure) options_.refine_failure(*result.failure);
         WriteAll(options_.error_fd, "[spawnpoint] " + result.failure->Line() + "\n");
         begin_stop(SIGTERM);
+      } else if (!it->status.Success()) {
+        record_later_failure(*it, it->status);
       }
     }
   };
@@ -358,7 +431,9 @@ GangResult Gang::Run(std::vector<GangMember> members) {
         }
         if (std::optional<RankFailure> f = options_.check_health(up); f && !result.failure) {
           result.outcome = GangOutcome::kFailed;
+          if (f->failed_at_ms == 0) f->failed_at_ms = wall_ms();
           result.failure = std::move(f);
+          candidates.push_back(*result.failure);
           WriteAll(options_.error_fd, "[spawnpoint] " + result.failure->Line() + "\n");
           begin_stop(SIGTERM);
         }
@@ -388,6 +463,14 @@ GangResult Gang::Run(std::vector<GangMember> members) {
       s.ReadAvailable();
       s.Flush();
       s.Close();
+    }
+  }
+  if (result.failure && candidates.size() > 1) {
+    const int first_rank = result.failure->rank, first_node = result.failure->node_rank;
+    result.failure = PickRootCause(std::move(candidates));
+    if (result.failure->rank != first_rank || result.failure->node_rank != first_node) {
+      WriteAll(options_.error_fd,
+               "[spawnpoint] the cause came first: " + result.failure->Line() + "\n");
     }
   }
   return result;

@@ -1,6 +1,7 @@
 // Gang runs one attempt of a set of processes that live and die together, as DDP ranks
 // must: it spawns every member, forwards their output line by line with a prefix, and
-// fails fast. When a member exits non-zero or dies, the others get SIGTERM and, after the
+// fails fast. It keeps each member's last lines (agent/supervisor/log_tail.h) to say why
+// it failed. When a member exits non-zero or dies, the others get SIGTERM and, after the
 // grace period, SIGKILL; the same happens when the agent is asked to stop. When it
 // returns, every member and every descendant they left behind (the agent is a child
 // subreaper) has been reaped: no orphan, no zombie (with overlap_exit, a failed attempt's
@@ -56,9 +57,10 @@ struct GangOptions {
   // (a stalled rank, agent/run/stall_monitor.h).
   std::function<std::optional<RankFailure>(const std::vector<std::pair<int, pid_t>>& ranks)>
       check_health;
-  // Called on the first failure before it is reported: a member that is itself an agent
-  // fills in the rank that failed under it, with that rank's exit code and cause.
-  std::function<void(RankFailure& failure)> refine_failure;
+  // Called on each member's failure before it is reported: a member that is itself an agent
+  // fills in the rank that failed under it, with that rank's exit code and cause, and
+  // returns true; false when it has no rank's failure to report (it was stopped).
+  std::function<bool(RankFailure& failure)> refine_failure;
   Clock* clock = RealClock::Get();  // deadlines and intervals; must outlive Run()
   // A failed attempt's Run() returns once nothing of it can run user code again (every
   // member and every process of their groups has entered the kernel's exit, or is gone),
@@ -74,7 +76,10 @@ enum class GangOutcome { kSucceeded, kFailed, kInterrupted };
 
 struct GangResult {
   GangOutcome outcome = GangOutcome::kSucceeded;
-  std::optional<RankFailure> failure;  // the first member to fail
+  // The failure that caused the attempt's end (PickRootCause: the earliest, a collective
+  // error yielding on a tie), with its rank's last lines and the peers that failed after it
+  // by themselves as its consequences.
+  std::optional<RankFailure> failure;
   int interrupt_signal = 0;
   // overlap_exit ended the attempt while its processes were still being torn down: the
   // caller reaps them (a next Gang does, or AwaitLeftovers).

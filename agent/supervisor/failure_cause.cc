@@ -1,0 +1,172 @@
+#include "agent/supervisor/failure_cause.h"
+
+#include <array>
+#include <cstdint>
+#include <regex>
+#include <tuple>
+
+#include "common/text.h"
+
+namespace spawnpoint::agent {
+namespace {
+
+// The table. Order matters where lines name two things: a worker killed by a bus error is
+// shared memory, a gloo timeout is a timeout before it is a gloo error.
+constexpr CausePattern kPatterns[] = {
+    {ExitReason::kGpuOutOfMemory, "GPU out of memory",
+     R"((CUDA|HIP)( error)?:? out of memory|OutOfMemoryError|hipErrorOutOfMemory|)"
+     R"(cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED)",
+     nullptr, "lower the batch size or the model's memory"},
+    {ExitReason::kShmExhausted, "shared memory exhausted",
+     R"([Bb]us error|insufficient shared memory)", nullptr, "raise spec.shmSize"},
+    {ExitReason::kShmExhausted, "shared memory exhausted", R"(No space left on device)",
+     R"(/dev/shm|torch_\d+_|shared memory)", "raise spec.shmSize"},
+    {ExitReason::kLoaderWorkerKilled, "a DataLoader worker died",
+     R"(DataLoader worker \(pid(\(s\))? [^)]*\) (is killed by signal|exited unexpectedly))", nullptr,
+     "its own memory limit or a crash in the dataset code are the usual causes"},
+    {ExitReason::kCollectiveTimeout, "a collective timed out",
+     R"(Watchdog caught collective operation timeout|[Tt]imed out waiting \d+ ?ms for|)"
+     R"(collective operation timeout)",
+     nullptr, nullptr},
+    {ExitReason::kCollectiveTimeout, "a collective timed out", R"([Tt]imed? ?out)",
+     R"(NCCL|[Gg]loo|ProcessGroup|DistStoreError|c10d)", nullptr},
+    {ExitReason::kCollectiveError, "a collective failed",
+     R"(NCCL error|nccl(Remote|System|Internal|UnhandledCuda|InvalidUsage)Error|)"
+     R"(Dist(Backend|Network)Error|gloo/transport|ProcessGroup(Gloo|NCCL).*[Ee]rror)",
+     nullptr, nullptr},
+    {ExitReason::kCollectiveError, "a collective failed",
+     R"([Cc]onnection (closed|reset) by peer|[Bb]roken pipe|[Cc]onnection refused)",
+     R"(NCCL|[Gg]loo|ProcessGroup|c10d)", nullptr},
+    {ExitReason::kImportError, "an import failed",
+     R"(^(ModuleNotFoundError|ImportError)\b|error while loading shared libraries)", nullptr,
+     nullptr},
+};
+
+struct Compiled {
+  std::regex pattern;
+  std::optional<std::regex> also;
+};
+
+const std::vector<Compiled>& CompiledPatterns() {
+  static const std::vector<Compiled>* compiled = [] {
+    auto* out = new std::vector<Compiled>;
+    for (const CausePattern& p : kPatterns) {
+      Compiled c{std::regex(p.pattern), std::nullopt};
+      if (p.also) c.also = std::regex(p.also);
+      out->push_back(std::move(c));
+    }
+    return out;
+  }();
+  return *compiled;
+}
+
+std::string Trim(const std::string& line) {
+  const size_t b = line.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  const size_t e = line.find_last_not_of(" \t\r");
+  return line.substr(b, e - b + 1);
+}
+
+std::string Quoted(const std::string& line) {
+  return KeepStart(ValidUtf8(Trim(line)), kMaxQuotedLineBytes, "...");
+}
+
+// "RuntimeError" for "RuntimeError: boom" or "torch.OutOfMemoryError: ...", "" for a line
+// that does not start with a dotted name followed by ": " or its end.
+std::string ExceptionType(const std::string& line) {
+  static const std::regex kException(R"(^([A-Za-z_][\w.]*)(: |:$|$))");
+  std::smatch m;
+  if (!std::regex_search(line, m, kException)) return "";
+  const std::string type = m[1].str();
+  // A bare word ("Killed") is not an exception; a dotted name or a conventional suffix is.
+  static const std::regex kLooksLike(R"((Error|Exception|Interrupt|Exit|Failure)$|\.)");
+  return std::regex_search(type, kLooksLike) ? type : "";
+}
+
+// The exception line of the last traceback: the first unindented line after its header.
+std::optional<std::string> LastTracebackException(const std::vector<std::string>& lines) {
+  for (size_t i = lines.size(); i-- > 0;) {
+    if (lines[i].rfind("Traceback (most recent call last):", 0) != 0) continue;
+    for (size_t j = i + 1; j < lines.size(); ++j) {
+      const std::string& l = lines[j];
+      if (l.empty() || l[0] == ' ' || l[0] == '\t') continue;
+      return l;
+    }
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::span<const CausePattern> CausePatterns() { return kPatterns; }
+
+std::optional<TailMatch> MatchTail(const std::vector<std::string>& lines) {
+  const std::vector<Compiled>& compiled = CompiledPatterns();
+  for (size_t row = 0; row < compiled.size(); ++row) {
+    for (size_t i = lines.size(); i-- > 0;) {
+      const std::string line = Trim(lines[i]);
+      if (!std::regex_search(line, compiled[row].pattern)) continue;
+      if (compiled[row].also && !std::regex_search(line, *compiled[row].also)) continue;
+      TailMatch m;
+      m.reason = kPatterns[row].reason;
+      m.line = Quoted(line);
+      m.exception = ExceptionType(line);
+      m.message = std::string(kPatterns[row].what) + ": \"" + m.line + "\"";
+      if (kPatterns[row].advice) m.message += "; " + std::string(kPatterns[row].advice);
+      return m;
+    }
+  }
+  if (std::optional<std::string> line = LastTracebackException(lines)) {
+    TailMatch m;
+    m.reason = ExitReason::kUserError;
+    m.line = Quoted(*line);
+    m.exception = ExceptionType(m.line);
+    m.message = "uncaught exception: \"" + m.line + "\"";
+    return m;
+  }
+  return std::nullopt;
+}
+
+ExitCause RefineWithTail(const ExitCause& exit, const ExitStatus& status,
+                         const std::optional<TailMatch>& match) {
+  if (!match) return exit;
+  ExitCause out = exit;
+  if (exit.reason == ExitReason::kUserError || exit.reason == ExitReason::kCrashed) {
+    out.reason = match->reason;
+    out.message = match->message;
+    if (status.signal != 0) {
+      out.message += " (then " + SignalName(status.signal) + ")";
+    } else {
+      out.message += " (exit code " + std::to_string(status.exit_code) + ")";
+    }
+  } else if (match->reason != exit.reason) {
+    return exit;
+  }
+  out.line = match->line;
+  out.exception = match->exception;
+  return out;
+}
+
+RankFailure PickRootCause(std::vector<RankFailure> failures) {
+  auto key = [&](size_t i) {
+    const RankFailure& f = failures[i];
+    return std::make_tuple(f.failed_at_ms > 0 ? f.failed_at_ms : INT64_MAX,
+                           IsCollectiveReason(f.cause.reason), i);
+  };
+  size_t root = 0;
+  for (size_t i = 1; i < failures.size(); ++i) {
+    if (key(i) < key(root)) root = i;
+  }
+  RankFailure out = failures[root];
+  for (size_t i = 0; i < failures.size(); ++i) {
+    if (i == root) continue;
+    const RankFailure& f = failures[i];
+    out.consequences.push_back(PeerFailure{f.rank, f.node_rank, f.status.ShellCode(),
+                                           ExitReasonName(f.cause.reason), f.cause.line});
+    for (const PeerFailure& p : f.consequences) out.consequences.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace spawnpoint::agent

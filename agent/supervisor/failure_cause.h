@@ -1,0 +1,54 @@
+// What a rank's last lines say about its failure, beyond the exit code: one table of
+// patterns (GPU out of memory, collective timeouts and errors, a DataLoader worker killed,
+// shared memory exhausted, a failed import) and, for Python, the exception of the last
+// traceback; the line it was read from is quoted. Pure functions; thread-safe.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "agent/supervisor/exit_cause.h"
+
+namespace spawnpoint::agent {
+
+// One row of the table: a line matching `pattern` (ECMAScript; and `also`, when set, on the
+// same line) means `reason`. Rows are tried in order: the first that matches any line wins.
+struct CausePattern {
+  ExitReason reason;
+  const char* what;     // how the message says it: "GPU out of memory"
+  const char* pattern;  // what a line must contain
+  const char* also;     // nullptr, or what the same line must contain too
+  const char* advice;   // nullptr, or what to do, appended to the message
+};
+std::span<const CausePattern> CausePatterns();
+
+struct TailMatch {
+  // A table row's reason, or kUserError for a Python exception no row names.
+  ExitReason reason = ExitReason::kUserError;
+  std::string line;       // the matching line, trimmed, at most kMaxQuotedLineBytes
+  std::string exception;  // "RuntimeError" when `line` is a Python exception's
+  std::string message;    // "GPU out of memory: \"CUDA error: out of memory\""
+};
+inline constexpr size_t kMaxQuotedLineBytes = 300;
+
+// The cause `lines` (a rank's output, oldest first, valid UTF-8) name: the first row that
+// matches, quoting its last matching line; else the exception line of the last Python
+// traceback; else nullopt.
+std::optional<TailMatch> MatchTail(const std::vector<std::string>& lines);
+
+// The exit's cause refined by what the rank said: a rank that exited or crashed (UserError,
+// Crashed) by itself takes the tail's reason and quotes its line; a cause from outside the
+// rank (OOMKilled, Killed, Terminated, Stalled) or a SIGBUS stays, quoting a line only when
+// it names the same reason.
+ExitCause RefineWithTail(const ExitCause& exit, const ExitStatus& status,
+                         const std::optional<TailMatch>& match);
+
+// The cause among the failures of one attempt (in the order they were seen; not empty):
+// the earliest by failed_at_ms (unknown times last), a collective timeout or error yielding
+// to any other reason on a tie, then the first seen. The others, and the consequences they
+// carried, become its consequences.
+RankFailure PickRootCause(std::vector<RankFailure> failures);
+
+}  // namespace spawnpoint::agent
