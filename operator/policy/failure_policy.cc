@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "operator/common/object.h"
+#include "operator/common/wall_clock.h"
 
 namespace spawnpoint::op {
 namespace {
@@ -78,6 +79,23 @@ std::string TrimStack(const std::string& stack, size_t limit) {
   return stack.substr(0, cut) + kTrimmed;
 }
 
+// The end of `text` in at most `limit` bytes, from a line's start when one is in the last
+// half, never inside a UTF-8 sequence, and marked as trimmed.
+std::string KeepLastLines(const std::string& text, size_t limit) {
+  if (text.size() <= limit) return text;
+  static const std::string kTrimmed = "...\n";
+  size_t start = text.size() - (limit - kTrimmed.size());
+  const size_t line = text.find('\n', start);
+  if (line != std::string::npos && line + 1 < text.size() && line - start < limit / 2) {
+    start = line + 1;
+  } else {
+    while (start < text.size() && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) {
+      ++start;
+    }
+  }
+  return kTrimmed + text.substr(start);
+}
+
 }  // namespace
 
 json PodFailure::ToJson() const {
@@ -86,6 +104,14 @@ json PodFailure::ToJson() const {
             {"retryable", retryable}};
   if (signal > 0) j["signal"] = signal;
   if (!stack.empty()) j["stack"] = stack;
+  if (!line.empty()) j["line"] = line;
+  if (!exception.empty()) j["exception"] = exception;
+  if (!log_tail.empty()) {
+    j["logTail"] = log_tail;
+    j["logStream"] = log_stream;
+  }
+  if (!failed_at.empty()) j["failedAt"] = failed_at;
+  if (consequences.is_array() && !consequences.empty()) j["consequences"] = consequences;
   return j;
 }
 
@@ -98,7 +124,16 @@ std::string PodFailure::Describe() const {
   } else {
     s += " failed" + (reason.empty() ? std::string() : " (" + reason + ")");
   }
-  if (!message.empty()) s += ": " + message;
+  if (!message.empty()) {
+    // One line, bounded: conditions and events quote it.
+    std::string m = message.substr(0, message.find('\n'));
+    if (m.size() > kMaxSummaryMessageBytes) {
+      size_t cut = kMaxSummaryMessageBytes;
+      while (cut > 0 && (static_cast<unsigned char>(m[cut]) & 0xC0) == 0x80) --cut;
+      m = m.substr(0, cut) + "...";
+    }
+    s += ": " + m;
+  }
   return s;
 }
 
@@ -137,6 +172,25 @@ PodFailure ClassifyPodFailure(const json& pod, const std::string& trainer,
     if (agent.contains("retryable") && agent["retryable"].is_boolean()) {
       agent_retryable = agent["retryable"].get<bool>();
     }
+    auto text = [&](const char* key) {
+      return agent.contains(key) && agent[key].is_string() ? agent[key].get<std::string>() : "";
+    };
+    f.line = text("line");
+    f.exception = text("exception");
+    f.log_tail = KeepLastLines(text("logTail"), kMaxLogTailBytes);
+    f.log_stream = text("logStream");
+    f.failed_at = text("failedAt");
+    if (agent.contains("consequences") && agent["consequences"].is_array()) {
+      for (const json& c : agent["consequences"]) {
+        if (!c.is_object()) continue;
+        json peer = {{"node", c.value("nodeRank", f.node)},
+                     {"rank", c.value("rank", -1)},
+                     {"exitCode", c.value("exitCode", 0)},
+                     {"reason", c.value("reason", "")}};
+        if (c.contains("line") && c["line"].is_string()) peer["line"] = c["line"];
+        f.consequences.push_back(peer);
+      }
+    }
   }
   if (f.signal == 0 && f.exit_code > 128 && f.exit_code < 128 + 65) f.signal = f.exit_code - 128;
 
@@ -155,20 +209,35 @@ PodFailure ClassifyPodFailure(const json& pod, const std::string& trainer,
     return f;
   }
   if (f.reason.empty()) f.reason = "Error";
-  f.retryable =
-      agent_retryable.value_or(f.exit_code != 0 && IsRetryableExitCode(policy, f.exit_code));
+  f.retryable = agent_retryable.value_or(f.exit_code != 0 &&
+                                         api::IsRetryableFailure(policy, f.exit_code, f.reason));
   return f;
 }
 
-const PodFailure& FirstFailure(const std::vector<PodFailure>& failures) {
+PodFailure FirstFailure(const std::vector<PodFailure>& failures) {
   auto key = [](const PodFailure& f) {
-    // An unknown finish time sorts last.
-    return std::make_tuple(f.finished_at.empty() ? std::string("~") : f.finished_at, !f.retryable,
+    // The agent's time (ms) when there is one, else the container's; unknown sorts last.
+    std::optional<WallTime> at = ParseTime(f.failed_at.empty() ? f.finished_at : f.failed_at);
+    const bool collective = f.reason == "CollectiveTimeout" || f.reason == "CollectiveError";
+    return std::make_tuple(!at.has_value(), at.value_or(WallTime{}), collective, !f.retryable,
                            f.node);
   };
-  return *std::min_element(
-      failures.begin(), failures.end(),
-      [&](const PodFailure& a, const PodFailure& b) { return key(a) < key(b); });
+  auto first =
+      std::min_element(failures.begin(), failures.end(),
+                       [&](const PodFailure& a, const PodFailure& b) { return key(a) < key(b); });
+  PodFailure out = *first;
+  for (auto it = failures.begin(); it != failures.end(); ++it) {
+    if (it == first) continue;
+    json peer = {{"node", it->node},
+                 {"pod", it->pod},
+                 {"rank", it->rank},
+                 {"exitCode", it->exit_code},
+                 {"reason", it->reason}};
+    if (!it->line.empty()) peer["line"] = it->line;
+    out.consequences.push_back(peer);
+    for (const json& c : it->consequences) out.consequences.push_back(c);
+  }
+  return out;
 }
 
 }  // namespace spawnpoint::op

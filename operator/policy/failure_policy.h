@@ -4,8 +4,10 @@
 // reason (OOMKilled, Error, StartError); pod-level causes (eviction, preemption, node loss)
 // are infrastructure failures and always retryable. When the agent's message says whether
 // the failure is retryable ("retryable": a rank it stopped for a stall, reason Stalled, under
-// stallPolicy.action Restart or Fail), that wins; otherwise exit codes are retryable by
-// restartPolicy.retryableExitCodes when given, else 128-255 (signals, OOM kills).
+// stallPolicy.action Restart or Fail), that wins; otherwise a failure is retryable by its
+// exit code or cause (restartPolicy.retryableExitCodes and retryOn when given, else 128-255:
+// signals, OOM kills). The agent's account of the rank's own words (the quoted line, the
+// last lines, the peers it explains) is carried into status.lastFailure.
 // Pure functions; thread-safe.
 #pragma once
 
@@ -31,6 +33,16 @@ struct PodFailure {
   std::string finished_at;  // the container's finishedAt (RFC 3339), "" if unknown
   // The agent's "stack" (a stalled rank's stacks), at most kMaxFailureStackBytes; "" if none.
   std::string stack;
+  // The rank's own words, from the agent: the line its cause was read from, that line's
+  // Python exception type, its last lines (at most kMaxLogTailBytes) and from which stream.
+  std::string line;
+  std::string exception;
+  std::string log_tail;
+  std::string log_stream;
+  std::string failed_at;  // when the agent saw the rank fail (RFC 3339, ms), "" if unknown
+  // Failures of the same attempt that this one explains (a peer's collective error): the
+  // other pods' and the ones the agent reported, as {node, pod, rank, exitCode, reason, line}.
+  nlohmann::json consequences = nlohmann::json::array();
 
   nlohmann::json ToJson() const;
   // "node 1 (pod x-node-1) rank 3 exited 137 (OOMKilled): message"
@@ -40,6 +52,10 @@ struct PodFailure {
 // status.lastFailure.stack keeps at most this much of the agent's stack (its first lines:
 // the top frames).
 inline constexpr size_t kMaxFailureStackBytes = 4096;
+// status.lastFailure.logTail keeps at most this much of the rank's last lines (its end).
+inline constexpr size_t kMaxLogTailBytes = 4096;
+// A one-line summary (conditions, events) quotes at most this much of the message.
+inline constexpr size_t kMaxSummaryMessageBytes = 400;
 
 using api::IsRetryableExitCode;  // the rule the agent applies too (api/restart_rule.h)
 
@@ -48,9 +64,11 @@ PodFailure ClassifyPodFailure(const nlohmann::json& pod, const std::string& trai
                               const api::RestartPolicy& policy);
 
 // The failure that ended the attempt when several pods failed (the others usually failed
-// because a peer vanished): the earliest finishedAt; on a tie the retryable cause (a kill,
-// an OOM, an eviction explains a peer's collective error, not the other way round); then
-// the lowest node. `failures` must not be empty.
-const PodFailure& FirstFailure(const std::vector<PodFailure>& failures);
+// because a peer vanished): the earliest, by the agent's failedAt (ms) when it reported one,
+// else by the container's finishedAt; on a tie a cause other than a collective timeout or
+// error, then the retryable cause (a kill, an OOM, an eviction explains a peer's collective
+// error, not the other way round); then the lowest node. The other pods' failures become its
+// consequences. `failures` must not be empty.
+PodFailure FirstFailure(const std::vector<PodFailure>& failures);
 
 }  // namespace spawnpoint::op

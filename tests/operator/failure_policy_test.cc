@@ -109,5 +109,105 @@ TEST(FailurePolicyTest, FirstFailureIsTheEarliestThenTheRetryableThenTheLowestNo
   EXPECT_EQ(FirstFailure({unknown, early}).node, 1);
 }
 
+// Issue 16: the agent's account of the rank's own words reaches status.lastFailure.
+TEST(FailurePolicyTest, TheRanksOwnWordsAreCarried) {
+  json agent = {{"rank", 1},
+                {"exitCode", 3},
+                {"reason", "GpuOutOfMemory"},
+                {"message", "GPU out of memory: \"RuntimeError: CUDA error: out of memory\""},
+                {"line", "RuntimeError: CUDA error: out of memory"},
+                {"exception", "RuntimeError"},
+                {"logTail", "epoch 2\nRuntimeError: CUDA error: out of memory"},
+                {"logStream", "stderr"},
+                {"failedAt", "2024-05-01T10:00:04.250Z"},
+                {"consequences", json::array({{{"rank", 0},
+                                               {"nodeRank", 1},
+                                               {"exitCode", 1},
+                                               {"reason", "CollectiveError"},
+                                               {"line", "gloo: Connection closed by peer"}}})}};
+  PodFailure f =
+      ClassifyPodFailure(Pod(1, "Failed", Terminated(1, "Error", agent.dump())), "trainer", {});
+  EXPECT_EQ(f.reason, "GpuOutOfMemory");
+  EXPECT_FALSE(f.retryable) << "exit 3 under the default rule";
+  json j = f.ToJson();
+  EXPECT_EQ(j["line"], "RuntimeError: CUDA error: out of memory");
+  EXPECT_EQ(j["exception"], "RuntimeError");
+  EXPECT_EQ(j["logTail"], "epoch 2\nRuntimeError: CUDA error: out of memory");
+  EXPECT_EQ(j["logStream"], "stderr");
+  EXPECT_EQ(j["failedAt"], "2024-05-01T10:00:04.250Z");
+  EXPECT_EQ(j["consequences"][0]["reason"], "CollectiveError");
+  EXPECT_EQ(j["consequences"][0]["node"], 1);
+  EXPECT_EQ(f.Describe(),
+            "node 1 (pod job-node-1) rank 1 exited 3 (GpuOutOfMemory): GPU out of memory: "
+            "\"RuntimeError: CUDA error: out of memory\"");
+  // A tail longer than status keeps is cut from the front, at a line.
+  std::string tail;
+  for (int i = 0; i < 1000; ++i) tail += "line " + std::to_string(i) + "\n";
+  agent["logTail"] = tail + "the end";
+  f = ClassifyPodFailure(Pod(1, "Failed", Terminated(1, "Error", agent.dump())), "trainer", {});
+  EXPECT_LE(f.log_tail.size(), kMaxLogTailBytes);
+  EXPECT_EQ(f.log_tail.rfind("...\nline ", 0), 0u) << f.log_tail.substr(0, 40);
+  EXPECT_THAT(f.log_tail, ::testing::EndsWith("line 999\nthe end"));
+}
+
+TEST(FailurePolicyTest, RetryOnNamesCauses) {
+  json agent = {{"rank", 1}, {"exitCode", 1}, {"reason", "CollectiveTimeout"}, {"message", "m"}};
+  api::RestartPolicy p;
+  json pod = Pod(1, "Failed", Terminated(1, "Error", agent.dump()));
+  EXPECT_FALSE(ClassifyPodFailure(pod, "trainer", p).retryable);
+  p.retry_on_causes = {"CollectiveTimeout"};
+  EXPECT_TRUE(ClassifyPodFailure(pod, "trainer", p).retryable);
+  // The kubelet's OOMKilled is a cause too; the default 128-255 no longer holds.
+  p.retry_on_causes = {"Killed"};
+  EXPECT_FALSE(
+      ClassifyPodFailure(Pod(0, "Failed", Terminated(137, "OOMKilled")), "trainer", p).retryable);
+  p.retry_on_causes = {"OOMKilled"};
+  EXPECT_TRUE(
+      ClassifyPodFailure(Pod(0, "Failed", Terminated(137, "OOMKilled")), "trainer", p).retryable);
+}
+
+// Node 1's pod ended first (node 0's agent was still tearing down), but node 0's rank was
+// killed before node 1's rank saw its gloo error: the agents' times order them.
+TEST(FailurePolicyTest, TheAgentsFailureTimesFindTheCauseAndThePeersAreItsConsequences) {
+  PodFailure gloo{.node = 1,
+                  .pod = "job-node-1",
+                  .rank = 1,
+                  .exit_code = 1,
+                  .reason = "CollectiveError",
+                  .finished_at = "2024-05-01T10:00:01Z",
+                  .line = "gloo: Connection closed by peer",
+                  .failed_at = "2024-05-01T10:00:00.900Z"};
+  PodFailure kill{.node = 0,
+                  .pod = "job-node-0",
+                  .rank = 0,
+                  .exit_code = 137,
+                  .reason = "Killed",
+                  .retryable = true,
+                  .finished_at = "2024-05-01T10:00:03Z",
+                  .failed_at = "2024-05-01T10:00:00.500Z"};
+  for (const auto& order : {std::vector<PodFailure>{gloo, kill}, {kill, gloo}}) {
+    PodFailure first = FirstFailure(order);
+    EXPECT_EQ(first.node, 0);
+    EXPECT_TRUE(first.retryable);
+    ASSERT_EQ(first.consequences.size(), 1u);
+    EXPECT_EQ(first.consequences[0]["node"], 1);
+    EXPECT_EQ(first.consequences[0]["reason"], "CollectiveError");
+    EXPECT_EQ(first.consequences[0]["line"], "gloo: Connection closed by peer");
+  }
+  // Within the same millisecond the collective error yields, even to a non-retryable cause.
+  gloo.failed_at = kill.failed_at;
+  kill.retryable = false;
+  EXPECT_EQ(FirstFailure({gloo, kill}).node, 0);
+}
+
+TEST(FailurePolicyTest, TheSummaryIsOneBoundedLine) {
+  PodFailure f{.node = 0, .pod = "p", .exit_code = 1, .reason = "UserError"};
+  f.message = std::string(1000, 'x') + "\nsecond line";
+  const std::string s = f.Describe();
+  EXPECT_EQ(s.find('\n'), std::string::npos);
+  EXPECT_LE(s.size(), kMaxSummaryMessageBytes + 60);
+  EXPECT_THAT(s, ::testing::EndsWith("xxx..."));
+}
+
 }  // namespace
 }  // namespace spawnpoint::op
