@@ -2,10 +2,16 @@
 # Builds a foreign trainer root file system: another Debian release with its own Python,
 # torch and glibc, in which the tests run the agent's bundle (tests/foreign/).
 #
-#   scripts/foreign-root.sh [--rebuild] <suite>      suite: bullseye | trixie
+#   scripts/foreign-root.sh [--rebuild] <suite>
+#      suite: bullseye | trixie | trixie-frameworks | bookworm-busybox
 #
 # Prints the root's path on stdout (its last line); progress goes to stderr. The root is
 #   mmdebstrap --variant=minbase --include=python3-torch,python3-numpy <suite> DIR <mirror>
+# except bookworm-busybox: nothing but Debian 12's static busybox (no libc, no package
+# manager; mmdebstrap --variant=extract --include=busybox-static, then the applets' links,
+# /etc/passwd and /etc/group with root and nonroot 65532): the trainer image with nothing
+# in it of tests/images, and the agent image's base when no registry is reachable
+# (scripts/images.sh). 2 MB, a few seconds.
 # cached in <repo>/.cache/roots/<suite> (git-ignored; env SPAWNPOINT_ROOTS_DIR moves it)
 # and reused while its stamp (<root>/.spawnpoint-root) names the same suite, variant and
 # packages; --rebuild builds it anew. The mirror is the Debian mirror this machine's apt
@@ -21,7 +27,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 variant=minbase
 packages=python3-torch,python3-numpy
-suites=(bullseye trixie trixie-frameworks)
+suites=(bullseye trixie trixie-frameworks bookworm-busybox)
 # trixie-frameworks: trixie's root plus pip, venv and Debian's torchvision, the base of the
 # users' frameworks environment (scripts/frameworks-env.sh adds Lightning into a venv there).
 frameworks_packages=python3-pip,python3-venv,python3-torchvision,libgl1,libglib2.0-0t64
@@ -37,7 +43,7 @@ suite=""
 for arg in "$@"; do
   case "$arg" in
     --rebuild) rebuild=1 ;;
-    -h | --help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) die "unknown option $arg (usage: foreign-root.sh [--rebuild] <suite>)" ;;
     *) [ -z "$suite" ] || die "one suite at a time"; suite=$arg ;;
   esac
@@ -50,7 +56,11 @@ esac
 dist=$suite  # the Debian release mmdebstrap installs
 case "$suite" in
   *-frameworks) dist=${suite%-frameworks}; packages=$packages,$frameworks_packages ;;
+  bookworm-busybox) dist=bookworm; variant=extract; packages=busybox-static ;;
 esac
+added="/etc/hosts /etc/hostname"
+[ "$suite" = bookworm-busybox ] &&
+  added="/etc/hosts /etc/hostname /etc/passwd /etc/group, applet links; no /etc/apt /var /dev"
 
 [ "$(id -u)" -eq 0 ] || die "needs root: mmdebstrap builds the root in its root mode and the tests run it with chroot"
 command -v mmdebstrap >/dev/null || die "mmdebstrap is not installed (scripts/install-deps.sh installs it)"
@@ -65,7 +75,7 @@ stamp_name=.spawnpoint-root
 want_stamp="suite=$suite
 variant=$variant
 packages=$packages
-added=/etc/hosts /etc/hostname"
+added=$added"
 
 # The stamp's first lines are want_stamp; the rest (mirror, time, size) is history.
 root_is_current() {
@@ -194,9 +204,34 @@ if [ "$rc" -ne 0 ]; then
 fi
 seconds=$(($(date +%s) - started))
 size=$(du -sh --one-file-system "$tmp" | cut -f1)
-for tool in python3 ldd; do
-  [ -x "$tmp/usr/bin/$tool" ] || die "the $suite root has no /usr/bin/$tool; mmdebstrap's result is incomplete"
-done
+if [ "$suite" = bookworm-busybox ]; then
+  # mmdebstrap's extract variant leaves apt's and dpkg's state and device nodes: a container
+  # image has none of them. What is left is /bin/busybox and its documentation's copyright.
+  rm -rf --one-file-system "${tmp:?}/etc" "$tmp/var" "$tmp/dev" "$tmp/usr/share/man" \
+    "$tmp/usr/share/lintian"
+  [ -x "$tmp/bin/busybox" ] || die "the $suite root has no /bin/busybox; mmdebstrap's result is incomplete"
+  # Its applets as relative links (busybox --install would point them at /proc/self/exe).
+  "$tmp/bin/busybox" --list-full | while read -r applet; do
+    [ "$applet" = linuxrc ] && continue
+    [ -e "$tmp/$applet" ] && continue
+    mkdir -p "$tmp/$(dirname "$applet")"
+    ln -s "$(realpath -m --relative-to="$tmp/$(dirname "$applet")" "$tmp/bin/busybox")" "$tmp/$applet"
+  done
+  for d in dev etc proc sys run mnt opt root home/nonroot; do mkdir -p "$tmp/$d"; done
+  chmod 0700 "$tmp/root"
+  install -d -m 1777 "$tmp/tmp"
+  chown 65532:65532 "$tmp/home/nonroot"
+  printf 'root:x:0:0:root:/root:/bin/sh\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' \
+    >"$tmp/etc/passwd"
+  printf 'root:x:0:\nnonroot:x:65532:\n' >"$tmp/etc/group"
+  for tool in bin/sh usr/bin/env bin/cp; do
+    [ -x "$tmp/$tool" ] || die "the $suite root has no /$tool after linking busybox's applets"
+  done
+else
+  for tool in python3 ldd; do
+    [ -x "$tmp/usr/bin/$tool" ] || die "the $suite root has no /usr/bin/$tool; mmdebstrap's result is incomplete"
+  done
+fi
 printf '127.0.0.1\tlocalhost spawnpoint-root\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
   >"$tmp/etc/hosts"
 echo spawnpoint-root >"$tmp/etc/hostname"
