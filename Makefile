@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build test demo cluster-tools cluster-up cluster-down bench-launch bench-loader bench-kube demo-cluster bench-operator bench-metrics bench-frameworks agent-bundle frameworks-env chart sync-chart-crds format clean
+.PHONY: deps configure build test demo cluster-tools cluster-up cluster-down bench-launch bench-loader bench-kube demo-cluster bench-operator bench-metrics bench-frameworks agent-bundle images frameworks-env chart sync-chart-crds format clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -67,6 +67,13 @@ bench-frameworks: build
 agent-bundle: configure
 	ninja -C $(BUILD) -j $(JOBS) agent-bundle
 	@echo "bundle: $(BUILD)/agent-bundle"
+
+# The two images the chart pulls, ghcr.io/spawnpoint/{agent,operator}:<appVersion>, from this
+# build tree, as OCI archives in $(BUILD)/images/ (scripts/images.sh, images/README.md):
+# docker build when a Docker engine answers, else buildah (no daemon; needs root).
+images: configure
+	ninja -C $(BUILD) -j $(JOBS) spawnpoint-operator agent-bundle
+	bash scripts/images.sh --build-dir $(BUILD)
 
 # The pinned environment of the users' training stacks (Debian 13's torch and torchvision,
 # Lightning from PyPI in a venv of the trixie-frameworks root), made once and reused; the last

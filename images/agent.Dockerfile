@@ -1,26 +1,35 @@
 # spawnpoint-agent, as the self-contained bundle (agent/bundle/make-bundle.sh) in
-# /opt/spawnpoint. Build from the repository root:
-#   docker build -f images/agent.Dockerfile -t ghcr.io/spawnpoint/agent:dev .
+# /opt/spawnpoint, on a base that holds nothing but a static busybox. Built by
+# scripts/images.sh (`make images`) from the build tree: the context is the directory it
+# stages (build/images/context: agent-bundle/ is build/agent-bundle/), with docker build
+# when a Docker engine runs, else with buildah (images/README.md).
 #
 # The operator's init container runs `cp -R /opt/spawnpoint/. /spawnpoint/` from this image
-# into an emptyDir, and the trainer container (any user image: Ubuntu, UBI, distroless)
-# runs /spawnpoint/bin/spawnpoint-agent, a static launcher that loads the agent with the
-# bundle's own glibc and libraries.
+# into an emptyDir, and the trainer container (any user image: Ubuntu, UBI, distroless, or
+# one with no libc at all) runs /spawnpoint/bin/spawnpoint-agent, a static launcher that
+# loads the agent with the bundle's own glibc and libraries. The base gives the init
+# container its cp (busybox); nothing of it reaches the trainer pod.
 #
-# Stage 1: identical to operator.Dockerfile's build stage, so the two share cache.
-FROM debian:12 AS build
-ARG JOBS=4
-WORKDIR /src
-COPY scripts/install-deps.sh scripts/install-deps.sh
-RUN bash scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
-COPY . .
-RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
- && ninja -C build -j "${JOBS}" agent-bundle
-
-# Stage 2: only the bundle. debian:12-slim rather than scratch because the init container
-# needs cp; nothing of this image's /usr reaches the trainer pod.
-FROM debian:12-slim
-COPY --from=build /src/build/agent-bundle/ /opt/spawnpoint/
+# BASE_IMAGE: busybox from a registry when one is reachable; otherwise scripts/images.sh
+# makes one from Debian 12's busybox-static with mmdebstrap (scripts/foreign-root.sh
+# bookworm-busybox) and passes its local name, localhost/spawnpoint/busybox:bookworm.
+ARG BASE_IMAGE=docker.io/library/busybox:1.36.1-musl
+FROM ${BASE_IMAGE}
+# Declared again: an ARG before FROM is not seen after it.
+ARG BASE_IMAGE
+ARG VERSION=dev
+ARG REVISION=unknown
+ARG SOURCE=https://example.invalid/spawnpoint
+ARG LICENSES=NOASSERTION
+LABEL org.opencontainers.image.title="spawnpoint-agent" \
+      org.opencontainers.image.description="The spawnpoint node agent as a self-contained bundle in /opt/spawnpoint, copied into training pods by an init container" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.licenses="${LICENSES}" \
+      org.opencontainers.image.base.name="${BASE_IMAGE}"
+COPY agent-bundle/ /opt/spawnpoint/
+# Non-root, numeric (so runAsNonRoot can verify it): the init container copies as 65532.
 USER 65532:65532
 ENTRYPOINT ["/opt/spawnpoint/bin/spawnpoint-agent"]
 CMD ["--help"]

@@ -21,6 +21,10 @@ packages=(
   # and the trixie-frameworks root of scripts/frameworks-env.sh (tests/frameworks).
   # apt checks their Release files with debian-archive-keyring's keys (below).
   mmdebstrap
+  # scripts/images.sh (make images) and tests/images: the images built without a Docker
+  # engine (buildah: daemonless, chroot isolation, vfs storage) and run; the operator image
+  # carries this machine's CA bundle.
+  buildah ca-certificates
 )
 
 missing=()
