@@ -184,6 +184,14 @@ std::vector<RunningJob> Controller::RunningJobs() const {
   for (const auto& job : jobs_.store().List()) {
     if (Str(*job, "/status/phase"_json_pointer) != "Running") continue;
     RunningJob r{NamespaceOf(*job), NameOf(*job), {}};
+    const auto ratio = "/spec/stallPolicy/stragglerRatio"_json_pointer;
+    if (job->contains(ratio) && job->at(ratio).is_number()) {
+      r.straggler_ratio = job->at(ratio).get<double>();
+    }
+    const auto straggler = "/status/straggler"_json_pointer;
+    if (job->contains(straggler) && job->at(straggler).is_object()) {
+      r.straggler = job->at(straggler);
+    }
     int attempt = 0;
     if (job->contains("status") && (*job)["status"].contains("restarts")) {
       attempt = (*job)["status"]["restarts"].get<int>();

@@ -160,6 +160,14 @@ std::vector<CollectedFamily> JobFamilies(const std::vector<kube::ObjectPtr>& job
                               "Samples per second over a running job's ranks, from "
                               "status.utilisation.samplesPerSecond.",
                           .label_names = {"namespace", "job"}};
+  CollectedFamily straggler{
+      .name = "spawnpoint_job_straggler_ratio",
+      .help =
+          "A running job's slowest rank's own work per step over the median of its other "
+          "ranks' (own work: step time minus the wait for peers; medians over 20 steps), "
+          "judged over every node, from status.utilisation.slowestRankRatio; 0 while fewer "
+          "than two ranks have 20 steps.",
+      .label_names = {"namespace", "job"}};
   for (const kube::ObjectPtr& job : jobs) {
     const std::string ns = NamespaceOf(*job), name = NameOf(*job);
     std::string current = Str(*job, "/status/phase"_json_pointer);
@@ -167,6 +175,10 @@ std::vector<CollectedFamily> JobFamilies(const std::vector<kube::ObjectPtr>& job
     ++by_namespace[ns][current];
     if (current != phase::kRunning) continue;
     const auto u = "/status/utilisation"_json_pointer;
+    const auto slowest = u / "slowestRankRatio";
+    straggler.Add({ns, name}, job->contains(slowest) && job->at(slowest).is_number()
+                                  ? job->at(slowest).get<double>()
+                                  : 0.0);
     if (!job->contains(u)) continue;
     for (auto [field, family] : {std::pair{"gpu", &gpu}, std::pair{"dataStall", &stall},
                                  std::pair{"samplesPerSecond", &samples}}) {
@@ -195,7 +207,7 @@ std::vector<CollectedFamily> JobFamilies(const std::vector<kube::ObjectPtr>& job
   }
   std::vector<CollectedFamily> out;
   out.push_back(std::move(phases));
-  for (CollectedFamily* f : {&gpu, &stall, &samples}) {
+  for (CollectedFamily* f : {&gpu, &stall, &samples, &straggler}) {
     if (!f->samples.empty()) out.push_back(std::move(*f));
   }
   return out;

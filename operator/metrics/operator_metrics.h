@@ -7,11 +7,11 @@
 //   - leadership;
 //   - job lifecycle totals by namespace, counted from this replica's own status writes
 //     (ObserveStatusWrite), so only the leader counts and replicas never double-count;
-//   - jobs by phase, and per running job GPU utilisation, data stall and samples per
-//     second, computed at scrape time from the informer cache by the leader only
-//     (CollectJobs), so replicas never export a job twice: a finished or
-//     deleted job's series are gone from the next scrape, so cardinality is bounded by the
-//     live jobs.
+//   - jobs by phase, and per running job GPU utilisation, data stall, samples per second
+//     and the slowest rank's ratio (spawnpoint_job_straggler_ratio), computed at scrape
+//     time from the informer cache by the leader only (CollectJobs), so replicas never
+//     export a job twice: a finished or deleted job's series are gone from the next scrape,
+//     so cardinality is bounded by the live jobs.
 // Thread-safe.
 #pragma once
 
@@ -69,8 +69,9 @@ class OperatorMetrics {
 };
 
 // What CollectJobs exports for these TrainingJob objects: spawnpoint_jobs by namespace and
-// phase (every phase of a namespace that has jobs, 0 for the empty ones), and the per-job
-// utilisation gauges of running jobs that report them.
+// phase (every phase of a namespace that has jobs, 0 for the empty ones), the per-job
+// utilisation gauges of running jobs that report them, and spawnpoint_job_straggler_ratio
+// for every running job (0 until it has a figure).
 std::vector<metrics::CollectedFamily> JobFamilies(const std::vector<kube::ObjectPtr>& jobs);
 
 }  // namespace spawnpoint::op

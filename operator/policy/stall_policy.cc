@@ -1,5 +1,9 @@
 #include "operator/policy/stall_policy.h"
 
+#include <cstdio>
+
+#include "api/straggler.h"
+
 namespace spawnpoint::op {
 
 using nlohmann::json;
@@ -7,6 +11,9 @@ using nlohmann::json;
 namespace {
 
 constexpr const char* kNoStall = "no agent reports a stalled rank";
+constexpr const char* kNoStraggler = "no rank is a straggler";
+constexpr const char* kNoStallNorStraggler =
+    "no agent reports a stalled rank and no rank is a straggler";
 
 std::optional<double> Number(const json& j, const char* key) {
   if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return std::nullopt;
@@ -17,7 +24,68 @@ json Field(const json& j, const char* key) {
   return j.is_object() && j.contains(key) ? j[key] : json();
 }
 
+// Seconds as the agent writes them in its messages.
+std::string Seconds(double s) {
+  char buf[32];
+  snprintf(buf, sizeof(buf), s >= 10 ? "%.0f s" : "%.2g s", s);
+  return buf;
+}
+
 }  // namespace
+
+bool SameStraggler(const json& a, const json& b) {
+  return a.is_object() && b.is_object() && Field(a, "rank") == Field(b, "rank") &&
+         Field(a, "pod") == Field(b, "pod");
+}
+
+std::string DescribeStraggler(const json& straggler) {
+  char ratio[32];
+  snprintf(ratio, sizeof(ratio), "%.2fx", Number(straggler, "ratio").value_or(0));
+  const std::string pod = straggler.is_object() ? straggler.value("pod", std::string("?")) : "?";
+  return "rank " + Field(straggler, "rank").dump() + " (pod " + pod + ") is " + ratio +
+         " slower than the other ranks: " + Seconds(Number(straggler, "busySeconds").value_or(0)) +
+         " of its own work per step vs " +
+         Seconds(Number(straggler, "peersBusySeconds").value_or(0)) + " (medians of the last " +
+         std::to_string(api::kStragglerWindowSteps) + " steps)";
+}
+
+StallUpdate DecideStallFromReadings(const json& previous_stall, const json& previous_straggler,
+                                    const std::optional<json>& stall,
+                                    const std::optional<json>& straggler, const std::string& now) {
+  StallUpdate u;
+  if (stall) {
+    u = DecideStallFromReading(previous_stall, *stall, now);
+  } else {
+    u.stall = previous_stall;
+  }
+  if (straggler && straggler->is_object()) {
+    const bool same = SameStraggler(previous_straggler, *straggler);
+    json kept = json::object();
+    for (const char* key : {"rank", "pod", "ratio", "busySeconds", "peersBusySeconds"}) {
+      if (straggler->contains(key) && !(*straggler)[key].is_null()) kept[key] = (*straggler)[key];
+    }
+    kept["since"] =
+        same && previous_straggler.contains("since") ? previous_straggler["since"] : json(now);
+    u.straggler = std::move(kept);
+    u.straggler_event = !same;
+    if (u.straggler_event) u.straggler_event_message = DescribeStraggler(*u.straggler);
+  } else if (straggler) {
+    u.straggler = nullptr;
+  }
+  if (u.stall.is_object()) return u;  // a stalled rank: RankStalled takes precedence
+  const json& named = u.straggler ? *u.straggler : previous_straggler;
+  if (named.is_object()) {
+    u.stalled = true;
+    u.reason = stall_reason::kStraggler;
+    u.message = DescribeStraggler(named);
+  } else if (stall || straggler) {
+    // Neither a stall nor a straggler, as far as the readings tell.
+    u.stalled = false;
+    u.reason = stall_reason::kProgressing;
+    u.message = !straggler ? kNoStall : !stall ? kNoStraggler : kNoStallNorStraggler;
+  }
+  return u;
+}
 
 bool SameStall(const json& a, const json& b) {
   if (!a.is_object() || !b.is_object()) return false;
@@ -82,6 +150,7 @@ StallUpdate DecideStallAfterFailure(const json& previous, const PodFailure& fail
     u.message = "attempt " + std::to_string(attempt) + " failed" +
                 (stalled ? " on a stalled rank" : "") + "; the gang restarts";
     u.stall = nullptr;
+    u.straggler = nullptr;
   }
   return u;
 }

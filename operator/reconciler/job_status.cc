@@ -35,6 +35,7 @@ JobStatus JobStatus::FromJson(const json& s) {
   if (s.contains("lastFailure") && s["lastFailure"].is_object()) st.last_failure = s["lastFailure"];
   if (s.contains("utilisation") && s["utilisation"].is_object()) st.utilisation = s["utilisation"];
   if (s.contains("stall") && s["stall"].is_object()) st.stall = s["stall"];
+  if (s.contains("straggler") && s["straggler"].is_object()) st.straggler = s["straggler"];
   return st;
 }
 
@@ -64,6 +65,7 @@ json JobStatus::ToJson() const {
   if (last_failure.is_object()) s["lastFailure"] = last_failure;
   if (utilisation.is_object()) s["utilisation"] = utilisation;
   if (stall.is_object()) s["stall"] = stall;
+  if (straggler.is_object()) s["straggler"] = straggler;
   return s;
 }
 

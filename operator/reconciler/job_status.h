@@ -1,8 +1,8 @@
 // The typed form of TrainingJob.status, which only the operator writes: phase, metav1
 // Conditions (lastTransitionTime moves only when a condition's status flips), counts,
-// lastFailure, utilisation and stall. ToJson(FromJson(x)) drops unknown fields, so comparing the
-// JSON before and after a reconcile tells whether a status write is needed.
-// A value type; not thread-safe to mutate concurrently.
+// lastFailure, utilisation, stall and straggler. ToJson(FromJson(x)) drops unknown fields, so
+// comparing the JSON before and after a reconcile tells whether a status write is needed. A value
+// type; not thread-safe to mutate concurrently.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -60,6 +60,7 @@ struct JobStatus {
   nlohmann::json last_failure;  // object, or null when none
   nlohmann::json utilisation;   // object, or null when never read
   nlohmann::json stall;         // the stalled rank reported (stall_policy.h), or null
+  nlohmann::json straggler;     // the job's straggler named (stall_policy.h), or null
 
   static JobStatus FromJson(const nlohmann::json& status);
   nlohmann::json ToJson() const;

@@ -410,18 +410,28 @@ void Reconciler::UpdatePhase(Context& c) {
                        " pods of attempt " + attempt + " are running");
 }
 
-// The running attempt's agents report a stalled rank, or no longer do (stall_policy.h).
+// The running attempt's agents report a stalled rank or a straggler, or no longer do
+// (stall_policy.h).
 void Reconciler::StallStep(Context& c) {
   if (utilisation_ == nullptr || c.status.phase != phase::kRunning) return;
-  std::optional<StallReading> reading = utilisation_->LatestStall(c.job.namespace_, c.job.name);
-  if (!reading) return;
   // A reading from before this attempt's gang was running says nothing about it.
   const Condition* running = c.status.Find(condition::kRunning);
-  std::optional<WallTime> read_at = ParseTime(reading->updated);
   std::optional<WallTime> running_since =
       running ? ParseTime(running->last_transition_time) : std::nullopt;
-  if (!read_at || !running_since || *read_at < *running_since) return;
-  ApplyStall(c, DecideStallFromReading(c.status.stall, reading->stall, c.now_text));
+  if (!running_since) return;
+  auto current = [since = *running_since](const std::string& updated) {
+    std::optional<WallTime> read_at = ParseTime(updated);
+    return read_at && *read_at >= since;
+  };
+  std::optional<json> stall, straggler;
+  std::optional<StallReading> stall_read = utilisation_->LatestStall(c.job.namespace_, c.job.name);
+  if (stall_read && current(stall_read->updated)) stall = stall_read->stall;
+  std::optional<StragglerReading> straggler_read =
+      utilisation_->LatestStraggler(c.job.namespace_, c.job.name);
+  if (straggler_read && current(straggler_read->updated)) straggler = straggler_read->straggler;
+  if (!stall && !straggler) return;
+  ApplyStall(
+      c, DecideStallFromReadings(c.status.stall, c.status.straggler, stall, straggler, c.now_text));
 }
 
 ReconcileResult Reconciler::Finish(Context& c) {
@@ -514,9 +524,14 @@ void Reconciler::ApplyStall(Context& c, const StallUpdate& update) {
   } else if (update.stalled) {
     c.ClearCondition(condition::kStalled, update.reason, update.message);
   }
+  if (update.straggler) c.status.straggler = *update.straggler;
   if (update.event) {
     c.Event(EventType::kWarning, stall_reason::kRankStalled, update.event_message);
     c.log.Warning("rank stalled", {{"message", update.event_message}});
+  }
+  if (update.straggler_event) {
+    c.Event(EventType::kWarning, stall_reason::kStraggler, update.straggler_event_message);
+    c.log.Warning("straggler", {{"message", update.straggler_event_message}});
   }
 }
 

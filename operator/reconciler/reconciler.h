@@ -2,10 +2,10 @@
 // the job, its pods and its service (from the caches), computes what the world should be,
 // runs a flat list of guarded steps that may return early (finished → clean up and TTL;
 // suspend; deadline; service; stale pods; failure → restart or fail; success; restart
-// backoff; create missing pods; pending check; phase; stalled ranks), and writes status ONCE
-// at the end,
-// skipped when nothing changed. Every step is idempotent, so a reconcile may be repeated or
-// interrupted at any line and the next one converges to the same state.
+// backoff; create missing pods; pending check; phase; stalled and straggling ranks), and
+// writes status ONCE at the end, skipped when nothing changed. Every step is idempotent, so
+// a reconcile may be repeated or interrupted at any line and the next one converges to the
+// same state.
 //
 // Gang restarts are two reconciles apart on purpose: the one that sees a failed pod only
 // records it (restarts+1, lastFailure) in status; the pods of the failed attempt carry the old
@@ -41,6 +41,14 @@ struct StallReading {
   std::string updated;  // when the agents were read (RFC 3339)
 };
 
+// What one round of reading a running job's agents said about its straggler.
+struct StragglerReading {
+  // The job's straggler (JobStraggler: the slowest rank of the whole job, when it is one), or
+  // null when every agent was read and no rank straggles.
+  nlohmann::json straggler;
+  std::string updated;  // when the agents were read (RFC 3339)
+};
+
 // The latest utilisation read from a running job's agents (status.utilisation), by key.
 // Implementations must be thread-safe.
 class UtilisationSource {
@@ -50,6 +58,12 @@ class UtilisationSource {
   // The latest reading of stalled ranks; nullopt when the job's agents were not all read
   // (a source that does not read stalls keeps this default).
   virtual std::optional<StallReading> LatestStall(const std::string& ns, const std::string& name) {
+    return std::nullopt;
+  }
+  // The latest reading of the job's straggler; nullopt when the job's agents were not all read
+  // (a source that does not judge stragglers keeps this default).
+  virtual std::optional<StragglerReading> LatestStraggler(const std::string& ns,
+                                                          const std::string& name) {
     return std::nullopt;
   }
 };

@@ -3,7 +3,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "api/straggler.h"
 #include "operator/http/http_get.h"
+#include "operator/policy/stall_policy.h"
 
 namespace spawnpoint::op {
 
@@ -109,6 +111,48 @@ std::optional<json> JobStall(const std::vector<PodReading>& readings) {
   }
   if (best.is_null() && !all_read) return std::nullopt;
   return best;
+}
+
+std::optional<JobStragglerReading> JobStraggler(const std::vector<PodReading>& readings,
+                                                double ratio, const json& previous) {
+  struct Rank {
+    int64_t rank;
+    std::string pod;
+  };
+  std::vector<Rank> ranks;
+  std::vector<double> busy;
+  for (const auto& r : readings) {
+    if (!r.status.ok()) return std::nullopt;
+    const json& doc = *r.status;
+    if (!doc.contains("progress") || !doc["progress"].is_array()) continue;
+    for (const auto& p : doc["progress"]) {
+      if (!p.is_object() || !p.contains("rank") || !p["rank"].is_number_integer() ||
+          !p.contains("busySeconds") || !p["busySeconds"].is_number()) {
+        continue;
+      }
+      const double b = p["busySeconds"].get<double>();
+      if (!std::isfinite(b) || b < 0) continue;
+      ranks.push_back({p["rank"].get<int64_t>(), r.pod});
+      busy.push_back(b);
+    }
+  }
+  JobStragglerReading out;
+  out.straggler = nullptr;
+  std::optional<api::StragglerJudgement> j = api::JudgeSlowest(busy);
+  if (!j) return out;
+  out.slowest_ratio = j->ratio;
+  const Rank& slowest = ranks[j->index];
+  json candidate = {{"rank", slowest.rank},
+                    {"pod", slowest.pod},
+                    {"ratio", j->ratio},
+                    {"busySeconds", j->busy_seconds},
+                    {"peersBusySeconds", j->peers_busy_seconds},
+                    {"windowSteps", api::kStragglerWindowSteps}};
+  const bool named = SameStraggler(previous, candidate);
+  if (!api::IsStraggler(*j, ratio, named)) return out;
+  candidate["message"] = DescribeStraggler(candidate);
+  out.straggler = std::move(candidate);
+  return out;
 }
 
 }  // namespace spawnpoint::op

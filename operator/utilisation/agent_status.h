@@ -4,7 +4,8 @@
 // loader[].stats.dataStall) and samples per second (their sum): the document of the agent's
 // /status endpoint. Pods that cannot be read are named in `error`, never fatal. The
 // documents' "stall" (a rank that made no step for spec.stallPolicy's timeout) folds into
-// the job's stall (JobStall).
+// the job's stall (JobStall); their progress[] (each rank's own work per step) into the job's
+// straggler (JobStraggler), the slowest rank of the whole job, not only of one node.
 // AgentStatusReader implementations must be thread-safe; the functions here are pure.
 #pragma once
 
@@ -51,5 +52,25 @@ nlohmann::json AggregateUtilisation(const std::vector<PodReading>& readings,
 // when every pod was read and none reports a stall; nullopt when some pod could not be read
 // and none of the others reports one.
 std::optional<nlohmann::json> JobStall(const std::vector<PodReading>& readings);
+
+// The job's slowest rank and straggler from one round of readings.
+struct JobStragglerReading {
+  // The straggler: {rank, pod, ratio, busySeconds, peersBusySeconds, windowSteps, message},
+  // or null when no rank of the job is one.
+  nlohmann::json straggler;
+  // The slowest rank's own work per step over the median of the others' (ratio above), 0
+  // when fewer than two ranks have a figure yet (a full window of steps).
+  double slowest_ratio = 0;
+};
+
+// Judges every rank of the job that has a figure (progress[].busySeconds, the median of its
+// own work per step over its last api::kStragglerWindowSteps steps) together, as
+// api/straggler.h says: the slowest against the median of all the others, whatever their
+// node, is a straggler at `ratio` (spec.stallPolicy.stragglerRatio), and stays one down to
+// the halfway ratio when `previous` (the last verdict, or status.straggler) named the same
+// rank and pod. "pod" is the pod the rank's document was read from. nullopt when some pod
+// could not be read: its ranks might be the slowest.
+std::optional<JobStragglerReading> JobStraggler(const std::vector<PodReading>& readings,
+                                                double ratio, const nlohmann::json& previous);
 
 }  // namespace spawnpoint::op

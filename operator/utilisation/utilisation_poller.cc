@@ -1,5 +1,6 @@
 #include "operator/utilisation/utilisation_poller.h"
 
+#include <cmath>
 #include <set>
 
 #include "operator/kube/timing.h"
@@ -60,6 +61,17 @@ void UtilisationPoller::PollOnce() {
     const std::string updated = FormatTime(clock_->Now());
     nlohmann::json utilisation = AggregateUtilisation(readings, updated);
     std::optional<nlohmann::json> stall = JobStall(readings);
+    nlohmann::json previous = job.straggler;  // this poller's last verdict, else the status's
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = latest_straggler_.find(key);
+      if (it != latest_straggler_.end()) previous = it->second.straggler;
+    }
+    std::optional<JobStragglerReading> straggler =
+        JobStraggler(readings, job.straggler_ratio, previous);
+    if (straggler && straggler->slowest_ratio > 0) {
+      utilisation["slowestRankRatio"] = std::round(straggler->slowest_ratio * 1000.0) / 1000.0;
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       latest_[key] = std::move(utilisation);
@@ -67,6 +79,11 @@ void UtilisationPoller::PollOnce() {
         latest_stall_[key] = StallReading{std::move(*stall), updated};
       } else {
         latest_stall_.erase(key);
+      }
+      if (straggler) {
+        latest_straggler_[key] = StragglerReading{std::move(straggler->straggler), updated};
+      } else {
+        latest_straggler_.erase(key);
       }
     }
     if (on_read_) on_read_(job.ns, job.name);
@@ -77,6 +94,9 @@ void UtilisationPoller::PollOnce() {
   }
   for (auto it = latest_stall_.begin(); it != latest_stall_.end();) {
     it = live.count(it->first) ? std::next(it) : latest_stall_.erase(it);
+  }
+  for (auto it = latest_straggler_.begin(); it != latest_straggler_.end();) {
+    it = live.count(it->first) ? std::next(it) : latest_straggler_.erase(it);
   }
 }
 
@@ -93,6 +113,14 @@ std::optional<StallReading> UtilisationPoller::LatestStall(const std::string& ns
   std::lock_guard<std::mutex> lock(mu_);
   auto it = latest_stall_.find(ns + "/" + name);
   if (it == latest_stall_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<StragglerReading> UtilisationPoller::LatestStraggler(const std::string& ns,
+                                                                   const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = latest_straggler_.find(ns + "/" + name);
+  if (it == latest_straggler_.end()) return std::nullopt;
   return it->second;
 }
 

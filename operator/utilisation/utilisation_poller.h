@@ -1,8 +1,9 @@
-// Reads the agents of every running job on an interval and keeps the latest
-// status.utilisation and stall reading (JobStall) per job for the reconciler (which writes it with
-// the rest of the status, so there is still one status write per reconcile). After each round it
-// asks for the jobs it read to be reconciled. Reads are sequential with a short timeout each;
-// failures end up in utilisation.error. Thread-safe.
+// Reads the agents of every running job on an interval and keeps, per job, the latest
+// status.utilisation (with the slowest rank's ratio, slowestRankRatio), stall reading
+// (JobStall) and straggler reading (JobStraggler) for the reconciler, which writes them with
+// the rest of the status, so there is still one status write per reconcile. After each round
+// it asks for the jobs it read to be reconciled. Reads are sequential with a short timeout
+// each; failures end up in utilisation.error. Thread-safe.
 #pragma once
 
 #include <condition_variable>
@@ -15,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "api/stall_policy.h"
 #include "operator/common/wall_clock.h"
 #include "operator/reconciler/reconciler.h"
 #include "operator/utilisation/agent_status.h"
@@ -25,7 +27,9 @@ namespace spawnpoint::op {
 struct RunningJob {
   std::string ns;
   std::string name;
-  std::vector<std::pair<std::string, std::string>> pods;  // name, podIP
+  std::vector<std::pair<std::string, std::string>> pods;        // name, podIP
+  double straggler_ratio = api::StallPolicy{}.straggler_ratio;  // spec.stallPolicy's
+  nlohmann::json straggler = nullptr;  // status.straggler: the straggler named so far, or null
 };
 
 struct UtilisationOptions {
@@ -48,6 +52,8 @@ class UtilisationPoller : public UtilisationSource {
 
   std::optional<nlohmann::json> Latest(const std::string& ns, const std::string& name) override;
   std::optional<StallReading> LatestStall(const std::string& ns, const std::string& name) override;
+  std::optional<StragglerReading> LatestStraggler(const std::string& ns,
+                                                  const std::string& name) override;
 
  private:
   AgentStatusReader* const reader_;
@@ -61,6 +67,7 @@ class UtilisationPoller : public UtilisationSource {
   bool stop_ = false;
   std::map<std::string, nlohmann::json> latest_;
   std::map<std::string, StallReading> latest_stall_;
+  std::map<std::string, StragglerReading> latest_straggler_;
   std::thread thread_;
 };
 

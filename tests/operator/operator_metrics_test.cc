@@ -166,6 +166,21 @@ TEST(OperatorMetricsTest, JobFamiliesCountPhasesAndExportOnlyRunningJobs) {
   EXPECT_EQ(by_name["spawnpoint_job_data_stall_ratio"]->samples[0].value, 0.1);
 }
 
+TEST(OperatorMetricsTest, EveryRunningJobHasItsSlowestRanksRatio) {
+  auto families = JobFamilies(
+      {Job("ml", "a", {{"phase", "Running"}, {"utilisation", {{"slowestRankRatio", 1.98}}}}),
+       Job("ml", "b", {{"phase", "Running"}, {"utilisation", {{"gpu", 0.5}}}}),
+       Job("ml", "c", {{"phase", "Succeeded"}, {"utilisation", {{"slowestRankRatio", 3}}}})});
+  std::map<std::vector<std::string>, double> ratios;
+  for (const auto& f : families) {
+    if (f.name != "spawnpoint_job_straggler_ratio") continue;
+    for (const auto& s : f.samples) ratios[s.label_values] = s.value;
+  }
+  EXPECT_EQ(ratios,
+            (std::map<std::vector<std::string>, double>{{{"ml", "a"}, 1.98}, {{"ml", "b"}, 0}}))
+      << "running jobs only, 0 until the agents have a figure";
+}
+
 TEST(OperatorMetricsTest, FinishedJobsLeaveTheNextScrape) {
   metrics::Registry registry;
   OperatorMetrics m(&registry);
@@ -195,7 +210,8 @@ TEST(OperatorMetricsTest, PromtoolAcceptsTheExposition) {
   m.CollectJobs(&jobs);
   m.SetLeader(true);
   jobs.Replace(
-      {Job("ml", "we\"ird\\name", {{"phase", "Running"}, {"utilisation", {{"gpu", 0.5}}}})});
+      {Job("ml", "we\"ird\\name",
+           {{"phase", "Running"}, {"utilisation", {{"gpu", 0.5}, {"slowestRankRatio", 1.98}}}})});
   m.ObserveReconcile(0.01, "success");
   m.ObserveApiRequest("PATCH", 422, 0.01);
   m.ObserveStatusWrite("ml", "", "Running", 0, 0);

@@ -510,7 +510,11 @@ class FakeStallSource : public UtilisationSource {
   std::optional<StallReading> LatestStall(const std::string&, const std::string&) override {
     return reading;
   }
+  std::optional<StragglerReading> LatestStraggler(const std::string&, const std::string&) override {
+    return straggler;
+  }
   std::optional<StallReading> reading;
+  std::optional<StragglerReading> straggler;
 };
 
 class ReconcilerStallTest : public ReconcilerTest {
@@ -521,6 +525,19 @@ class ReconcilerStallTest : public ReconcilerTest {
   // The agents read now; `stall` null: none reports one.
   void Read(json stall) {
     stalls_.reading = StallReading{std::move(stall), FormatTime(wall_.Now())};
+  }
+  // The job's straggler judged now; null: none.
+  void ReadStraggler(json straggler) {
+    stalls_.straggler = StragglerReading{std::move(straggler), FormatTime(wall_.Now())};
+  }
+  static json Straggler(int rank, double ratio) {
+    return {{"rank", rank},
+            {"pod", "job-node-1"},
+            {"ratio", ratio},
+            {"busySeconds", 0.1},
+            {"peersBusySeconds", 0.1 / ratio},
+            {"windowSteps", 20},
+            {"message", "from the poller"}};
   }
   int Count(const std::string& reason) {
     int n = 0;
@@ -612,6 +629,87 @@ TEST_F(ReconcilerStallTest, AReadingFromBeforeTheGangRanIsNotUsed) {
   Read(AgentStall(41));
   ASSERT_TRUE(Reconcile().status.ok());
   EXPECT_EQ(Condition("Stalled")["status"], "True");
+}
+
+TEST_F(ReconcilerStallTest, AStragglerSetsTheConditionAndOneEventUntilItCatchesUp) {
+  StartRunning();
+  clock_.Advance(seconds(30));
+  Read(nullptr);
+  ReadStraggler(nullptr);
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_TRUE(Condition("Stalled").is_null()) << "never set while nothing straggled";
+
+  clock_.Advance(seconds(30));
+  Read(nullptr);
+  ReadStraggler(Straggler(1, 2));
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Condition("Stalled")["status"], "True");
+  EXPECT_EQ(Condition("Stalled")["reason"], "Straggler");
+  EXPECT_EQ(Condition("Stalled")["message"],
+            "rank 1 (pod job-node-1) is 2.00x slower than the other ranks: 0.1 s of its own work "
+            "per step vs 0.05 s (medians of the last 20 steps)");
+  EXPECT_EQ(Status()["straggler"]["rank"], 1);
+  EXPECT_EQ(Status()["straggler"]["pod"], "job-node-1");
+  EXPECT_EQ(Status()["straggler"]["since"], "2024-05-01T10:01:00Z");
+  EXPECT_FALSE(Status().contains("stall"));
+  EXPECT_EQ(Phase(), "Running");
+  ASSERT_EQ(Count("Straggler"), 1);
+  EXPECT_EQ(cluster_.Events().back().type, EventType::kWarning);
+  EXPECT_EQ(cluster_.Events().back().message, Condition("Stalled")["message"]);
+
+  // Read again: no second event, the ratio follows.
+  clock_.Advance(seconds(30));
+  ReadStraggler(Straggler(1, 2.5));
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_THAT(Condition("Stalled")["message"].get<std::string>(), HasSubstr("2.50x"));
+  EXPECT_EQ(Status()["straggler"]["since"], "2024-05-01T10:01:00Z");
+  EXPECT_EQ(Count("Straggler"), 1);
+
+  // A rank stalls: RankStalled takes the condition; the straggler stays in status.
+  clock_.Advance(seconds(30));
+  Read(AgentStall(40));
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Condition("Stalled")["reason"], "RankStalled");
+  EXPECT_EQ(Status()["straggler"]["rank"], 1);
+  EXPECT_EQ(Count("RankStalled"), 1);
+  // The stall is over: Straggler again, without another event.
+  clock_.Advance(seconds(30));
+  Read(nullptr);
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Condition("Stalled")["status"], "True");
+  EXPECT_EQ(Condition("Stalled")["reason"], "Straggler");
+  EXPECT_EQ(Count("Straggler"), 1);
+
+  // It catches up.
+  clock_.Advance(seconds(30));
+  ReadStraggler(nullptr);
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Condition("Stalled")["status"], "False");
+  EXPECT_EQ(Condition("Stalled")["reason"], "Progressing");
+  EXPECT_FALSE(Status().contains("straggler"));
+
+  // And falls behind again: a new event.
+  clock_.Advance(seconds(30));
+  ReadStraggler(Straggler(1, 2));
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Condition("Stalled")["reason"], "Straggler");
+  EXPECT_EQ(Count("Straggler"), 2);
+}
+
+TEST_F(ReconcilerStallTest, ANamedStragglerIsNotAnnouncedAgainAfterAnOperatorRestart) {
+  StartRunning();
+  clock_.Advance(seconds(30));
+  Read(nullptr);
+  ReadStraggler(Straggler(1, 2));
+  ASSERT_TRUE(Reconcile().status.ok());
+  ASSERT_EQ(Count("Straggler"), 1);
+  // A new operator: a new reconciler and poller, the status as written.
+  reconciler_ = std::make_unique<Reconciler>(&cluster_, &wall_, ReconcilerOptions{}, &stalls_);
+  clock_.Advance(seconds(30));
+  ReadStraggler(Straggler(1, 2.1));
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Condition("Stalled")["reason"], "Straggler");
+  EXPECT_EQ(Count("Straggler"), 1);
 }
 
 json StalledTermination(bool retryable) {

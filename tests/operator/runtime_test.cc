@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
+#include <mutex>
+
 #include "metrics/server.h"
 #include "operator/app/options.h"
 #include "operator/controller/event_recorder.h"
@@ -197,6 +200,90 @@ TEST(JobStallTest, TheRankSilentLongestIsTheJobsStall) {
   EXPECT_EQ((*JobStall(unread))["rank"], 5);
 }
 
+// A document whose progress[] has `busy` for ranks first_rank, first_rank+1, ...; a negative
+// figure: no full window yet (null).
+json ProgressDoc(int first_rank, const std::vector<double>& busy) {
+  json progress = json::array();
+  for (size_t i = 0; i < busy.size(); ++i) {
+    progress.push_back({{"rank", first_rank + static_cast<int>(i)},
+                        {"steps", 40},
+                        {"lastStepAgeSeconds", 0.01},
+                        {"stepSource", "optimizer"},
+                        {"stalled", false},
+                        {"busySeconds", busy[i] < 0 ? json(nullptr) : json(busy[i])},
+                        {"waitSeconds", busy[i] < 0 ? json(nullptr) : json(0.01)}});
+  }
+  // The agent's own verdict among its node's ranks, which the job's does not use.
+  return json{{"phase", "Running"}, {"progress", progress}, {"straggler", nullptr}};
+}
+
+// The agents' progress[] judged together (api/straggler.h): the slowest rank of the job.
+TEST(JobStragglerTest, TheSlowestRankOfTheWholeJobIsNamed) {
+  // One rank per node: no agent can tell, the operator can.
+  std::vector<PodReading> two;
+  two.push_back({"job-node-0", ProgressDoc(0, {0.05})});
+  two.push_back({"job-node-1", ProgressDoc(1, {0.1})});
+  std::optional<JobStragglerReading> r = JobStraggler(two, 1.5, nullptr);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_DOUBLE_EQ(r->slowest_ratio, 2.0);
+  ASSERT_TRUE(r->straggler.is_object());
+  EXPECT_EQ(r->straggler["rank"], 1);
+  EXPECT_EQ(r->straggler["pod"], "job-node-1");
+  EXPECT_DOUBLE_EQ(r->straggler["ratio"].get<double>(), 2.0);
+  EXPECT_EQ(r->straggler["busySeconds"], 0.1);
+  EXPECT_EQ(r->straggler["peersBusySeconds"], 0.05);
+  EXPECT_EQ(r->straggler["windowSteps"], 20);
+  EXPECT_EQ(r->straggler["message"],
+            "rank 1 (pod job-node-1) is 2.00x slower than the other ranks: 0.1 s of its own work "
+            "per step vs 0.05 s (medians of the last 20 steps)");
+
+  // Against the median of every other rank, whatever its node: 4 ranks on 2 nodes.
+  std::vector<PodReading> four;
+  four.push_back({"job-node-0", ProgressDoc(0, {0.05, 0.06})});
+  four.push_back({"job-node-1", ProgressDoc(2, {0.04, 0.09})});
+  r = JobStraggler(four, 1.5, nullptr);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->straggler["rank"], 3);
+  EXPECT_DOUBLE_EQ(r->straggler["peersBusySeconds"].get<double>(), 0.05);
+  EXPECT_DOUBLE_EQ(r->slowest_ratio, 0.09 / 0.05);
+}
+
+TEST(JobStragglerTest, BelowTheRatioOrWithoutFiguresNoneIsNamed) {
+  std::vector<PodReading> close;
+  close.push_back({"job-node-0", ProgressDoc(0, {0.1, 0.1})});
+  close.push_back({"job-node-1", ProgressDoc(2, {0.13})});
+  std::optional<JobStragglerReading> r = JobStraggler(close, 1.5, nullptr);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(r->straggler.is_null());
+  EXPECT_NEAR(r->slowest_ratio, 1.3, 1e-9);
+  // Named before, it stays named down to the halfway ratio (1.25) ...
+  const json named = {{"rank", 2}, {"pod", "job-node-1"}, {"ratio", 1.6}};
+  r = JobStraggler(close, 1.5, named);
+  ASSERT_TRUE(r->straggler.is_object());
+  EXPECT_EQ(r->straggler["rank"], 2);
+  // ... but only the same rank of the same pod.
+  EXPECT_TRUE(JobStraggler(close, 1.5, {{"rank", 2}, {"pod", "job-node-0"}})->straggler.is_null());
+  EXPECT_TRUE(JobStraggler(close, 1.5, {{"rank", 0}, {"pod", "job-node-1"}})->straggler.is_null());
+  // A lower stragglerRatio names it at once.
+  EXPECT_EQ(JobStraggler(close, 1.2, nullptr)->straggler["rank"], 2);
+
+  // Fewer than two ranks with a full window: no judgement.
+  std::vector<PodReading> early;
+  early.push_back({"job-node-0", ProgressDoc(0, {0.05})});
+  early.push_back({"job-node-1", ProgressDoc(1, {-1})});
+  early.push_back({"job-node-2", json{{"phase", "Running"}}});  // an agent without progress
+  r = JobStraggler(early, 1.5, nullptr);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(r->straggler.is_null());
+  EXPECT_EQ(r->slowest_ratio, 0);
+
+  // A pod that cannot be read: its rank might be the slowest.
+  std::vector<PodReading> unread;
+  unread.push_back({"job-node-0", ProgressDoc(0, {0.05, 0.2})});
+  unread.push_back({"job-node-1", Unavailable("connection refused")});
+  EXPECT_FALSE(JobStraggler(unread, 1.5, nullptr).has_value());
+}
+
 class ScriptedReader : public AgentStatusReader {
  public:
   StatusOr<json> Read(const std::string& ip, int port) override {
@@ -243,6 +330,69 @@ TEST(UtilisationPollerTest, ReadsRunningJobsAndForgetsFinishedOnes) {
   poller.PollOnce();
   EXPECT_FALSE(poller.Latest("ml", "a"));
   EXPECT_FALSE(poller.LatestStall("ml", "a"));
+}
+
+// Each pod's document by its IP.
+class ProgressReader : public AgentStatusReader {
+ public:
+  StatusOr<json> Read(const std::string& ip, int) override {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = docs.find(ip);
+    if (it == docs.end()) return Unavailable("connection refused");
+    return it->second;
+  }
+  std::mutex mu;
+  std::map<std::string, json> docs;
+};
+
+TEST(UtilisationPollerTest, KeepsTheJobsStragglerAndTheSlowestRanksRatio) {
+  SimulatedClock clock;
+  WallClock wall(&clock, WallTime(seconds(1'714'557'600)));
+  ProgressReader reader;
+  reader.docs["10.0.0.1"] = ProgressDoc(0, {0.05});
+  reader.docs["10.0.0.2"] = ProgressDoc(1, {0.1});
+  RunningJob job{"ml", "a", {{"a-node-0", "10.0.0.1"}, {"a-node-1", "10.0.0.2"}}};
+  job.straggler_ratio = 1.5;
+  std::vector<RunningJob> running = {job};
+  UtilisationPoller poller(
+      &reader, &wall, {seconds(30), 9400}, [&] { return running; }, nullptr);
+  EXPECT_FALSE(poller.LatestStraggler("ml", "a"));
+  poller.PollOnce();
+  std::optional<StragglerReading> s = poller.LatestStraggler("ml", "a");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->straggler["rank"], 1);
+  EXPECT_EQ(s->straggler["pod"], "a-node-1");
+  EXPECT_EQ(s->updated, "2024-05-01T10:00:00Z");
+  EXPECT_EQ((*poller.Latest("ml", "a"))["slowestRankRatio"], 2.0);
+
+  // 1.3: below 1.5, but the poller named it last time (hysteresis down to 1.25).
+  reader.docs["10.0.0.2"] = ProgressDoc(1, {0.065});
+  poller.PollOnce();
+  EXPECT_EQ(poller.LatestStraggler("ml", "a")->straggler["rank"], 1);
+  EXPECT_EQ((*poller.Latest("ml", "a"))["slowestRankRatio"], 1.3);
+  // 1.2: cleared; 1.3 again is not enough for a new naming.
+  reader.docs["10.0.0.2"] = ProgressDoc(1, {0.06});
+  poller.PollOnce();
+  EXPECT_TRUE(poller.LatestStraggler("ml", "a")->straggler.is_null());
+  reader.docs["10.0.0.2"] = ProgressDoc(1, {0.065});
+  poller.PollOnce();
+  EXPECT_TRUE(poller.LatestStraggler("ml", "a")->straggler.is_null());
+
+  // A new poller (the operator restarted) goes by status.straggler.
+  running[0].straggler = {{"rank", 1}, {"pod", "a-node-1"}, {"ratio", 1.6}};
+  UtilisationPoller restarted(
+      &reader, &wall, {seconds(30), 9400}, [&] { return running; }, nullptr);
+  restarted.PollOnce();
+  EXPECT_EQ(restarted.LatestStraggler("ml", "a")->straggler["rank"], 1);
+
+  // A pod not read: no verdict, and no ratio.
+  reader.docs.erase("10.0.0.1");
+  poller.PollOnce();
+  EXPECT_FALSE(poller.LatestStraggler("ml", "a"));
+  EXPECT_FALSE(poller.Latest("ml", "a")->contains("slowestRankRatio"));
+  running.clear();
+  restarted.PollOnce();
+  EXPECT_FALSE(restarted.LatestStraggler("ml", "a")) << "a job no longer running is forgotten";
 }
 
 TEST(UtilisationPollerTest, PollsOnTheClock) {

@@ -1,6 +1,7 @@
 // Stalled ranks: the condition, status.stall and the once-per-stall event from the agents'
 // readings and from a Stalled termination message; the Stalled failure's stack and
-// retryability.
+// retryability. Stragglers: the condition, status.straggler and the once-per-straggler event
+// from the job's straggler, below a stall.
 #include "operator/policy/stall_policy.h"
 
 #include <gmock/gmock.h>
@@ -137,6 +138,133 @@ TEST(StallPolicyTest, OtherFailuresLeaveTheStallAloneUnlessTheGangRestarts) {
   EXPECT_FALSE(*restarts.stalled);
   EXPECT_FALSE(restarts.event);
   EXPECT_TRUE(restarts.stall.is_null());
+}
+
+// The job's straggler as JobStraggler names it (operator/utilisation/agent_status.h).
+json JobStraggler(int rank, const std::string& pod, double ratio) {
+  return {{"rank", rank},
+          {"pod", pod},
+          {"ratio", ratio},
+          {"busySeconds", 0.05 * ratio},
+          {"peersBusySeconds", 0.05},
+          {"windowSteps", 20},
+          {"message", "the operator's words"}};
+}
+
+TEST(StallPolicyTest, AStragglerSetsTheConditionAndOneEvent) {
+  StallUpdate u = DecideStallFromReadings(nullptr, nullptr, json(nullptr),
+                                          JobStraggler(1, "big-node-1", 1.98), kNow);
+  ASSERT_TRUE(u.stalled.has_value());
+  EXPECT_TRUE(*u.stalled);
+  EXPECT_EQ(u.reason, "Straggler");
+  EXPECT_EQ(u.message,
+            "rank 1 (pod big-node-1) is 1.98x slower than the other ranks: 0.099 s of its own "
+            "work per step vs 0.05 s (medians of the last 20 steps)");
+  EXPECT_FALSE(u.event) << "no stall";
+  EXPECT_TRUE(u.stall.is_null());
+  EXPECT_TRUE(u.straggler_event);
+  EXPECT_EQ(u.straggler_event_message, u.message);
+  ASSERT_TRUE(u.straggler.has_value());
+  EXPECT_EQ((*u.straggler)["rank"], 1);
+  EXPECT_EQ((*u.straggler)["pod"], "big-node-1");
+  EXPECT_EQ((*u.straggler)["ratio"], 1.98);
+  EXPECT_EQ((*u.straggler)["peersBusySeconds"], 0.05);
+  EXPECT_EQ((*u.straggler)["since"], kNow);
+  EXPECT_FALSE(u.straggler->contains("message")) << "the message is the condition's";
+
+  // Read again, slower still: the message follows, no second event, `since` kept.
+  StallUpdate next =
+      DecideStallFromReadings(nullptr, *u.straggler, json(nullptr),
+                              JobStraggler(1, "big-node-1", 2.5), "2024-05-01T10:05:30Z");
+  EXPECT_TRUE(*next.stalled);
+  EXPECT_EQ(next.reason, "Straggler");
+  EXPECT_THAT(next.message, HasSubstr("is 2.50x slower"));
+  EXPECT_FALSE(next.straggler_event);
+  EXPECT_EQ((*next.straggler)["since"], kNow);
+  EXPECT_EQ((*next.straggler)["ratio"], 2.5);
+}
+
+TEST(StallPolicyTest, AnotherStragglerOrOneNamedAgainAfterItClearedIsANewEvent) {
+  json named = *DecideStallFromReadings(nullptr, nullptr, json(nullptr),
+                                        JobStraggler(1, "big-node-1", 2), kNow)
+                    .straggler;
+  EXPECT_TRUE(
+      DecideStallFromReadings(nullptr, named, json(nullptr), JobStraggler(3, "big-node-1", 2), kNow)
+          .straggler_event);
+  EXPECT_TRUE(
+      DecideStallFromReadings(nullptr, named, json(nullptr), JobStraggler(1, "big-node-2", 2), kNow)
+          .straggler_event);
+
+  StallUpdate cleared = DecideStallFromReadings(nullptr, named, json(nullptr), json(nullptr), kNow);
+  ASSERT_TRUE(cleared.stalled.has_value());
+  EXPECT_FALSE(*cleared.stalled);
+  EXPECT_EQ(cleared.reason, "Progressing");
+  EXPECT_FALSE(cleared.message.empty());
+  ASSERT_TRUE(cleared.straggler.has_value());
+  EXPECT_TRUE(cleared.straggler->is_null());
+  EXPECT_FALSE(cleared.straggler_event);
+  EXPECT_TRUE(DecideStallFromReadings(nullptr, *cleared.straggler, json(nullptr),
+                                      JobStraggler(1, "big-node-1", 2), kNow)
+                  .straggler_event);
+}
+
+TEST(StallPolicyTest, AStalledRankTakesPrecedenceOverAStraggler) {
+  StallUpdate both = DecideStallFromReadings(nullptr, nullptr, AgentStall(0, "big-node-0", 40),
+                                             JobStraggler(1, "big-node-1", 2), kNow);
+  EXPECT_TRUE(*both.stalled);
+  EXPECT_EQ(both.reason, "RankStalled");
+  EXPECT_THAT(both.message, HasSubstr("made no step"));
+  EXPECT_TRUE(both.event);
+  EXPECT_TRUE(both.straggler_event) << "the straggler is still named";
+  EXPECT_EQ((*both.straggler)["rank"], 1);
+
+  // The stall is over, the straggler is not: the condition says so, without another event.
+  StallUpdate after = DecideStallFromReadings(both.stall, *both.straggler, json(nullptr),
+                                              JobStraggler(1, "big-node-1", 2), kNow);
+  EXPECT_TRUE(*after.stalled);
+  EXPECT_EQ(after.reason, "Straggler");
+  EXPECT_FALSE(after.straggler_event);
+  EXPECT_FALSE(after.event);
+  EXPECT_TRUE(after.stall.is_null());
+}
+
+TEST(StallPolicyTest, WhatCannotBeReadIsKept) {
+  json named = *DecideStallFromReadings(nullptr, nullptr, json(nullptr),
+                                        JobStraggler(1, "big-node-1", 2), kNow)
+                    .straggler;
+  // Every agent was read for the stall but not all for the straggler: the straggler stands.
+  StallUpdate u = DecideStallFromReadings(nullptr, named, json(nullptr), std::nullopt, kNow);
+  EXPECT_FALSE(u.straggler.has_value()) << "status.straggler is left as it is";
+  ASSERT_TRUE(u.stalled.has_value());
+  EXPECT_TRUE(*u.stalled);
+  EXPECT_EQ(u.reason, "Straggler");
+  EXPECT_THAT(u.message, HasSubstr("rank 1 (pod big-node-1) is 2.00x slower"));
+  EXPECT_FALSE(u.straggler_event);
+
+  // No straggler, and the stall not known: a stall named before stands.
+  json stall = DecideStallFromReading(nullptr, AgentStall(0, "big-node-0", 40), kNow).stall;
+  u = DecideStallFromReadings(stall, named, std::nullopt, json(nullptr), kNow);
+  EXPECT_FALSE(u.stalled.has_value()) << "the condition stays RankStalled";
+  EXPECT_EQ(u.stall, stall);
+  EXPECT_TRUE(u.straggler->is_null());
+
+  // Only the stall known, and nothing named: as DecideStallFromReading says.
+  u = DecideStallFromReadings(nullptr, nullptr, json(nullptr), std::nullopt, kNow);
+  EXPECT_FALSE(*u.stalled);
+  EXPECT_EQ(u.reason, "Progressing");
+  EXPECT_FALSE(u.straggler.has_value());
+}
+
+TEST(StallPolicyTest, ARestartClearsTheStraggler) {
+  PodFailure oom;
+  oom.node = 1;
+  oom.pod = "big-node-1";
+  oom.reason = "OOMKilled";
+  StallUpdate restarts = DecideStallAfterFailure(nullptr, oom, /*restart=*/true, 0, kNow);
+  ASSERT_TRUE(restarts.straggler.has_value());
+  EXPECT_TRUE(restarts.straggler->is_null());
+  EXPECT_FALSE(
+      DecideStallAfterFailure(nullptr, oom, /*restart=*/false, 0, kNow).straggler.has_value());
 }
 
 // The termination message of a rank the agent stopped for a stall.
