@@ -26,6 +26,10 @@ no image, no namespaces, no mounts):
 - Status: Pending -> Running (podIP 127.0.0.1, container states running) -> Succeeded or
   Failed (exit codes, reason Completed/Error, 128+n and the signal for a signal), with
   restartPolicy Never (OnFailure/Always restart the container, counted, 1 s apart).
+- A pod annotated `local-node.spawnpoint.dev/own-pod-ip: "true"` gets a loopback address of
+  its own instead (127.0.X.Y, X and Y from 1 to 254, taken in turn), as its podIP and
+  status.podIP, so that several pods can each serve the same port on their podIP. Binding
+  it is the pod's business: every process still shares the host's network.
 - Deletion: when a pod gets a deletionTimestamp its processes get SIGTERM, then SIGKILL after
   its grace period, and the node removes the pod (DELETE with grace 0), as a kubelet does.
 - --pod-start-delay: a SIMULATED wait before a pod's containers start (image pull, sandbox).
@@ -56,6 +60,16 @@ import urllib.parse
 import yaml
 
 RENEW_S = 10.0
+OWN_POD_IP = "local-node.spawnpoint.dev/own-pod-ip"
+_own_ips = {"next": 0, "lock": threading.Lock()}
+
+
+def next_own_ip():
+    """The next loopback address of 127.0.1.1 .. 127.0.254.254, in turn."""
+    with _own_ips["lock"]:
+        n = _own_ips["next"]
+        _own_ips["next"] = (n + 1) % (254 * 254)
+    return "127.0.%d.%d" % (1 + n // 254, 1 + n % 254)
 
 
 def log(line):
@@ -137,6 +151,8 @@ class Pod(object):
         self.meta = obj["metadata"]
         self.spec = obj["spec"]
         self.ns, self.name, self.uid = self.meta["namespace"], self.meta["name"], self.meta["uid"]
+        own = (self.meta.get("annotations") or {}).get(OWN_POD_IP) == "true"
+        self.ip = next_own_ip() if own else "127.0.0.1"
         self.dir = os.path.join(node.work_dir, "pods", "%s_%s_%s" % (self.ns, self.name, self.uid))
         self.inits = [Container(c) for c in self.spec.get("initContainers", [])]
         self.containers = [Container(c) for c in self.spec.get("containers", [])]
@@ -153,8 +169,8 @@ class Pod(object):
         values = {"metadata.name": self.name, "metadata.namespace": self.ns,
                   "metadata.uid": self.uid, "spec.nodeName": self.spec.get("nodeName", ""),
                   "spec.serviceAccountName": self.spec.get("serviceAccountName", "default"),
-                  "status.podIP": "127.0.0.1", "status.hostIP": "127.0.0.1",
-                  "status.podIPs": "127.0.0.1", "status.hostIPs": "127.0.0.1"}
+                  "status.podIP": self.ip, "status.hostIP": "127.0.0.1",
+                  "status.podIPs": self.ip, "status.hostIPs": "127.0.0.1"}
         if path not in values:
             raise ValueError("fieldRef %s is not supported by the local node" % path)
         return values[path]
@@ -340,8 +356,8 @@ class Pod(object):
     def report(self):
         with self.lock:
             ready = "True" if self.phase == "Running" else "False"
-            status = {"phase": self.phase, "hostIP": "127.0.0.1", "podIP": "127.0.0.1",
-                      "podIPs": [{"ip": "127.0.0.1"}], "hostIPs": [{"ip": "127.0.0.1"}],
+            status = {"phase": self.phase, "hostIP": "127.0.0.1", "podIP": self.ip,
+                      "podIPs": [{"ip": self.ip}], "hostIPs": [{"ip": "127.0.0.1"}],
                       "startTime": self.meta.get("creationTimestamp"),
                       "conditions": [
                           {"type": "PodScheduled", "status": "True"},
