@@ -61,6 +61,8 @@ constexpr StringFlag kStringFlags[] = {
     {"--sysfs-root", &AgentOptions::sysfs_root},
     {"--shm-path", &AgentOptions::shm_path},
     {"--cgroup-memory-events", &AgentOptions::memory_events},
+    {"--gang", &AgentOptions::gang_addr},
+    {"--gang-token-file", &AgentOptions::gang_token_file},
 };
 constexpr IntFlag kIntFlags[] = {
     {"--node-rank", &AgentOptions::node_rank, 0, 100000},
@@ -107,6 +109,12 @@ flags:
                              (default /dev/termination-log, written only if it exists)
   --max-restarts N           override spec.restartPolicy.maxRestarts
   --restart-count N          attempts already made (sets TORCHELASTIC_RESTART_COUNT)
+  --gang HOST:PORT           restart the gang of a job spanning several agents in place:
+                             node 0's agent coordinates on PORT (listening on every
+                             interface), the others reach it at HOST:PORT; the job's
+                             maxRestarts is its whole budget (docs/trainingjob.md)
+  --gang-token-file PATH     the job's gang token (needed with --gang): connections to the
+                             coordinator without it are refused
   --gpu-backend KIND         auto | nvml | amd | none (default auto)
   --nvml-library PATH        the NVML library to load (default libnvidia-ml.so.1)
   --sysfs-root DIR           sysfs to read GPUs and NUMA topology from (default /sys)
@@ -229,6 +237,23 @@ StatusOr<AgentOptions> ParseAgentArgs(const std::vector<std::string>& args) {
   if (o.nnodes > 0 && o.node_rank >= o.nnodes) {
     return InvalidArgument("--node-rank " + std::to_string(o.node_rank) +
                            " must be below --nnodes " + std::to_string(o.nnodes));
+  }
+  if (!o.gang_addr.empty()) {
+    const size_t colon = o.gang_addr.rfind(':');
+    const std::string port = colon == std::string::npos ? "" : o.gang_addr.substr(colon + 1);
+    if (colon == 0 || port.empty() || port.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoll(port.substr(0, 6)) < 1 || std::stoll(port.substr(0, 6)) > 65535) {
+      return InvalidArgument("--gang: expected HOST:PORT (port 1-65535), got \"" + o.gang_addr +
+                             "\"");
+    }
+    if (o.gang_token_file.empty()) {
+      return InvalidArgument(
+          "--gang needs --gang-token-file: the gang channel takes only the "
+          "agents of the job");
+    }
+    if (o.node_rank < 0) {
+      return InvalidArgument("--gang needs --node-rank: which node of the gang this agent runs");
+    }
   }
   return o;
 }

@@ -43,6 +43,10 @@ struct AgentOptions {
   // agent its address explicitly (the pod network's port, read by the operator).
   std::string metrics_addr = "127.0.0.1:9400";
   bool dcgm_compatible_names = false;  // also export DCGM exporter's GPU metric names
+  // --gang HOST:PORT: the in-place gang of a job spanning several agents (agent/gang/);
+  // "": none (the operator recreates the gang, or this agent runs every node).
+  std::string gang_addr;
+  std::string gang_token_file;  // the job's token (Secret), required with --gang
 
   bool operator==(const AgentOptions&) const = default;
 };

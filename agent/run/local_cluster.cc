@@ -84,36 +84,15 @@ std::vector<GangMember> LocalCluster::MembersFor(int restart) const {
 bool LocalCluster::Refine(RankFailure& f) const {
   std::ifstream in(LogPath(f.node_rank));
   nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.contains("rank")) return false;
-  f.rank = j.value("rank", f.rank);
-  f.local_rank = j.value("localRank", f.local_rank);
+  if (j.is_discarded() || !j.is_object() || !j.contains("rank")) return false;
   // The node agent exits 1 for any failed rank; the rank's own code decides the restart.
-  if (j.contains("exitCode") && j["exitCode"].is_number_integer()) {
-    const int code = j["exitCode"].get<int>();
-    const bool signalled = j.contains("signal") && code > 128;
-    f.status.signal = signalled ? code - 128 : 0;
-    f.status.exit_code = signalled ? 0 : code;
-  }
-  f.cause.message = j.value("message", f.cause.message);
-  f.cause.line = j.value("line", "");
-  f.cause.exception = j.value("exception", "");
-  if (j.contains("retryable") && j["retryable"].is_boolean())
-    f.retryable = j["retryable"].get<bool>();
-  f.stack = j.value("stack", f.stack);
-  f.log_tail = j.value("logTail", "");
-  f.log_stream = j.value("logStream", "");
-  // When it failed, as that node's agent saw it: the order across nodes (PickRootCause).
-  if (auto at = ParseEpochMillis(j.value("failedAt", ""))) f.failed_at_ms = *at;
-  f.consequences.clear();
-  if (j.contains("consequences") && j["consequences"].is_array()) {
-    for (const auto& c : j["consequences"]) {
-      if (!c.is_object()) continue;
-      f.consequences.push_back(PeerFailure{c.value("rank", -1), c.value("nodeRank", 0),
-                                           c.value("exitCode", 0), c.value("reason", ""),
-                                           c.value("line", "")});
-    }
-  }
-  if (auto reason = ExitReasonFromName(j.value("reason", ""))) f.cause.reason = *reason;
+  RankFailure refined = RankFailure::FromJson(j);
+  refined.node_rank = f.node_rank;
+  refined.pid = f.pid;
+  if (!j.contains("message")) refined.cause.message = f.cause.message;
+  if (!j.contains("stack")) refined.stack = f.stack;
+  if (!j.contains("reason")) refined.cause.reason = f.cause.reason;
+  f = std::move(refined);
   return true;
 }
 

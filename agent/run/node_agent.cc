@@ -1,5 +1,6 @@
 #include "agent/run/node_agent.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -157,6 +158,13 @@ int NodeAgent::Run() {
   start_ = clock_->Now();
   restart_ = options_.restart_count;
   int code = 0;
+  if (!options_.gang_addr.empty()) {
+    Status s = StartGang();
+    code = s.ok() ? RunInGang() : Fail(s);
+    AwaitTeardown();
+    Stop();
+    return code;
+  }
   while (true) {
     const Clock::TimePoint attempt_start = clock_->Now();
     auto result = RunAttempt(restart_);
@@ -253,6 +261,24 @@ StatusOr<GangResult> NodeAgent::RunAttempt(int restart) {
       return stall_->Check(running);
     };
   }
+  if (gang_) {
+    // Another node's rank failed (or the coordinator is gone): this node's ranks stop.
+    go.tick_interval = milliseconds(50);
+    go.check_health =
+        [this, stalls = std::move(go.check_health)](
+            const std::vector<std::pair<int, pid_t>>& running) -> std::optional<RankFailure> {
+      if (gang_->StopSeen(restart_)) {
+        stopped_by_gang_ = true;
+        RankFailure f;
+        f.node_rank = node_rank_;
+        f.status.signal = SIGTERM;
+        f.cause = {ExitReason::kTerminated,
+                   "another node's rank failed (the gang's coordinator stops every node)"};
+        return f;
+      }
+      return stalls ? stalls(running) : std::nullopt;
+    };
+  }
   go.on_status = [this](int up, int total) {
     Report(AttemptDecision{.phase = AgentPhase::kRunning}, up, total);
   };
@@ -328,6 +354,8 @@ int NodeAgent::WaitOutBackoff(milliseconds wait) {
 }
 
 void NodeAgent::Stop() {
+  gang_.reset();
+  gang_server_.reset();
   endpoint_.reset();  // it serves the status
   status_.reset();    // it reads the pools
   // The pools outlive every attempt; they end with the job.

@@ -16,6 +16,7 @@
 
 #include "agent/cli/options.h"
 #include "agent/devices/gpu_backend.h"
+#include "agent/gang/gang_channel.h"
 #include "agent/plan/node_plan.h"
 #include "agent/process/spawner.h"
 #include "agent/run/attempt_decision.h"
@@ -87,6 +88,19 @@ class NodeAgent {
   // Idempotent.
   void Stop();
 
+  // --gang (node_agent_gang.cc): this node's share of a gang that restarts in place. Node
+  // 0's agent starts the coordinator; every agent joins it, and runs each attempt when the
+  // coordinator starts it, stops its ranks when told, and reports as the verdict says.
+  Status StartGang();
+  int RunInGang();
+  // The next coordinator message of one of `kinds` ("lost" and "reconnected" always come
+  // through), waiting up to `wait`; a termination signal ends the wait (*signal set).
+  std::optional<nlohmann::json> AwaitGang(const std::vector<std::string>& kinds,
+                                          std::chrono::milliseconds wait, int* signal);
+  // Sends `message`; if the coordinator is gone, waits for the connection to come back
+  // (the hello then says `attempt`) and returns false.
+  bool SendToGang(const nlohmann::json& message, int* signal);
+
   // Constant after Create().
   const AgentOptions options_;
   const NodeFacts node_;
@@ -119,6 +133,9 @@ class NodeAgent {
   int restart_ = 0;         // attempts before the current one, earlier agents' included
   int local_restarts_ = 0;  // restarts this agent made (the budget it spends)
   int quick_failures_ = 0;  // failures in a row of attempts shorter than resetAfterSeconds
+  std::unique_ptr<gang::GangServer> gang_server_;  // --gang on node 0: the coordinator
+  std::unique_ptr<gang::GangPeer> gang_;           // --gang: this agent's connection
+  bool stopped_by_gang_ = false;  // the attempt's ranks were stopped for another node
 };
 
 }  // namespace spawnpoint::agent

@@ -139,10 +139,45 @@ std::optional<int64_t> ReadOomKillCount(const std::string& memory_events_path) {
   return std::nullopt;
 }
 
+RankFailure RankFailure::FromJson(const nlohmann::json& j) {
+  RankFailure f;
+  f.cause.reason = ExitReason::kUserError;
+  if (!j.is_object()) return f;
+  f.rank = j.value("rank", -1);
+  f.local_rank = j.value("localRank", -1);
+  f.node_rank = j.value("nodeRank", 0);
+  if (j.contains("exitCode") && j["exitCode"].is_number_integer()) {
+    const int code = j["exitCode"].get<int>();
+    const bool signalled = j.contains("signal") && code > 128;
+    f.status.signal = signalled ? code - 128 : 0;
+    f.status.exit_code = signalled ? 0 : code;
+  }
+  if (auto reason = ExitReasonFromName(j.value("reason", ""))) f.cause.reason = *reason;
+  f.cause.message = j.value("message", "");
+  f.cause.line = j.value("line", "");
+  f.cause.exception = j.value("exception", "");
+  if (j.contains("retryable") && j["retryable"].is_boolean()) f.retryable = j["retryable"];
+  f.stack = j.value("stack", "");
+  f.log_tail = j.value("logTail", "");
+  f.log_stream = j.value("logStream", "");
+  // When it failed, as that node's agent saw it: the order across nodes (PickRootCause).
+  if (auto at = ParseEpochMillis(j.value("failedAt", ""))) f.failed_at_ms = *at;
+  if (j.contains("consequences") && j["consequences"].is_array()) {
+    for (const auto& c : j["consequences"]) {
+      if (!c.is_object()) continue;
+      f.consequences.push_back(PeerFailure{c.value("rank", -1), c.value("nodeRank", 0),
+                                           c.value("exitCode", 0), c.value("reason", ""),
+                                           c.value("line", "")});
+    }
+  }
+  return f;
+}
+
 std::string RankFailure::Line() const {
   std::ostringstream out;
-  out << "rank " << rank << " (local rank " << local_rank << ", node " << node_rank << ", pid "
-      << pid << ") failed: exit code " << status.ShellCode();
+  out << "rank " << rank << " (local rank " << local_rank << ", node " << node_rank;
+  if (pid != 0) out << ", pid " << pid;  // unknown when another agent reported it
+  out << ") failed: exit code " << status.ShellCode();
   if (status.signal != 0) out << " (" << SignalName(status.signal) << ")";
   out << ", reason " << ExitReasonName(cause.reason) << ": " << cause.message;
   return out.str();

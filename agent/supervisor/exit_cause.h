@@ -100,6 +100,9 @@ struct RankFailure {
   // The termination log's object: rank, exitCode, reason, message, and when known signal,
   // line, exception, logTail, failedAt, consequences, stack, retryable.
   nlohmann::json ToJson() const;
+  // ToJson's inverse, as another agent wrote it (a node agent's termination log, the gang
+  // channel); fields it lacks keep their defaults (reason UserError). The pid is not kept.
+  static RankFailure FromJson(const nlohmann::json& j);
 };
 
 // What ToJson keeps of a rank's last lines: a few lines, leaving room in the 4 KiB that

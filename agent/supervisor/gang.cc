@@ -434,7 +434,13 @@ GangResult Gang::Run(std::vector<GangMember> members) {
           if (f->failed_at_ms == 0) f->failed_at_ms = wall_ms();
           result.failure = std::move(f);
           candidates.push_back(*result.failure);
-          WriteAll(options_.error_fd, "[spawnpoint] " + result.failure->Line() + "\n");
+          // A failure of no rank of ours: the caller stops the ranks (the gang of nodes).
+          WriteAll(
+              options_.error_fd,
+              "[spawnpoint] " +
+                  (result.failure->rank < 0 ? "stopping the ranks: " + result.failure->cause.message
+                                            : result.failure->Line()) +
+                  "\n");
           begin_stop(SIGTERM);
         }
       }

@@ -1,0 +1,220 @@
+// NodeAgent's --gang mode (issue 19): the agents of a job spanning several nodes restart
+// their gang in place, coordinated by node 0's agent (agent/gang/coordinator.h).
+#include <signal.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "agent/run/exit_codes.h"
+#include "agent/run/node_agent.h"
+#include "agent/run/report.h"
+
+namespace spawnpoint::agent {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+// How long an agent waits for the coordinator: its pod may start after ours, or be
+// recreated; past this the gang is given up (the operator recreates it).
+constexpr milliseconds kJoinTimeout{120'000};
+
+}  // namespace
+
+Status NodeAgent::StartGang() {
+  std::ifstream in(options_.gang_token_file);
+  std::stringstream token;
+  token << in.rdbuf();
+  std::string secret = token.str();
+  while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
+  if (!in || secret.empty()) {
+    return InvalidArgument("--gang-token-file " + options_.gang_token_file +
+                           ": cannot read the job's gang token (an empty file counts as none)");
+  }
+  const size_t colon = options_.gang_addr.rfind(':');
+  const std::string host = options_.gang_addr.substr(0, colon);
+  const int port = std::stoi(options_.gang_addr.substr(colon + 1));
+  if (node_rank_ == 0) {
+    gang::GangServer::Options o;
+    o.job = node_.job.name;
+    o.token = secret;
+    o.port = port;
+    o.clock = clock_;
+    o.coordinator.nnodes = nnodes_;
+    o.coordinator.policy = policy_;
+    o.coordinator.restart_count = options_.restart_count;
+    // The first attempt meets on the job's rendezvous port; each later one on a fresh one,
+    // which the old attempt's rank 0 cannot still hold.
+    o.coordinator.pick_port = [first = std::make_shared<bool>(true),
+                               port = port_]() -> StatusOr<int> {
+      if (*first) {
+        *first = false;
+        return port;
+      }
+      return FreePort();
+    };
+    o.say = [](const std::string& line) { Say(line); };
+    SP_ASSIGN_OR_RETURN(gang_server_, gang::GangServer::Start(std::move(o)));
+  }
+  gang::GangPeer::Options p;
+  p.job = node_.job.name;
+  p.token = secret;
+  p.host = node_rank_ == 0 ? "127.0.0.1" : host;
+  p.port = port;
+  p.node = node_rank_;
+  p.clock = clock_;
+  p.say = [](const std::string& line) { Say(line); };
+  Say(node_.job.name + ": node " + std::to_string(node_rank_) + " joins the gang at " +
+      (node_rank_ == 0 ? "its own coordinator, port " + std::to_string(port) : options_.gang_addr));
+  SP_ASSIGN_OR_RETURN(gang_, gang::GangPeer::Connect(std::move(p), options_.restart_count,
+                                                     clock_->Now() + kJoinTimeout));
+  return Status::Ok();
+}
+
+std::optional<json> NodeAgent::AwaitGang(const std::vector<std::string>& kinds, milliseconds wait,
+                                         int* signal) {
+  const Clock::TimePoint deadline = clock_->Now() + wait;
+  while (clock_->Now() < deadline) {
+    if (int sig = signals_->WaitForTermination(milliseconds(0)); sig != 0) {
+      *signal = sig;
+      return std::nullopt;
+    }
+    std::optional<json> m =
+        gang_->Next(std::min<Clock::TimePoint>(deadline, clock_->Now() + milliseconds(50)));
+    if (!m) continue;
+    const std::string t = m->value("t", "");
+    if (t == "lost" || t == "reconnected" || t == "refused" ||
+        std::find(kinds.begin(), kinds.end(), t) != kinds.end()) {
+      return m;
+    }
+  }
+  return std::nullopt;
+}
+
+bool NodeAgent::SendToGang(const json& message, int* signal) {
+  if (gang_->Send(message)) return true;
+  gang_->SetAttempt(restart_);
+  AwaitGang({"reconnected"}, kJoinTimeout, signal);
+  return false;
+}
+
+int NodeAgent::RunInGang() {
+  const std::string& job = node_.job.name;
+  auto terminated = [&](int sig, const std::string& when) {
+    Report(AttemptDecision{.phase = AgentPhase::kTerminated,
+                           .reason = "Terminated",
+                           .message = "stopped by " + SignalName(sig) + when,
+                           .exit_code = ExitForSignal(sig)});
+    return ExitForSignal(sig);
+  };
+  auto given_up = [&](const std::string& why) {
+    RankFailure f;
+    f.node_rank = node_rank_;
+    f.status.signal = SIGKILL;
+    f.cause = {ExitReason::kKilled, why};
+    f.retryable = true;  // the operator recreates the gang
+    Report(AttemptDecision{.phase = AgentPhase::kFailed,
+                           .reason = "NodeLost",
+                           .message = why,
+                           .exit_code = kExitJobFailed,
+                           .failure = f});
+    return kExitJobFailed;
+  };
+  restart_ = options_.restart_count;
+  while (true) {
+    // The barrier: this node's ranks are stopped; the coordinator starts the attempt when
+    // every node is here.
+    int sig = 0;
+    if (!SendToGang({{"t", "ready"}, {"attempt", restart_}}, &sig)) {
+      if (sig != 0) return terminated(sig, " while joining the gang");
+      continue;  // reconnected: say ready again
+    }
+    std::optional<json> m = AwaitGang({"start", "verdict"}, kJoinTimeout, &sig);
+    if (sig != 0) return terminated(sig, " at the gang's barrier");
+    if (!m)
+      return given_up("the gang did not start within " +
+                      std::to_string(kJoinTimeout.count() / 1000) + " s");
+    const std::string t = m->value("t", "");
+    if (t == "refused") return Fail(Unavailable("the gang's coordinator refused this agent"));
+    if (t == "lost" || t == "reconnected") {
+      if (t == "lost") AwaitGang({"reconnected"}, kJoinTimeout, &sig);
+      if (sig != 0) return terminated(sig, " while joining the gang");
+      continue;
+    }
+    if (t == "verdict") {  // the gang ended while this agent was away
+      const bool ok = m->value("decision", "") == "succeeded";
+      Report(ok ? AttemptDecision{.phase = AgentPhase::kSucceeded, .reason = "Succeeded"}
+                : AttemptDecision{.phase = AgentPhase::kFailed,
+                                  .reason = m->value("reason", ""),
+                                  .message = m->value("message", ""),
+                                  .exit_code = kExitJobFailed,
+                                  .failure = RankFailure::FromJson(m->value("failure", json()))});
+      return ok ? 0 : kExitJobFailed;
+    }
+    restart_ = m->value("attempt", restart_);
+    port_ = m->value("port", port_);
+    stopped_by_gang_ = false;
+    StatusOr<GangResult> result = RunAttempt(restart_);
+    if (!result.ok()) return Fail(result.status());
+    if (result->outcome == GangOutcome::kInterrupted) {
+      return terminated(result->interrupt_signal, "");  // the coordinator sees us go
+    }
+    json exit = {{"t", "exit"}, {"attempt", restart_}, {"ok", !result->failure}};
+    if (result->failure && stopped_by_gang_) {
+      exit["stopped"] = true;
+    } else if (result->failure) {
+      exit["failure"] = result->failure->ToJson();
+    }
+    bool lost = !SendToGang(exit, &sig);
+    if (sig != 0) return terminated(sig, "");
+    std::optional<json> verdict;
+    while (!lost) {
+      verdict = AwaitGang({"verdict"}, kJoinTimeout, &sig);
+      if (sig != 0) return terminated(sig, " waiting for the gang's verdict");
+      if (!verdict)
+        return given_up("no verdict from the gang's coordinator within " +
+                        std::to_string(kJoinTimeout.count() / 1000) + " s");
+      const std::string vt = verdict->value("t", "");
+      if (vt == "lost") {
+        lost = true;
+      } else if (vt == "verdict" && verdict->value("attempt", -1) == restart_) {
+        break;
+      }
+    }
+    if (lost) {
+      // The coordinator went away with this attempt (its pod deleted): every rank is
+      // stopped; the next attempt meets the new coordinator.
+      ++restart_;
+      gang_->SetAttempt(restart_);
+      AwaitGang({"reconnected"}, kJoinTimeout, &sig);
+      if (sig != 0) return terminated(sig, " while the gang's coordinator was away");
+      continue;
+    }
+    const std::string decision = verdict->value("decision", "");
+    if (decision == "succeeded") {
+      Report(AttemptDecision{.phase = AgentPhase::kSucceeded, .reason = "Succeeded"});
+      return 0;
+    }
+    AttemptDecision d;
+    d.reason = verdict->value("reason", "");
+    d.message = verdict->value("message", "");
+    d.failure = RankFailure::FromJson(verdict->value("failure", json()));
+    if (decision != "restart") {
+      d.phase = AgentPhase::kFailed;
+      d.exit_code = kExitJobFailed;
+      Report(d);
+      return kExitJobFailed;
+    }
+    d.phase = AgentPhase::kRestarting;
+    d.restart = true;
+    d.backoff = milliseconds(verdict->value("backoffMs", 0));
+    restart_ = verdict->value("next", restart_ + 1);
+    local_restarts_ = restart_;
+    Report(d);
+    if (int s = WaitOutBackoff(d.backoff); s != 0) {
+      return terminated(s, " during restart backoff");
+    }
+  }
+}
+
+}  // namespace spawnpoint::agent

@@ -1,0 +1,50 @@
+"""A 2-rank DDP trainer (gloo, CPU) for the in-place gang of two agents (issue 19).
+
+Usage: gang_ddp.py MODE STEPS. In the first attempt (TORCHELASTIC_RESTART_COUNT 0) rank 1
+SIGKILLs itself at step 3. MODE "block": rank 0 then ignores SIGTERM and waits forever once
+its allreduce fails (a rank the agent must SIGKILL); MODE "plain": rank 0 does nothing
+special. Later attempts train to the end and print "rank R done restart=N params=P".
+"""
+
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+
+def main():
+    mode, steps = sys.argv[1], int(sys.argv[2])
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    if mode == "block" and rank == 0 and restart == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(steps):
+        if step == 3 and rank == 1 and restart == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        loss = model(torch.randn(16, 8)).pow(2).mean()
+        optimizer.zero_grad()
+        try:
+            loss.backward()
+        except RuntimeError:
+            if mode == "block" and restart == 0:
+                print("rank %d: allreduce failed; blocking SIGTERM" % rank, flush=True)
+                while True:
+                    time.sleep(3600)
+            raise
+        optimizer.step()
+        time.sleep(0.02)
+    params = sum(float(p.sum()) for p in model.parameters())
+    print("rank %d done restart=%d params=%.6f" % (rank, restart, params), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
