@@ -37,7 +37,11 @@ std::vector<Outgoing> GangCoordinator::Hello(int node, int attempt) {
 }
 
 std::vector<Outgoing> GangCoordinator::Ready(int node, int attempt) {
-  if (phase_ != Phase::kBarrier || attempt != attempt_) return {};
+  if (phase_ != Phase::kBarrier) return {};
+  // Ready means "my ranks are stopped": an older attempt's number (a node back from a lost
+  // connection) counts too, and a later one (a node that ran an attempt this coordinator
+  // never saw) becomes the gang's.
+  attempt_ = std::max(attempt_, attempt);
   ready_.insert(node);
   return StartIfAllReady();
 }

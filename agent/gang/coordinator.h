@@ -64,6 +64,8 @@ class GangCoordinator {
   GangCoordinator(CoordinatorOptions options, Clock* clock);
 
   std::vector<Outgoing> Hello(int node, int attempt);
+  // At the barrier: the node's ranks are stopped, and it has seen `attempt` (the gang's
+  // attempt becomes the largest seen). Ignored while an attempt runs.
   std::vector<Outgoing> Ready(int node, int attempt);
   // `failure` nullopt: the node's ranks all succeeded; `stopped`: they were stopped for
   // another node's failure (after a stop).

@@ -34,6 +34,18 @@ bool WriteAll(int fd, const std::string& data) {
 
 bool SendJson(int fd, const json& j) { return WriteAll(fd, j.dump() + "\n"); }
 
+// A connect to a free port of the ephemeral range can meet itself (TCP simultaneous open,
+// when the kernel picks that very port as the source): no coordinator is there.
+bool SelfConnected(int fd) {
+  sockaddr_storage local{}, peer{};
+  socklen_t a = sizeof(local), b = sizeof(peer);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &a) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &b) != 0) {
+    return false;
+  }
+  return a == b && std::memcmp(&local, &peer, a) == 0;
+}
+
 std::string PeerAddress(const sockaddr_storage& ss) {
   char host[INET6_ADDRSTRLEN] = "?";
   if (ss.ss_family == AF_INET) {
@@ -219,6 +231,10 @@ void GangServer::Loop() {
     }
     dispatch(coordinator.Tick());
   }
+  // The listening socket first: a peer that sees its connection close must not reach a
+  // backlog nobody accepts from.
+  ::close(listen_fd_);
+  listen_fd_ = -1;
   for (const auto& [fd, c] : conns) ::close(fd);
 }
 
@@ -258,7 +274,7 @@ Status GangPeer::Dial(Clock::TimePoint deadline) {
       for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
         const int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0) continue;
-        if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+        if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 && !SelfConnected(fd)) {
           const int one = 1;
           ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
           int attempt;
@@ -278,7 +294,7 @@ Status GangPeer::Dial(Clock::TimePoint deadline) {
             return Status::Ok();
           }
         }
-        last_error = std::strerror(errno);
+        last_error = errno != 0 ? std::strerror(errno) : "connected to itself";
         ::close(fd);
       }
       ::freeaddrinfo(res);
@@ -322,6 +338,8 @@ void GangPeer::ReadLoop() {
       ::close(fd_);
       fd_ = -1;
       lost_ = true;
+      // Ranks running when the coordinator went stop, even if it is back at once.
+      if (running_ >= 0) stop_attempt_ = std::max(stop_attempt_, running_);
     }
     buffer.clear();
     Push({{"t", "lost"}});
@@ -351,7 +369,18 @@ std::optional<json> GangPeer::Next(Clock::TimePoint deadline) {
 
 bool GangPeer::StopSeen(int attempt) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return lost_ || stop_attempt_ >= attempt;
+  return stop_attempt_ >= attempt;
+}
+
+void GangPeer::Started(int attempt) {
+  std::lock_guard<std::mutex> lock(mu_);
+  running_ = attempt;
+  attempt_ = attempt;
+}
+
+void GangPeer::Ended() {
+  std::lock_guard<std::mutex> lock(mu_);
+  running_ = -1;
 }
 
 void GangPeer::SetAttempt(int attempt) {

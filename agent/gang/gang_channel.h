@@ -81,11 +81,14 @@ class GangPeer {
   // The next message from the coordinator, waiting until `deadline`; nullopt on timeout.
   // A dropped connection is a message {"t": "lost"} (then one {"t": "reconnected"}).
   std::optional<nlohmann::json> Next(Clock::TimePoint deadline);
-  // Whether a "stop" or "verdict" for `attempt`, or a lost connection, arrived (the ranks
-  // must stop): checked by the gang on its ticks without consuming messages.
+  // Whether a "stop" or "verdict" for `attempt` arrived, or the connection dropped during
+  // it (the ranks must stop): checked by the gang on its ticks without consuming messages.
   bool StopSeen(int attempt) const;
   // The attempt said in the hello after a reconnection.
   void SetAttempt(int attempt);
+  // This agent's ranks run `attempt` (until Ended): a dropped connection stops them.
+  void Started(int attempt);
+  void Ended();
 
  private:
   explicit GangPeer(Options options) : options_(std::move(options)) {}
@@ -100,6 +103,7 @@ class GangPeer {
   int fd_ = -1;                       // guarded by mu_ (written), the reader reads it
   int attempt_ = 0;                   // guarded by mu_
   int stop_attempt_ = -1;             // guarded by mu_: the last attempt a stop came for
+  int running_ = -1;                  // guarded by mu_: the attempt the ranks run, or -1
   bool lost_ = false;                 // guarded by mu_: the connection is down
   std::atomic<bool> closing_{false};
   std::thread reader_;

@@ -153,8 +153,10 @@ int NodeAgent::RunInGang() {
     }
     restart_ = m->value("attempt", restart_);
     port_ = m->value("port", port_);
+    gang_->Started(restart_);
     stopped_by_gang_ = false;
     StatusOr<GangResult> result = RunAttempt(restart_);
+    gang_->Ended();
     if (!result.ok()) return Fail(result.status());
     if (result->outcome == GangOutcome::kInterrupted) {
       return terminated(result->interrupt_signal, "");  // the coordinator sees us go

@@ -75,8 +75,7 @@ TEST_F(CoordinatorTest, EveryAttemptStartsBehindABarrierOnAFreshPort) {
   EXPECT_EQ(verdict["failure"]["nodeRank"], 1);
   EXPECT_EQ(verdict["failure"]["reason"], "Killed");
   EXPECT_EQ(c.phase(), GangCoordinator::Phase::kBarrier);
-  EXPECT_TRUE(c.Ready(0, 0).empty()) << "the old attempt's barrier is gone";
-  EXPECT_TRUE(c.Ready(0, 1).empty());
+  EXPECT_TRUE(c.Ready(0, 0).empty()) << "ready: its ranks are stopped (whatever it saw last)";
   start = Only(c.Ready(1, 1), "start");
   EXPECT_EQ(start["attempt"], 1);
   EXPECT_EQ(start["port"], 30001) << "a port the old attempt cannot hold";
@@ -179,8 +178,9 @@ TEST_F(CoordinatorTest, ANewCoordinatorTakesTheAttemptTheNodesReached) {
   c.Hello(1, 2);
   c.Hello(0, 0);
   EXPECT_EQ(c.attempt(), 2);
-  EXPECT_TRUE(c.Ready(1, 2).empty());
-  EXPECT_EQ(Only(c.Ready(0, 2), "start")["attempt"], 2);
+  EXPECT_TRUE(c.Ready(0, 0).empty());
+  // Node 1 was running attempt 2 when the coordinator went: it counts that as failed.
+  EXPECT_EQ(Only(c.Ready(1, 3), "start")["attempt"], 3);
 }
 
 // ---- The channel, on real sockets ----
@@ -260,6 +260,7 @@ TEST_F(ChannelTest, AConnectionWithoutTheJobsTokenIsRefusedAndTheTokenNeverLogge
 TEST_F(ChannelTest, APeerReconnectsWhenTheCoordinatorComesBack) {
   auto a = Peer(0, "s3cret-token", 3);
   ASSERT_TRUE(a);
+  a->Started(3);  // its ranks run attempt 3
   const int port = server_->port();
   server_.reset();  // node 0's pod deleted
   auto m = a->Next(Deadline());
@@ -279,6 +280,8 @@ TEST_F(ChannelTest, APeerReconnectsWhenTheCoordinatorComesBack) {
   m = a->Next(Deadline());
   ASSERT_TRUE(m);
   EXPECT_EQ((*m)["t"], "reconnected");
+  a->Ended();
+  EXPECT_TRUE(a->StopSeen(3)) << "still: its ranks were stopped";
   ASSERT_TRUE(a->Send({{"t", "ready"}, {"attempt", 3}}));
   m = a->Next(Deadline());
   ASSERT_TRUE(m);
