@@ -78,6 +78,9 @@ if [ "$engine" = auto ]; then
   fi
 fi
 say "engine: $engine"
+if [ "$engine" = docker ]; then
+  timeout 20 docker info >/dev/null 2>&1 || die "--engine docker: no Docker engine answers (docker info)"
+fi
 if [ "$engine" = buildah ]; then
   command -v buildah >/dev/null ||
     die "no Docker engine answers and buildah is not installed (scripts/install-deps.sh installs it)"
@@ -167,7 +170,7 @@ if [ -z "$base_image" ]; then
       "$ctr"
     bah commit -q --rm "$ctr" "$local_busybox" >/dev/null
   else
-    docker import -q "$base_tar" "$local_busybox" >/dev/null
+    docker import "$base_tar" "$local_busybox" >/dev/null
   fi
   rm -f "$base_tar"
   base_image=$local_busybox
