@@ -37,8 +37,8 @@ constexpr std::string_view kSpecFields[] = {
 constexpr std::string_view kLoaderFields[] = {
     "workersPerRank", "prefetchFactor", "persistentWorkers", "pinMemory",  "timeoutSeconds",
     "seed",           "startMethod",    "workerCommand",     "pythonPool", "preloadModules"};
-constexpr std::string_view kRestartFields[] = {"maxRestarts", "backoffSeconds", "resetAfterSeconds",
-                                               "retryableExitCodes", "retryOn"};
+constexpr std::string_view kRestartFields[] = {
+    "mode", "maxRestarts", "backoffSeconds", "resetAfterSeconds", "retryableExitCodes", "retryOn"};
 constexpr std::string_view kRendezvousFields[] = {"port"};
 constexpr std::string_view kRunPolicyFields[] = {"suspend", "activeDeadlineSeconds",
                                                  "ttlSecondsAfterFinished", "cleanPodPolicy"};
@@ -78,6 +78,7 @@ std::string MisplacedFieldHint(std::string_view key, std::string_view here) {
 constexpr std::string_view kGpuAssignmentNames[] = {"shared", "exclusive"};
 constexpr std::string_view kBackendNames[] = {"auto", "nccl", "gloo"};
 constexpr std::string_view kCleanPodPolicyNames[] = {"None", "Running", "All"};
+constexpr std::string_view kRestartModeNames[] = {"InPlace", "Recreate"};
 constexpr std::string_view kGpuResources[] = {"nvidia.com/gpu", "amd.com/gpu"};
 
 // Decodes one TrainingJob object. Returns the first problem found; error_path() and
@@ -453,6 +454,7 @@ Status Decoder::DecodeRestartPolicy(const Field& field, RestartPolicy* policy) {
   SP_RETURN_IF_ERROR(
       CheckObject(*field.value, field.path, "the gang restart settings", kRestartFields));
   const json& r = *field.value;
+  SP_RETURN_IF_ERROR(ReadEnum(Get(r, field.path, "mode"), kRestartModeNames, &policy->mode));
   SP_RETURN_IF_ERROR(ReadInt(Get(r, field.path, "maxRestarts"), 0, kIntMax, &policy->max_restarts));
   SP_RETURN_IF_ERROR(
       ReadInt(Get(r, field.path, "backoffSeconds"), 0, kIntMax, &policy->backoff_seconds));
@@ -559,6 +561,10 @@ const char* GpuAssignmentName(GpuAssignment assignment) {
 
 const char* CleanPodPolicyName(CleanPodPolicy policy) {
   return kCleanPodPolicyNames[static_cast<size_t>(policy)].data();
+}
+
+const char* RestartModeName(RestartMode mode) {
+  return kRestartModeNames[static_cast<size_t>(mode)].data();
 }
 
 StatusOr<std::vector<TrainingJob>> ParseTrainingJobs(std::string_view text,

@@ -28,6 +28,11 @@ inline constexpr const char* kKind = "TrainingJob";
 enum class GpuAssignment { kShared, kExclusive };
 enum class Backend { kAuto, kNccl, kGloo };
 enum class CleanPodPolicy { kNone, kRunning, kAll };
+// restartPolicy.mode: how a gang spanning several pods restarts on Kubernetes. kInPlace: the
+// pods, their agents, loader workers and /dev/shm stay; the agents stop every rank and start
+// the next attempt together (only a lost pod is recreated). kRecreate: every pod of the
+// attempt is deleted and the gang recreated.
+enum class RestartMode { kInPlace, kRecreate };
 
 struct LoaderSpec {
   std::optional<int> workers_per_rank;  // nullopt means "auto"
@@ -48,6 +53,7 @@ struct LoaderSpec {
 };
 
 struct RestartPolicy {
+  RestartMode mode = RestartMode::kInPlace;
   int max_restarts = 3;
   int backoff_seconds = 10;
   // An attempt that ran this long before failing was healthy: the quick-failure count (and
@@ -124,6 +130,8 @@ const char* BackendName(Backend backend);
 // The API spelling: "shared", "exclusive"; "None", "Running", "All".
 const char* GpuAssignmentName(GpuAssignment assignment);
 const char* CleanPodPolicyName(CleanPodPolicy policy);
+// "InPlace", "Recreate".
+const char* RestartModeName(RestartMode mode);
 
 // Parses a Kubernetes quantity ("8Gi", "512Mi", "1G", "1000000", "1.5Gi") into bytes.
 StatusOr<int64_t> ParseQuantity(std::string_view text);

@@ -29,6 +29,7 @@ json TrainingJobToJson(const TrainingJob& job) {
       {"preloadModules", s.loader.preload_modules},
   };
   json restart = {
+      {"mode", RestartModeName(s.restart_policy.mode)},
       {"maxRestarts", s.restart_policy.max_restarts},
       {"backoffSeconds", s.restart_policy.backoff_seconds},
       {"resetAfterSeconds", s.restart_policy.reset_after_seconds},

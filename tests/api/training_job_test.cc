@@ -194,8 +194,8 @@ TEST(TrainingJob, ToJsonFillsDefaults) {
                "pinMemory": true, "timeoutSeconds": 120, "seed": 0, "startMethod": "spawn",
                "workerCommand": [], "pythonPool": true,
                "preloadModules": ["torch", "__main__"]},
-    "restartPolicy": {"maxRestarts": 3, "backoffSeconds": 10, "resetAfterSeconds": 600,
-                      "retryableExitCodes": []},
+    "restartPolicy": {"mode": "InPlace", "maxRestarts": 3, "backoffSeconds": 10,
+                      "resetAfterSeconds": 600, "retryableExitCodes": []},
     "rendezvous": {"port": 29500},
     "shmSize": "8Gi",
     "runPolicy": {"suspend": false, "activeDeadlineSeconds": null,
@@ -405,6 +405,15 @@ INSTANTIATE_TEST_SUITE_P(
                 "OOMKilled, ShmExhausted, Killed, Terminated, Crashed, Stalled, GpuOutOfMemory, "
                 "CollectiveTimeout, CollectiveError, LoaderWorkerKilled, ImportError, Evicted, "
                 "Preempted, NodeLost; got \"Kiled\" (did you mean \"Killed\"?)"},
+        BadCase{"  restartPolicy:\n    mode: inplace\n",
+                "job.yaml:12:11: spec.restartPolicy.mode: must be one of InPlace, Recreate; got "
+                "\"inplace\" (did you mean \"InPlace\"?)"},
+        BadCase{"  restartPolicy:\n    mode: Restart\n",
+                "job.yaml:12:11: spec.restartPolicy.mode: must be one of InPlace, Recreate; got "
+                "\"Restart\""},
+        BadCase{"  restartPolicy:\n    mode: 1\n",
+                "job.yaml:12:11: spec.restartPolicy.mode: must be one of InPlace, Recreate; got "
+                "number 1"},
         BadCase{"  restartPolicy:\n    retryOn: [0]\n",
                 "job.yaml:12:15: spec.restartPolicy.retryOn[0]: must be between 1 and 255, got 0"},
         BadCase{"  restartPolicy:\n    retryOn: Killed\n",
@@ -503,8 +512,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "template, loader, restartPolicy, rendezvous, shmSize, runPolicy, stallPolicy"},
         BadCase{"  restartPolicy:\n    max_restarts: 1\n",
                 "job.yaml:12:5: spec.restartPolicy.max_restarts: unknown field (did you mean "
-                "\"maxRestarts\"?); allowed: maxRestarts, backoffSeconds, resetAfterSeconds, "
-                "retryableExitCodes, retryOn"},
+                "\"maxRestarts\"?); allowed: mode, maxRestarts, backoffSeconds, "
+                "resetAfterSeconds, retryableExitCodes, retryOn"},
         BadCase{"  rendezvous:\n    host: 10.0.0.1\n",
                 "job.yaml:12:5: spec.rendezvous.host: unknown field; allowed: port"},
         BadCase{"  runPolicy:\n    backoffLimit: 3\n",
@@ -700,6 +709,19 @@ TEST(TrainingJob, RetryOnTakesCausesAndExitCodes) {
   EXPECT_EQ(again->spec.restart_policy.retry_on_exit_codes, p.retry_on_exit_codes);
   // Absent: nothing written, the default rule.
   EXPECT_FALSE(TrainingJobToJson(ParseOne(kBase))["spec"]["restartPolicy"].contains("retryOn"));
+}
+
+// restartPolicy.mode: InPlace unless Recreate is asked for, and back the way it came.
+TEST(TrainingJob, RestartModeDefaultsToInPlace) {
+  EXPECT_EQ(ParseOne(kBase).spec.restart_policy.mode, RestartMode::kInPlace);
+  TrainingJob job = ParseOne(WithSpec("  restartPolicy:\n    mode: Recreate\n"));
+  EXPECT_EQ(job.spec.restart_policy.mode, RestartMode::kRecreate);
+  json out = TrainingJobToJson(job);
+  EXPECT_EQ(out["spec"]["restartPolicy"]["mode"], "Recreate");
+  auto again = TrainingJobFromJson(out);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again->spec.restart_policy.mode, RestartMode::kRecreate);
+  EXPECT_STREQ(RestartModeName(RestartMode::kInPlace), "InPlace");
 }
 
 TEST(TrainingJob, WorkersPerRankAuto) {
