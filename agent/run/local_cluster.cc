@@ -1,5 +1,6 @@
 #include "agent/run/local_cluster.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -25,17 +26,48 @@ StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(const AgentOptions&
     std::filesystem::remove_all(tmpl);
     return Internal("cannot read /proc/self/exe");
   }
+  // The gang's token: random, readable by this user only (the directory is 0700).
+  std::string token;
+  {
+    std::ifstream random("/dev/urandom", std::ios::binary);
+    unsigned char bytes[24];
+    random.read(reinterpret_cast<char*>(bytes), sizeof(bytes));
+    static const char kHex[] = "0123456789abcdef";
+    for (unsigned char b : bytes) token += {kHex[b >> 4], kHex[b & 15]};
+    if (!random) {
+      std::filesystem::remove_all(tmpl);
+      return Internal("cannot read /dev/urandom for the gang's token");
+    }
+  }
+  token += "\n";
+  const int fd = ::open((std::string(tmpl) + "/gang-token").c_str(),
+                        O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  const bool written =
+      fd >= 0 && ::write(fd, token.data(), token.size()) == static_cast<ssize_t>(token.size());
+  if (fd >= 0) ::close(fd);
+  if (!written) {
+    std::filesystem::remove_all(tmpl);
+    return Internal("cannot write the gang's token in " + std::string(tmpl));
+  }
+  StatusOr<int> gang_port = FreePort();
+  if (!gang_port.ok()) {
+    std::filesystem::remove_all(tmpl);
+    return gang_port.status();
+  }
   Say(node.job.name + ": running " + std::to_string(nnodes) + " nodes locally, rendezvous on " +
-      MasterAddress(o) + ":" + std::to_string(port));
-  return std::unique_ptr<LocalCluster>(new LocalCluster(
-      o, nnodes, port, tmpl, std::move(self), SplitCpusAcrossNodes(node.cpus.AllCpus(), nnodes)));
+      MasterAddress(o) + ":" + std::to_string(port) + ", their gang on port " +
+      std::to_string(*gang_port));
+  return std::unique_ptr<LocalCluster>(
+      new LocalCluster(o, nnodes, port, *gang_port, tmpl, std::move(self),
+                       SplitCpusAcrossNodes(node.cpus.AllCpus(), nnodes)));
 }
 
-LocalCluster::LocalCluster(const AgentOptions& options, int nnodes, int port, std::string dir,
-                           std::string self, std::vector<std::vector<int>> shares)
+LocalCluster::LocalCluster(const AgentOptions& options, int nnodes, int port, int gang_port,
+                           std::string dir, std::string self, std::vector<std::vector<int>> shares)
     : options_(options),
       nnodes_(nnodes),
       port_(port),
+      gang_port_(gang_port),
       dir_(std::move(dir)),
       self_(std::move(self)),
       shares_(std::move(shares)) {}
@@ -46,6 +78,29 @@ std::string LocalCluster::LogPath(int node) const {
   return dir_ + "/node-" + std::to_string(node) + ".json";
 }
 
+std::string LocalCluster::StatusPath(int node) const {
+  return dir_ + "/node-" + std::to_string(node) + "-status.json";
+}
+
+LocalCluster::Outcome LocalCluster::GangOutcome() const {
+  Outcome out;
+  std::ifstream status(StatusPath(0));
+  nlohmann::json s = nlohmann::json::parse(status, nullptr, false);
+  if (s.is_object() && s["restarts"].is_number_integer()) out.restarts = s["restarts"];
+  for (int i = 0; i < nnodes_; ++i) {
+    std::ifstream in(LogPath(i));
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (!j.is_object()) continue;
+    if (j["restarts"].is_number_integer())
+      out.restarts = std::max(out.restarts, j["restarts"].get<int>());
+    if (out.verdict.empty() && j["verdict"].is_string()) {
+      out.verdict = j["verdict"];
+      out.verdict_message = j.value("verdictMessage", "");
+    }
+  }
+  return out;
+}
+
 AgentOptions LocalCluster::NodeOptions(int node, int restart) const {
   AgentOptions o = options_;
   o.command = AgentCommand::kRun;
@@ -53,11 +108,12 @@ AgentOptions LocalCluster::NodeOptions(int node, int restart) const {
   o.nnodes = nnodes_;
   o.master_addr = MasterAddress(options_);
   o.master_port = port_;
-  o.max_restarts = 0;  // this agent restarts the whole cluster
-  o.restart_count = restart;
+  o.restart_count = restart;  // max_restarts as given: node 0's agent spends the budget
+  o.gang_addr = "127.0.0.1:" + std::to_string(gang_port_);
+  o.gang_token_file = TokenPath();
   o.termination_log = LogPath(node);
   o.termination_log_explicit = true;
-  o.status_file.clear();  // this agent writes it
+  o.status_file = StatusPath(node);  // this agent writes the one the user asked for
   o.full_env = false;
   o.metrics_addr = LocalNodeMetricsAddress(options_.metrics_addr, node);
   return o;

@@ -1,7 +1,10 @@
 // The local multi-node mode: every node of a job on this machine, as one child agent per
 // node (`spawnpoint-agent run --node-rank i`, its argv from ToArgs), each with its own
-// share of the CPUs and its own metrics port. NodeAgent runs these agents as its gang in
-// place of ranks, under the same restart loop. Not thread-safe: NodeAgent's thread only.
+// share of the CPUs and its own metrics port. The node agents form an in-place gang, as the
+// agents of pods do on Kubernetes (--gang on a free loopback port, a token file only this
+// user can read; node 0's coordinates and spends the job's restart budget); NodeAgent runs
+// them as its gang in place of ranks, once: when one exits, the job has ended. Not
+// thread-safe: NodeAgent's thread only.
 #pragma once
 
 #include <memory>
@@ -35,15 +38,27 @@ class LocalCluster {
   // The options of node `node`'s agent in attempt `restart`.
   AgentOptions NodeOptions(int node, int restart) const;
 
+  // How the node agents' gang ended, from their termination logs and node 0's status file:
+  // the restarts it made and, when it failed, why it did not restart (the verdict's reason,
+  // e.g. MaxRestartsReached, and message; "" when unknown).
+  struct Outcome {
+    int restarts = 0;
+    std::string verdict, verdict_message;
+  };
+  Outcome GangOutcome() const;
+
  private:
-  LocalCluster(const AgentOptions& options, int nnodes, int port, std::string dir, std::string self,
-               std::vector<std::vector<int>> shares);
+  LocalCluster(const AgentOptions& options, int nnodes, int port, int gang_port, std::string dir,
+               std::string self, std::vector<std::vector<int>> shares);
   std::string LogPath(int node) const;
+  std::string StatusPath(int node) const;
+  std::string TokenPath() const { return dir_ + "/gang-token"; }
 
   // Constant after Create().
   const AgentOptions options_;
   const int nnodes_;
   const int port_;
+  const int gang_port_;                         // node 0's coordinator, on loopback
   const std::string dir_;                       // node-<i>.json: node i's termination log
   const std::string self_;                      // this executable
   const std::vector<std::vector<int>> shares_;  // CPUs per node

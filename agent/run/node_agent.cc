@@ -293,8 +293,21 @@ StatusOr<GangResult> NodeAgent::RunAttempt(int restart) {
   return Gang(spawner_, signals_, std::move(go)).Run(std::move(members));
 }
 
-AttemptDecision NodeAgent::Decide(const GangResult& result) const {
-  return agent::Decide(result, local_restarts_, policy_, owns_gang_, quick_failures_);
+AttemptDecision NodeAgent::Decide(const GangResult& result) {
+  if (!cluster_)
+    return agent::Decide(result, local_restarts_, policy_, owns_gang_, quick_failures_);
+  // The local nodes' agents restart their gang in place themselves (node 0's coordinates):
+  // when one exits, the gang has ended, and their reports say how.
+  api::RestartPolicy never = policy_;
+  never.max_restarts = 0;
+  AttemptDecision d = agent::Decide(result, 0, never, owns_gang_, quick_failures_);
+  const LocalCluster::Outcome outcome = cluster_->GangOutcome();
+  restart_ = std::max(restart_, outcome.restarts);
+  if (d.phase == AgentPhase::kFailed && !outcome.verdict.empty()) {
+    d.reason = outcome.verdict;
+    d.message = outcome.verdict_message;
+  }
+  return d;
 }
 
 void NodeAgent::Report(const AttemptDecision& d, int up, int total) {
@@ -337,6 +350,9 @@ void NodeAgent::Report(const AttemptDecision& d, int up, int total) {
     case AgentPhase::kFailed: {
       nlohmann::json msg = d.failure->ToJson();
       msg["restarts"] = restart_;
+      // Why it is not restarted (MaxRestartsReached, NonRetryableFailure, NodeLost, ...).
+      msg["verdict"] = d.reason;
+      msg["verdictMessage"] = d.message;
       WriteTerminationLog(options_, msg);
       return;
     }

@@ -70,8 +70,10 @@ class NodeAgent {
   StatusOr<std::vector<GangMember>> MembersFor(int restart) const;
   // Runs one attempt of the gang to its end. REQUIRES: the SignalWatcher's thread.
   StatusOr<GangResult> RunAttempt(int restart);
-  // The restart policy applied to an attempt's result (agent/run/attempt_decision.h).
-  AttemptDecision Decide(const GangResult& result) const;
+  // The restart policy applied to an attempt's result (agent/run/attempt_decision.h). The
+  // local cluster's node agents restart in place themselves: for it, the gang's end as their
+  // reports tell (and restart_ takes the restarts they made).
+  AttemptDecision Decide(const GangResult& result);
   // The one writer of what was decided: status file, endpoint, console, termination log.
   void Report(const AttemptDecision& decision, int up = 0, int total = 0);
   // Waits out a restart backoff on the clock; a termination signal (returned) ends it.

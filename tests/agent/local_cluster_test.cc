@@ -1,7 +1,9 @@
 // The local multi-node mode's node agents: each one's argv is ToArgs of its options, and
-// those options are the parent's with this node's identity, no restarts of its own and a
-// termination log the parent reads back.
+// those options are the parent's with this node's identity, the in-place gang on loopback
+// with a token file only this user reads, and a termination log the parent reads back.
 #include "agent/run/local_cluster.h"
+
+#include <sys/stat.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -43,10 +45,16 @@ TEST(LocalClusterTest, NodeAgentsRunThisProgramWithTheirOwnIdentity) {
     EXPECT_EQ(child->nnodes, 2);
     EXPECT_EQ(child->master_addr, "127.0.0.1");
     EXPECT_EQ(child->master_port, 29555);
-    EXPECT_EQ(child->max_restarts, 0) << "the parent restarts the whole cluster";
+    EXPECT_EQ(child->max_restarts, -1) << "the job's budget: node 0's agent spends it";
     EXPECT_EQ(child->restart_count, 3);
     EXPECT_EQ(child->grace_period, std::chrono::milliseconds(1500));
-    EXPECT_EQ(child->status_file, "") << "the parent writes the status file";
+    EXPECT_THAT(child->gang_addr, StartsWith("127.0.0.1:"));
+    EXPECT_EQ(child->gang_addr, (*cluster)->NodeOptions(0, 3).gang_addr) << "one gang";
+    EXPECT_NE(child->status_file, "/tmp/s.json") << "the parent writes the user's status file";
+    struct stat st {};
+    ASSERT_EQ(::stat(child->gang_token_file.c_str(), &st), 0) << child->gang_token_file;
+    EXPECT_EQ(st.st_mode & 0077, 0u) << "the token is this user's alone";
+    EXPECT_GE(st.st_size, 32);
     EXPECT_EQ(child->metrics_addr, "127.0.0.1:" + std::to_string(9500 + i));
     EXPECT_TRUE(child->termination_log_explicit);
     EXPECT_THAT(child->termination_log, HasSubstr("node-" + std::to_string(i) + ".json"));
