@@ -22,8 +22,8 @@ constexpr CausePattern kPatterns[] = {
     {ExitReason::kShmExhausted, "shared memory exhausted", R"(No space left on device)",
      R"(/dev/shm|torch_\d+_|shared memory)", "raise spec.shmSize"},
     {ExitReason::kLoaderWorkerKilled, "a DataLoader worker died",
-     R"(DataLoader worker \(pid(\(s\))? [^)]*\) (is killed by signal|exited unexpectedly))", nullptr,
-     "its own memory limit or a crash in the dataset code are the usual causes"},
+     R"(DataLoader worker \(pid(\(s\))? [^)]*\) (is killed by signal|exited unexpectedly))",
+     nullptr, "its own memory limit or a crash in the dataset code are the usual causes"},
     {ExitReason::kCollectiveTimeout, "a collective timed out",
      R"(Watchdog caught collective operation timeout|[Tt]imed out waiting \d+ ?ms for|)"
      R"(collective operation timeout)",
@@ -113,7 +113,7 @@ std::optional<TailMatch> MatchTail(const std::vector<std::string>& lines) {
       m.line = Quoted(line);
       m.exception = ExceptionType(line);
       m.message = std::string(kPatterns[row].what) + ": \"" + m.line + "\"";
-      if (kPatterns[row].advice) m.message += "; " + std::string(kPatterns[row].advice);
+      if (kPatterns[row].advice) m.advice = kPatterns[row].advice;
       return m;
     }
   }
@@ -140,6 +140,7 @@ ExitCause RefineWithTail(const ExitCause& exit, const ExitStatus& status,
     } else {
       out.message += " (exit code " + std::to_string(status.exit_code) + ")";
     }
+    if (!match->advice.empty()) out.message += ": " + match->advice;
   } else if (match->reason != exit.reason) {
     return exit;
   }

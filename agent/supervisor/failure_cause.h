@@ -30,6 +30,7 @@ struct TailMatch {
   std::string line;       // the matching line, trimmed, at most kMaxQuotedLineBytes
   std::string exception;  // "RuntimeError" when `line` is a Python exception's
   std::string message;    // "GPU out of memory: \"CUDA error: out of memory\""
+  std::string advice;     // what to do, when the row says: "raise spec.shmSize"
 };
 inline constexpr size_t kMaxQuotedLineBytes = 300;
 

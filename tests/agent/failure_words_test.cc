@@ -25,7 +25,8 @@ constexpr std::chrono::milliseconds kTimeout{90'000};
 // A job of `nodes` x `ranks` running `command` with `args` (each a JSON string, which YAML
 // reads as a double-quoted scalar).
 std::string Job(int nodes, int ranks, const std::string& command,
-                const std::vector<std::string>& args, int max_restarts) {
+                const std::vector<std::string>& args, int max_restarts,
+                const std::string& retry_on = "") {
   std::string list;
   for (const std::string& a : args) list += (list.empty() ? "" : ", ") + nlohmann::json(a).dump();
   return "apiVersion: spawnpoint.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: words}\n"
@@ -33,8 +34,9 @@ std::string Job(int nodes, int ranks, const std::string& command,
          std::to_string(nodes) + "\n  procsPerNode: " + std::to_string(ranks) +
          "\n  shmSize: 64Mi\n  loader: {workersPerRank: 0}\n"
          "  restartPolicy: {maxRestarts: " +
-         std::to_string(max_restarts) +
-         ", backoffSeconds: 0}\n"
+         std::to_string(max_restarts) + ", backoffSeconds: 0" +
+         (retry_on.empty() ? "" : ", retryOn: " + retry_on) +
+         "}\n"
          "  template:\n    spec:\n      containers:\n      - name: trainer\n        image: x\n"
          "        command: [" +
          nlohmann::json(command).dump() + "]\n        args: [" + list + "]\n";
@@ -43,11 +45,16 @@ std::string Job(int nodes, int ranks, const std::string& command,
 class FailureWordsTest : public ::testing::Test {
  protected:
   // Runs a 2-rank job whose rank 1 runs `script` (sh) and whose rank 0 waits to be stopped.
-  int RunRankOne(const std::string& script, int max_restarts = 0) {
+  int RunRankOne(const std::string& script, int max_restarts = 0,
+                 const std::string& retry_on = "") {
     WriteFile(
         dir_.File("job.yaml"),
         Job(1, 2, "/bin/sh", {"-c", "if [ \"$RANK\" = 1 ]; then " + script + "; fi; exec sleep 60"},
-            max_restarts));
+            max_restarts, retry_on));
+    return Run();
+  }
+  // Runs the job in job.yaml.
+  int Run() {
     agent_ = std::make_unique<TestProcess>(std::vector<std::string>{
         AGENT_BIN, "run", "-f", dir_.File("job.yaml"), "--master-port", "0", "--grace-period", "5",
         "--termination-log", dir_.File("termination-log"), "--status-file",
@@ -136,6 +143,39 @@ TEST_F(FailureWordsTest, ARankSilentOnStderrGivesItsStdout) {
   EXPECT_EQ(log["reason"], "GpuOutOfMemory");
   EXPECT_EQ(log["logStream"], "stdout");
   EXPECT_EQ(log["logTail"], "step 1\nCUDA out of memory. Tried to allocate 2.00 GiB");
+}
+
+// A real Python traceback (chained): the last exception is quoted.
+TEST_F(FailureWordsTest, APythonRanksLastExceptionIsQuoted) {
+  WriteFile(dir_.File("job.yaml"), Job(1, 1, "/usr/bin/python3",
+                                       {"-c",
+                                        "def load(i):\n    return {}['batch']\n"
+                                        "try:\n    load(3)\nexcept KeyError:\n"
+                                        "    raise RuntimeError('loss is NaN at step 12')\n"},
+                                       0));
+  EXPECT_EQ(Run(), 1) << agent_->Stderr();
+  nlohmann::json log = Parsed("termination-log");
+  EXPECT_EQ(log["reason"], "UserError");
+  EXPECT_EQ(log["exception"], "RuntimeError");
+  EXPECT_EQ(log["line"], "RuntimeError: loss is NaN at step 12");
+  EXPECT_EQ(log["message"],
+            "uncaught exception: \"RuntimeError: loss is NaN at step 12\" (exit code 1)");
+  EXPECT_THAT(log["logTail"].get<std::string>(), HasSubstr("KeyError: 'batch'"));
+}
+
+// restartPolicy.retryOn names a cause: an out-of-memory exit 1 restarts, and the next
+// attempt (the rank succeeds on restart) finishes the job.
+TEST_F(FailureWordsTest, RetryOnRestartsACauseItNames) {
+  WriteFile(dir_.File("job.yaml"),
+            Job(1, 2, "/bin/sh",
+                {"-c",
+                 "if [ \"$TORCHELASTIC_RESTART_COUNT\" != 0 ]; then exit 0; fi; "
+                 "if [ \"$RANK\" = 1 ]; then echo 'CUDA out of memory' >&2; exit 1; fi; "
+                 "exec sleep 60"},
+                1, "[GpuOutOfMemory]"));
+  EXPECT_EQ(Run(), 0) << agent_->Stderr();
+  EXPECT_THAT(agent_->Stderr(), HasSubstr("restart 1 of 1 now; after: rank 1"));
+  EXPECT_THAT(agent_->Stderr(), HasSubstr("reason GpuOutOfMemory"));
 }
 
 TEST_F(FailureWordsTest, ARankWithoutWordsKeepsItsExitCodesCause) {
