@@ -28,7 +28,6 @@ std::vector<Outgoing> GangCoordinator::Hello(int node, int attempt) {
   std::vector<Outgoing> out;
   if (phase_ == Phase::kBarrier && attempt > attempt_) {
     attempt_ = attempt;  // a node that ran a later attempt than this coordinator knows of
-    ready_.clear();
   }
   if (phase_ == Phase::kSucceeded || phase_ == Phase::kFailed) {
     out.push_back({node, last_verdict_});  // a late joiner learns the end

@@ -354,6 +354,11 @@ bool GangPeer::Send(const json& message) {
   return SendJson(fd_, message);
 }
 
+bool GangPeer::Connected() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fd_ >= 0 && !lost_;
+}
+
 std::optional<json> GangPeer::Next(Clock::TimePoint deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   while (inbox_.empty()) {

@@ -78,6 +78,8 @@ class GangPeer {
 
   // Sends one message; false when the connection is down (it is being made again).
   bool Send(const nlohmann::json& message);
+  // Whether the connection is up now.
+  bool Connected() const;
   // The next message from the coordinator, waiting until `deadline`; nullopt on timeout.
   // A dropped connection is a message {"t": "lost"} (then one {"t": "reconnected"}).
   std::optional<nlohmann::json> Next(Clock::TimePoint deadline);

@@ -99,9 +99,9 @@ class NodeAgent {
   // through), waiting up to `wait`; a termination signal ends the wait (*signal set).
   std::optional<nlohmann::json> AwaitGang(const std::vector<std::string>& kinds,
                                           std::chrono::milliseconds wait, int* signal);
-  // Sends `message`; if the coordinator is gone, waits for the connection to come back
-  // (the hello then says `attempt`) and returns false.
-  bool SendToGang(const nlohmann::json& message, int* signal);
+  // Waits (up to the join timeout) until the connection to the coordinator is back; false
+  // when it is not, or a termination signal came (*signal set).
+  bool AwaitReconnection(int* signal);
 
   // Constant after Create().
   const AgentOptions options_;

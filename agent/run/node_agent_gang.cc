@@ -91,11 +91,17 @@ std::optional<json> NodeAgent::AwaitGang(const std::vector<std::string>& kinds, 
   return std::nullopt;
 }
 
-bool NodeAgent::SendToGang(const json& message, int* signal) {
-  if (gang_->Send(message)) return true;
-  gang_->SetAttempt(restart_);
-  AwaitGang({"reconnected"}, kJoinTimeout, signal);
-  return false;
+bool NodeAgent::AwaitReconnection(int* signal) {
+  const Clock::TimePoint deadline = clock_->Now() + kJoinTimeout;
+  while (!gang_->Connected()) {
+    if (int sig = signals_->WaitForTermination(milliseconds(0)); sig != 0) {
+      *signal = sig;
+      return false;
+    }
+    if (clock_->Now() >= deadline) return false;
+    clock_->SleepFor(milliseconds(20));
+  }
+  return true;
 }
 
 int NodeAgent::RunInGang() {
@@ -121,25 +127,31 @@ int NodeAgent::RunInGang() {
     return kExitJobFailed;
   };
   restart_ = options_.restart_count;
+  const std::string lost_for_good = "the gang's coordinator did not come back within " +
+                                    std::to_string(kJoinTimeout.count() / 1000) + " s";
   while (true) {
     // The barrier: this node's ranks are stopped; the coordinator starts the attempt when
     // every node is here.
     int sig = 0;
-    if (!SendToGang({{"t", "ready"}, {"attempt", restart_}}, &sig)) {
-      if (sig != 0) return terminated(sig, " while joining the gang");
-      continue;  // reconnected: say ready again
+    if (!gang_->Send({{"t", "ready"}, {"attempt", restart_}})) {
+      if (!AwaitReconnection(&sig)) {
+        return sig != 0 ? terminated(sig, " while joining the gang") : given_up(lost_for_good);
+      }
+      continue;  // say ready again
     }
     std::optional<json> m = AwaitGang({"start", "verdict"}, kJoinTimeout, &sig);
     if (sig != 0) return terminated(sig, " at the gang's barrier");
-    if (!m)
+    if (!m) {
       return given_up("the gang did not start within " +
                       std::to_string(kJoinTimeout.count() / 1000) + " s");
+    }
     const std::string t = m->value("t", "");
     if (t == "refused") return Fail(Unavailable("the gang's coordinator refused this agent"));
     if (t == "lost" || t == "reconnected") {
-      if (t == "lost") AwaitGang({"reconnected"}, kJoinTimeout, &sig);
-      if (sig != 0) return terminated(sig, " while joining the gang");
-      continue;
+      if (!AwaitReconnection(&sig)) {
+        return sig != 0 ? terminated(sig, " while joining the gang") : given_up(lost_for_good);
+      }
+      continue;  // a new coordinator: say ready again
     }
     if (t == "verdict") {  // the gang ended while this agent was away
       const bool ok = m->value("decision", "") == "succeeded";
@@ -167,17 +179,17 @@ int NodeAgent::RunInGang() {
     } else if (result->failure) {
       exit["failure"] = result->failure->ToJson();
     }
-    bool lost = !SendToGang(exit, &sig);
-    if (sig != 0) return terminated(sig, "");
+    bool lost = !gang_->Send(exit);
     std::optional<json> verdict;
     while (!lost) {
       verdict = AwaitGang({"verdict"}, kJoinTimeout, &sig);
       if (sig != 0) return terminated(sig, " waiting for the gang's verdict");
-      if (!verdict)
+      if (!verdict) {
         return given_up("no verdict from the gang's coordinator within " +
                         std::to_string(kJoinTimeout.count() / 1000) + " s");
+      }
       const std::string vt = verdict->value("t", "");
-      if (vt == "lost") {
+      if (vt == "lost" || vt == "reconnected") {
         lost = true;
       } else if (vt == "verdict" && verdict->value("attempt", -1) == restart_) {
         break;
@@ -185,11 +197,15 @@ int NodeAgent::RunInGang() {
     }
     if (lost) {
       // The coordinator went away with this attempt (its pod deleted): every rank is
-      // stopped; the next attempt meets the new coordinator.
+      // stopped; the next attempt meets the new coordinator, which counts this one.
       ++restart_;
       gang_->SetAttempt(restart_);
-      AwaitGang({"reconnected"}, kJoinTimeout, &sig);
-      if (sig != 0) return terminated(sig, " while the gang's coordinator was away");
+      Say(job + ": the gang's coordinator went away during attempt " +
+          std::to_string(restart_ - 1) + "; this node's ranks are stopped, and it waits to rejoin");
+      if (!AwaitReconnection(&sig)) {
+        return sig != 0 ? terminated(sig, " while the gang's coordinator was away")
+                        : given_up(lost_for_good);
+      }
       continue;
     }
     const std::string decision = verdict->value("decision", "");

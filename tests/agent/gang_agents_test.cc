@@ -174,5 +174,38 @@ TEST_F(GangAgentsTest, ARankThatBlocksSigtermAfterItsPeerDiedIsStoppedAndTheGang
   EXPECT_EQ(a[1], b[1]);
 }
 
+// Node 0's agent, the coordinator, is stopped mid-attempt (its pod deleted: SIGTERM) and a
+// new one starts knowing no restart: node 1's agent stops its ranks, rejoins the new
+// coordinator, and the gang trains to the end in its next attempt, counted once.
+TEST_F(GangAgentsTest, WhenTheCoordinatorsAgentIsReplacedTheOtherNodesRejoinAndTheCountHolds) {
+  WriteFile(dir_.File("job.yaml"),
+            Job("[/usr/bin/python3, \"" GANG_DDP_PY "\"]", "[steady, '400']", 3, 0));
+  auto node0 = Agent(0), node1 = Agent(1);
+  const pid_t pid1 = node1->pid();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        nlohmann::json s = Status(1);
+        return s.is_object() && s["progress"].is_array() && !s["progress"].empty() &&
+               s["progress"][0].value("steps", 0) >= 5;
+      },
+      kTimeout))
+      << node1->Stderr();
+  ::kill(node0->pid(), SIGTERM);
+  EXPECT_EQ(node0->Wait(kTimeout), 128 + SIGTERM) << node0->Stderr();
+  auto replacement = Agent(0);  // --restart-count 0: it has not seen the first attempt end
+  ASSERT_EQ(node1->Wait(kTimeout), 0) << node1->Stderr();
+  ASSERT_EQ(replacement->Wait(kTimeout), 0) << replacement->Stderr();
+  EXPECT_EQ(node1->pid(), pid1);
+  EXPECT_THAT(node1->Stderr(), HasSubstr("the gang's coordinator went away during attempt 0"));
+  EXPECT_THAT(node1->Stderr(), HasSubstr("all ranks succeeded, restarts 1"));
+  EXPECT_THAT(replacement->Stderr(), HasSubstr("all ranks succeeded, restarts 1"));
+  std::smatch a, b;
+  const std::string out0 = replacement->Stdout(), out1 = node1->Stdout();
+  std::regex params(R"(done restart=1 params=([-0-9.]+))");
+  ASSERT_TRUE(std::regex_search(out0, a, params)) << out0;
+  ASSERT_TRUE(std::regex_search(out1, b, params)) << out1;
+  EXPECT_EQ(a[1], b[1]);
+}
+
 }  // namespace
 }  // namespace spawnpoint::testing

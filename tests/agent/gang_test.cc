@@ -175,10 +175,10 @@ TEST_F(CoordinatorTest, ANodeThatNeverRejoinsGivesTheGangUpAsRetryable) {
 
 TEST_F(CoordinatorTest, ANewCoordinatorTakesTheAttemptTheNodesReached) {
   GangCoordinator c(Options(2, 3), &clock_);  // node 0's pod recreated: it knows attempt 0
-  c.Hello(1, 2);
   c.Hello(0, 0);
-  EXPECT_EQ(c.attempt(), 2);
   EXPECT_TRUE(c.Ready(0, 0).empty());
+  c.Hello(1, 2);  // after node 0 reached the barrier: it stays there
+  EXPECT_EQ(c.attempt(), 2);
   // Node 1 was running attempt 2 when the coordinator went: it counts that as failed.
   EXPECT_EQ(Only(c.Ready(1, 3), "start")["attempt"], 3);
 }

@@ -1,9 +1,10 @@
 """A 2-rank DDP trainer (gloo, CPU) for the in-place gang of two agents (issue 19).
 
 Usage: gang_ddp.py MODE STEPS. In the first attempt (TORCHELASTIC_RESTART_COUNT 0) rank 1
-SIGKILLs itself at step 3. MODE "block": rank 0 then ignores SIGTERM and waits forever once
-its allreduce fails (a rank the agent must SIGKILL); MODE "plain": rank 0 does nothing
-special. Later attempts train to the end and print "rank R done restart=N params=P".
+SIGKILLs itself at step 3, except in MODE "steady". MODE "block": rank 0 then ignores SIGTERM
+and waits forever once its allreduce fails (a rank the agent must SIGKILL); MODE "plain":
+rank 0 does nothing special. Later attempts train to the end and print "rank R done
+restart=N params=P".
 """
 
 import os
@@ -27,7 +28,7 @@ def main():
     model = DistributedDataParallel(torch.nn.Linear(8, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(steps):
-        if step == 3 and rank == 1 and restart == 0:
+        if step == 3 and rank == 1 and restart == 0 and mode != "steady":
             os.kill(os.getpid(), signal.SIGKILL)
         loss = model(torch.randn(16, 8)).pow(2).mean()
         optimizer.zero_grad()
