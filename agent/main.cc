@@ -7,6 +7,7 @@
 
 #include "agent/cli/commands.h"
 #include "agent/cli/options.h"
+#include "common/version.h"
 
 int main(int argc, char** argv) {
   using namespace spawnpoint::agent;
@@ -27,7 +28,7 @@ int main(int argc, char** argv) {
       std::cout << AgentUsage();
       return 0;
     case AgentCommand::kVersion:
-      std::cout << "spawnpoint-agent 0.1.0\n";
+      std::cout << "spawnpoint-agent " << spawnpoint::kVersion << "\n";
       return 0;
     case AgentCommand::kPlan:
       return PlanCommand(*options);

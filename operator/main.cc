@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "common/version.h"
 #include "operator/app/operator_app.h"
 #include "operator/app/options.h"
 
@@ -15,6 +16,10 @@ int main(int argc, char** argv) {
   }
   if (options->help) {
     std::cout << spawnpoint::op::OperatorUsage();
+    return 0;
+  }
+  if (options->version) {
+    std::cout << "spawnpoint-operator " << spawnpoint::kVersion << "\n";
     return 0;
   }
   return spawnpoint::op::RunOperator(*options);

@@ -120,6 +120,7 @@ std::vector<Outgoing> GangCoordinator::Fail(int node, RankFailure failure) {
 std::vector<Outgoing> GangCoordinator::Decide() {
   std::vector<RankFailure> failures;
   for (const auto& [node, f] : failures_) failures.push_back(f);
+  const RankFailure first = failures.front();
   RankFailure cause = PickRootCause(std::move(failures));
   const Clock::Duration ran = clock_->Now() - attempt_start_;
   quick_failures_ = api::QuickFailuresAfter(options_.policy, quick_failures_, ran);
@@ -136,6 +137,9 @@ std::vector<Outgoing> GangCoordinator::Decide() {
                   {"message", d.message},
                   {"backoffMs", d.backoff.count()},
                   {"failure", cause.ToJson()}};
+  if (cause.rank != first.rank || cause.node_rank != first.node_rank) {
+    verdict["causeCameFirst"] = true;  // reported after a consequence of it
+  }
   if (d.restart) {
     ++attempt_;
     phase_ = Phase::kBarrier;

@@ -139,6 +139,9 @@ void GangServer::Loop() {
   auto dispatch = [&](const std::vector<Outgoing>& out) {
     for (const Outgoing& o : out) {
       if (o.node == kEveryNode) {
+        if (o.body.value("causeCameFirst", false)) {
+          say("the cause came first: " + RankFailure::FromJson(o.body["failure"]).Line());
+        }
         if (options_.on_broadcast) options_.on_broadcast(o.body);
         for (const auto& [node, fd] : node_fd) SendJson(fd, o.body);
       } else if (auto it = node_fd.find(o.node); it != node_fd.end()) {

@@ -87,6 +87,7 @@ LocalCluster::Outcome LocalCluster::GangOutcome() const {
   std::ifstream status(StatusPath(0));
   nlohmann::json s = nlohmann::json::parse(status, nullptr, false);
   if (s.is_object() && s["restarts"].is_number_integer()) out.restarts = s["restarts"];
+  if (s.is_object() && s["lastFailure"].is_object()) out.last_failure = s["lastFailure"];
   for (int i = 0; i < nnodes_; ++i) {
     std::ifstream in(LogPath(i));
     nlohmann::json j = nlohmann::json::parse(in, nullptr, false);

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "agent/cli/options.h"
 #include "agent/run/node_facts.h"
 #include "agent/supervisor/exit_cause.h"
@@ -44,6 +46,7 @@ class LocalCluster {
   struct Outcome {
     int restarts = 0;
     std::string verdict, verdict_message;
+    nlohmann::json last_failure;  // node 0's status document's lastFailure (null: none)
   };
   Outcome GangOutcome() const;
 

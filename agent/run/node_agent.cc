@@ -264,11 +264,17 @@ StatusOr<GangResult> NodeAgent::RunAttempt(int restart) {
   if (gang_) {
     // Another node's rank failed (or the coordinator is gone): this node's ranks stop.
     go.tick_interval = milliseconds(50);
+    // A rank's failure goes to the coordinator at once, not after this node's teardown:
+    // the other nodes' collective errors that follow must not be weighed without it.
+    go.on_failure = [this](const RankFailure& f) {
+      ReportToGang({{"t", "exit"}, {"attempt", restart_}, {"ok", false}, {"failure", f.ToJson()}});
+    };
     go.check_health =
         [this, stalls = std::move(go.check_health)](
             const std::vector<std::pair<int, pid_t>>& running) -> std::optional<RankFailure> {
       if (gang_->StopSeen(restart_)) {
         stopped_by_gang_ = true;
+        ReportToGang({{"t", "exit"}, {"attempt", restart_}, {"ok", false}, {"stopped", true}});
         RankFailure f;
         f.node_rank = node_rank_;
         f.status.signal = SIGTERM;
@@ -306,6 +312,11 @@ AttemptDecision NodeAgent::Decide(const GangResult& result) {
   if (d.phase == AgentPhase::kFailed && !outcome.verdict.empty()) {
     d.reason = outcome.verdict;
     d.message = outcome.verdict_message;
+  }
+  // The failures the gang restarted from are in node 0's document: this one says the last.
+  if (!d.failure && outcome.last_failure.is_object() && status_) {
+    status_->OnRankFailure(outcome.last_failure.value("rank", -1),
+                           outcome.last_failure.value("reason", ""), outcome.last_failure);
   }
   return d;
 }

@@ -102,6 +102,9 @@ class NodeAgent {
   // Waits (up to the join timeout) until the connection to the coordinator is back; false
   // when it is not, or a termination signal came (*signal set).
   bool AwaitReconnection(int* signal);
+  // Tells the coordinator how this node's attempt ended, once per attempt (the first of a
+  // rank's failure and a stop wins).
+  void ReportToGang(const nlohmann::json& exit);
 
   // Constant after Create().
   const AgentOptions options_;
@@ -137,7 +140,8 @@ class NodeAgent {
   int quick_failures_ = 0;  // failures in a row of attempts shorter than resetAfterSeconds
   std::unique_ptr<gang::GangServer> gang_server_;  // --gang on node 0: the coordinator
   std::unique_ptr<gang::GangPeer> gang_;           // --gang: this agent's connection
-  bool stopped_by_gang_ = false;  // the attempt's ranks were stopped for another node
+  bool stopped_by_gang_ = false;   // the attempt's ranks were stopped for another node
+  bool reported_to_gang_ = false;  // the attempt's end was told to the coordinator
 };
 
 }  // namespace spawnpoint::agent

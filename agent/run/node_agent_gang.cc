@@ -91,6 +91,12 @@ std::optional<json> NodeAgent::AwaitGang(const std::vector<std::string>& kinds, 
   return std::nullopt;
 }
 
+void NodeAgent::ReportToGang(const json& exit) {
+  if (reported_to_gang_) return;
+  reported_to_gang_ = true;
+  if (!gang_->Send(exit)) reported_to_gang_ = false;  // told after the attempt, if back
+}
+
 bool NodeAgent::AwaitReconnection(int* signal) {
   const Clock::TimePoint deadline = clock_->Now() + kJoinTimeout;
   while (!gang_->Connected()) {
@@ -167,6 +173,7 @@ int NodeAgent::RunInGang() {
     port_ = m->value("port", port_);
     gang_->Started(restart_);
     stopped_by_gang_ = false;
+    reported_to_gang_ = false;
     StatusOr<GangResult> result = RunAttempt(restart_);
     gang_->Ended();
     if (!result.ok()) return Fail(result.status());
@@ -179,7 +186,8 @@ int NodeAgent::RunInGang() {
     } else if (result->failure) {
       exit["failure"] = result->failure->ToJson();
     }
-    bool lost = !gang_->Send(exit);
+    // A failure was told as it happened (GangOptions::on_failure); a success is told now.
+    bool lost = !(reported_to_gang_ ? gang_->Connected() : gang_->Send(exit));
     std::optional<json> verdict;
     while (!lost) {
       verdict = AwaitGang({"verdict"}, kJoinTimeout, &sig);

@@ -254,6 +254,7 @@ GangResult Gang::Run(std::vector<GangMember> members) {
     result.outcome = GangOutcome::kFailed;
     result.failure = f;
     candidates.push_back(f);
+    if (options_.on_failure) options_.on_failure(f);
   };
   // A member that failed after the gang began to stop: a candidate unless the gang's own
   // signal ended it (a member that is an agent reports what its ranks did, when they failed).

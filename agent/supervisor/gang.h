@@ -61,6 +61,9 @@ struct GangOptions {
   // fills in the rank that failed under it, with that rank's exit code and cause, and
   // returns true; false when it has no rank's failure to report (it was stopped).
   std::function<bool(RankFailure& failure)> refine_failure;
+  // Called with the attempt's first failure as soon as it is recorded, before the other
+  // members are stopped (the gang of nodes tells its coordinator at once).
+  std::function<void(const RankFailure& failure)> on_failure;
   Clock* clock = RealClock::Get();  // deadlines and intervals; must outlive Run()
   // A failed attempt's Run() returns once nothing of it can run user code again (every
   // member and every process of their groups has entered the kernel's exit, or is gone),

@@ -74,6 +74,7 @@ flags:
   --kube-api-qps Q, --kube-api-burst B
                                   client-side rate limit (default 50 and 100)
   --log-level LEVEL               debug, info, warning or error (default info)
+  --version                       print the version and exit
   -h, --help                      this text
 )";
 }
@@ -154,6 +155,10 @@ StatusOr<OperatorOptions> ParseOperatorArgs(const std::vector<std::string>& args
     const std::string& value = arg.value;
     if (flag == "-h" || flag == "--help") {
       o.help = true;
+      return o;
+    }
+    if (flag == "--version") {
+      o.version = true;
       return o;
     }
     if (flag == "--leader-elect") {

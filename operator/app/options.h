@@ -13,6 +13,7 @@ namespace spawnpoint::op {
 
 struct OperatorOptions {
   bool help = false;
+  bool version = false;  // --version: print the version and exit
   std::string kubeconfig;  // "": in-cluster, else $KUBECONFIG or ~/.kube/config
   std::string context;
   std::string ns;  // "": every namespace

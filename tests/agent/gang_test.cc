@@ -106,6 +106,25 @@ TEST_F(CoordinatorTest, FailuresWithinTheSettlingWindowAreWeighedAndTheFirstCaus
   EXPECT_EQ(verdict["failure"]["rank"], 1);
 }
 
+// Node 1's rank fails with a collective error because node 0's rank was killed, and its
+// report arrives first: the kill (earlier, and not a collective's error) is the cause.
+TEST_F(CoordinatorTest, AConsequenceReportedFirstYieldsToItsCause) {
+  GangCoordinator c(Options(2, 3), &clock_);
+  StartBoth(c, 0);
+  RankFailure gloo = Exit1(1);
+  gloo.cause = {*ExitReasonFromName("CollectiveError"), "a collective failed"};
+  gloo.failed_at_ms = 2'000;
+  RankFailure killed = Killed(0);
+  killed.failed_at_ms = 1'000;
+  Only(c.Exit(1, 0, gloo), "stop");
+  json verdict = Only(c.Exit(0, 0, killed), "verdict");
+  EXPECT_EQ(verdict["decision"], "restart") << "exit 1 alone would not be retried";
+  EXPECT_EQ(verdict["failure"]["rank"], 0);
+  EXPECT_EQ(verdict["failure"]["reason"], "Killed");
+  EXPECT_EQ(verdict["causeCameFirst"], true);
+  EXPECT_EQ(verdict["failure"]["consequences"][0]["rank"], 1);
+}
+
 TEST_F(CoordinatorTest, ANodeThatDoesNotReportIsDecidedAfterTheSettlingWindow) {
   GangCoordinator c(Options(2, 3), &clock_);
   StartBoth(c, 0);

@@ -86,6 +86,8 @@ TEST(OperatorOptionsTest, RejectsBadFlagsByName) {
               HasSubstr("must be longer than --leader-elect-renew-deadline"));
   EXPECT_THAT(ParseOperatorArgs({"--namespace"}).status().message(), HasSubstr("missing value"));
   EXPECT_TRUE(ParseOperatorArgs({"--help"})->help);
+  EXPECT_TRUE(ParseOperatorArgs({"--version"})->version);
+  EXPECT_FALSE(ParseOperatorArgs({})->version);
 }
 
 TEST(HttpTest, ReaderOverLoopback) {
