@@ -20,7 +20,7 @@ ARG BASE_IMAGE
 ARG VERSION=dev
 ARG REVISION=unknown
 ARG SOURCE=https://example.invalid/spawnpoint
-ARG LICENSES=NOASSERTION
+ARG LICENSES=Apache-2.0
 LABEL org.opencontainers.image.title="spawnpoint-agent" \
       org.opencontainers.image.description="The spawnpoint node agent as a self-contained bundle in /opt/spawnpoint, copied into training pods by an init container" \
       org.opencontainers.image.version="${VERSION}" \

@@ -14,7 +14,7 @@ FROM scratch
 ARG VERSION=dev
 ARG REVISION=unknown
 ARG SOURCE=https://example.invalid/spawnpoint
-ARG LICENSES=NOASSERTION
+ARG LICENSES=Apache-2.0
 LABEL org.opencontainers.image.title="spawnpoint-operator" \
       org.opencontainers.image.description="The spawnpoint operator: TrainingJobs (spawnpoint.dev/v1alpha1) into gangs of pods" \
       org.opencontainers.image.version="${VERSION}" \

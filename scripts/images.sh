@@ -61,6 +61,9 @@ bundle=$build/agent-bundle
 # The version: the one the binaries report, which must be the tag the chart names.
 reported=$("$bundle/bin/spawnpoint-agent" --version) || die "$bundle/bin/spawnpoint-agent --version failed"
 version=${reported##* }
+operator_reported=$("$operator_bin" --version) || die "$operator_bin --version failed"
+[ "${operator_reported##* }" = "$version" ] ||
+  die "the operator reports '$operator_reported' but the agent '$reported': one version for both"
 app_version=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' "$repo/charts/spawnpoint/Chart.yaml")
 [ "$version" = "$app_version" ] ||
   die "the agent reports version '$version' ($reported) but charts/spawnpoint/Chart.yaml's" \
@@ -178,7 +181,7 @@ fi
 
 # --- the two images -----------------------------------------------------------------------
 build_args=(--build-arg "VERSION=$version" --build-arg "REVISION=$revision"
-  --build-arg "SOURCE=$source_url" --build-arg "LICENSES=NOASSERTION")
+  --build-arg "SOURCE=$source_url" --build-arg "LICENSES=Apache-2.0")
 epoch=$(git -C "$repo" log -1 --format=%ct 2>/dev/null || date +%s)
 build_one() {  # NAME REF [extra build arguments]
   local name=$1 ref=$2 started=$SECONDS

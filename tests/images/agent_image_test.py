@@ -98,6 +98,8 @@ def check_image(checks, image, version):
                  "the image's entry point")
     checks.equal(labels.get("org.opencontainers.image.version"), version,
                  "label org.opencontainers.image.version")
+    checks.equal(labels.get("org.opencontainers.image.licenses"), "Apache-2.0",
+                 "label org.opencontainers.image.licenses (LICENSE)")
     for label in ("source", "licenses", "revision", "title"):
         checks.check(bool(labels.get("org.opencontainers.image." + label)),
                      "label org.opencontainers.image.%s: %r" % (

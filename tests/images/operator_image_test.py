@@ -120,6 +120,7 @@ class OperatorImageTest(unittest.TestCase):
         self.assertEqual(labels.get("org.opencontainers.image.version"), app_version())
         for label in ("source", "licenses", "revision", "title"):
             self.assertTrue(labels.get("org.opencontainers.image." + label), label)
+        self.assertEqual(labels.get("org.opencontainers.image.licenses"), "Apache-2.0")
         # Nothing but the operator, its libraries and loader, and ALLOWED: no shell, no apt.
         files = []
         for dirpath, dirnames, filenames in os.walk(root):
