@@ -21,6 +21,7 @@
 #include "operator/kube/leader_election.h"
 #include "operator/metrics/operator_metrics.h"
 #include "operator/utilisation/agent_status.h"
+#include "operator/utilisation/gang_watcher.h"
 #include "operator/utilisation/utilisation_poller.h"
 
 namespace spawnpoint::op {
@@ -146,6 +147,15 @@ int RunOperator(const OperatorOptions& o) {
         if (controller_ptr) controller_ptr->Enqueue(ns, name);
       });
 
+  // The in-place gangs' agents, read more often and with a shorter timeout than utilisation.
+  HttpAgentStatusReader gang_reader(std::chrono::seconds(1));
+  GangWatcher gang_watcher(
+      &gang_reader, &wall, GangWatchOptions{o.gang_status_interval, o.agent_status_port},
+      [&] { return controller_ptr ? controller_ptr->GangJobs() : std::vector<GangJob>(); },
+      [&](const std::string& ns, const std::string& name) {
+        if (controller_ptr) controller_ptr->Enqueue(ns, name);
+      });
+
   ControllerOptions co;
   co.ns = o.ns;
   co.workers = o.max_concurrent_reconciles;
@@ -155,6 +165,8 @@ int RunOperator(const OperatorOptions& o) {
   co.reconciler.pods.agent_path = o.agent_path;
   co.reconciler.pods.master_addr = o.master_addr;
   co.reconciler.pods.status_port = o.agent_status_port;
+  co.reconciler.pods.gang_port = o.agent_gang_port;
+  co.reconciler.gang = &gang_watcher;
   co.reconciler.pending_timeout = o.pending_timeout;
   if (o.crash_after_pod_creates > 0) {
     auto created = std::make_shared<std::atomic<int>>(0);
@@ -175,6 +187,7 @@ int RunOperator(const OperatorOptions& o) {
     metrics.SetLeader(true);
     controller.StartWorkers();
     poller.Start();
+    gang_watcher.Start();
   };
   // Created before the probes are served, so /readyz never sees it appear.
   std::unique_ptr<kube::LeaderElector> elector;
@@ -269,6 +282,7 @@ int RunOperator(const OperatorOptions& o) {
   }
   // Stop acting first, then hand the lease over, so two leaders never overlap.
   poller.Stop();
+  gang_watcher.Stop();
   controller.Stop();
   if (elector) {
     elector->Stop();

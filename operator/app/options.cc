@@ -67,9 +67,13 @@ flags:
   --master-addr ADDR              MASTER_ADDR for every job instead of <job>-node-0.<job>
                                   (a job's spawnpoint.dev/master-addr annotation wins)
   --agent-status-port P           the agents' status port (default 9400)
+  --agent-gang-port P             where node 0's agent of a job that restarts in place
+                                  (restartPolicy.mode InPlace) serves the gang (default 29400)
   --max-concurrent-reconciles N   workers reconciling different jobs at once (default 4)
   --pending-timeout D             report pods Pending longer than D (default 5m)
   --utilisation-interval D        read running pods' agent status every D (default 30s; 0 off)
+  --gang-status-interval D        read the agents of jobs that restart in place every D, to
+                                  mirror their restarts (default 500ms; 0 off)
   --resync-period D               reconcile every job again every D (default 0: events only)
   --kube-api-qps Q, --kube-api-burst B
                                   client-side rate limit (default 50 and 100)
@@ -122,9 +126,11 @@ StatusOr<OperatorOptions> ParseOperatorArgs(const std::vector<std::string>& args
       {"--agent-path", str(&o.agent_path)},
       {"--master-addr", str(&o.master_addr)},
       {"--agent-status-port", integer(&o.agent_status_port, 1, 65535)},
+      {"--agent-gang-port", integer(&o.agent_gang_port, 1, 65535)},
       {"--max-concurrent-reconciles", integer(&o.max_concurrent_reconciles, 1, 256)},
       {"--pending-timeout", duration(&o.pending_timeout, false)},
       {"--utilisation-interval", duration(&o.utilisation_interval, true)},
+      {"--gang-status-interval", duration(&o.gang_status_interval, true)},
       {"--resync-period", duration(&o.resync_period, true)},
       {"--kube-api-qps",
        [&](const std::string& flag, const std::string& v) {

@@ -30,9 +30,13 @@ struct OperatorOptions {
   std::string agent_path;   // non-empty: the trainer images have the agent here
   std::string master_addr;  // non-empty: MASTER_ADDR for every job
   int agent_status_port = 9400;
+  int agent_gang_port = 29400;  // node 0's agent's gang channel (restartPolicy.mode InPlace)
   int max_concurrent_reconciles = 4;
   Clock::Duration pending_timeout = std::chrono::minutes(5);
   Clock::Duration utilisation_interval = std::chrono::seconds(30);  // 0: off
+  // In-place gangs' agents are read this often (0: off; their restarts then show only when
+  // the job ends).
+  Clock::Duration gang_status_interval = std::chrono::milliseconds(500);
   Clock::Duration resync_period{0};
   double kube_api_qps = 50;
   int kube_api_burst = 100;

@@ -8,7 +8,8 @@ namespace spawnpoint::op {
 
 inline constexpr const char* kJobNameLabel = "spawnpoint.dev/job-name";
 inline constexpr const char* kNodeRankLabel = "spawnpoint.dev/node-rank";
-// The attempt a pod belongs to: status.restarts when the gang was created.
+// The attempt a pod belongs to: status.restarts when it was created (with restartPolicy.mode
+// InPlace the pods keep it across in-place restarts).
 inline constexpr const char* kAttemptLabel = "spawnpoint.dev/attempt";
 
 // On a TrainingJob: the trainer image already has the agent at this path (no init container).
@@ -33,6 +34,13 @@ inline std::string ServiceName(const std::string& job) { return job; }
 // The default rendezvous address: node 0's stable DNS name through the headless Service.
 inline std::string DefaultMasterAddr(const std::string& job) {
   return PodName(job, 0) + "." + ServiceName(job);
+}
+
+// The Secret holding the token of the job's gang channel (restartPolicy.mode InPlace):
+// "<job>-gang-<the first 8 characters of the job's UID>", so a Secret left by an earlier job
+// of the same name (not yet garbage-collected) is never taken for this one's.
+inline std::string GangSecretName(const std::string& job, const std::string& job_uid) {
+  return job + "-gang-" + job_uid.substr(0, 8);
 }
 
 }  // namespace spawnpoint::op

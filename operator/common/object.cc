@@ -1,6 +1,7 @@
 #include "operator/common/object.h"
 
 #include <charconv>
+#include <optional>
 
 #include "operator/common/names.h"
 
@@ -62,6 +63,18 @@ std::string PodPhase(const Json& pod) { return Str(pod, "/status/phase"_json_poi
 
 int NodeRankOf(const Json& pod) { return ParseNonNegative(LabelOf(pod, kNodeRankLabel)); }
 int AttemptOf(const Json& pod) { return ParseNonNegative(LabelOf(pod, kAttemptLabel)); }
+
+bool OfCurrentGang(const Json& job, const Json& pod) {
+  const Json status = job.value("status", Json::object());
+  auto number = [&](const char* key) -> std::optional<int> {
+    if (!status.is_object() || !status.contains(key) || !status[key].is_number_integer()) {
+      return std::nullopt;
+    }
+    return status[key].get<int>();
+  };
+  if (std::optional<int> gang = number("gangAttempt")) return AttemptOf(pod) >= *gang;
+  return AttemptOf(pod) == number("restarts").value_or(0);
+}
 
 const Json* ContainerStatus(const Json& pod, const std::string& container) {
   if (!pod.contains("status")) return nullptr;

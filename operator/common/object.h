@@ -25,6 +25,9 @@ std::string PodPhase(const Json& pod);
 // The spawnpoint.dev/node-rank and spawnpoint.dev/attempt labels; -1 if absent or malformed.
 int NodeRankOf(const Json& pod);
 int AttemptOf(const Json& pod);
+// Whether `pod` belongs to the current gang of TrainingJob `job` (as cached): attempt label
+// >= status.gangAttempt when set (restartPolicy.mode InPlace), else == status.restarts.
+bool OfCurrentGang(const Json& job, const Json& pod);
 // status.containerStatuses[] entry of the named container, or nullptr.
 const Json* ContainerStatus(const Json& pod, const std::string& container);
 // The controller ownerReference's name when it is a TrainingJob, else "".

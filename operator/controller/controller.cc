@@ -1,6 +1,8 @@
 #include "operator/controller/controller.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <tuple>
 
 #include "operator/common/names.h"
 #include "operator/common/object.h"
@@ -192,16 +194,38 @@ std::vector<RunningJob> Controller::RunningJobs() const {
     if (job->contains(straggler) && job->at(straggler).is_object()) {
       r.straggler = job->at(straggler);
     }
-    int attempt = 0;
-    if (job->contains("status") && (*job)["status"].contains("restarts")) {
-      attempt = (*job)["status"]["restarts"].get<int>();
-    }
     for (const auto& pod : pods_.store().ByIndex(kube::kOwnerUidIndex, UidOf(*job))) {
-      if (AttemptOf(*pod) != attempt || PodPhase(*pod) != "Running") continue;
+      if (!OfCurrentGang(*job, *pod) || PodPhase(*pod) != "Running") continue;
       std::string ip = Str(*pod, "/status/podIP"_json_pointer);
       if (!ip.empty()) r.pods.emplace_back(NameOf(*pod), ip);
     }
     out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<GangJob> Controller::GangJobs() const {
+  std::vector<GangJob> out;
+  for (const auto& job : jobs_.store().List()) {
+    const std::string phase = Str(*job, "/status/phase"_json_pointer);
+    if (phase != "Running" && phase != "Restarting") continue;
+    const auto mode = "/spec/restartPolicy/mode"_json_pointer;
+    const auto nodes = "/spec/nodes"_json_pointer;
+    if (job->contains(mode) && job->at(mode) != "InPlace") continue;
+    if (!job->contains(nodes) || !job->at(nodes).is_number_integer() || job->at(nodes) < 2)
+      continue;
+    std::vector<std::tuple<int, std::string, std::string>> pods;
+    for (const auto& pod : pods_.store().ByIndex(kube::kOwnerUidIndex, UidOf(*job))) {
+      if (!OfCurrentGang(*job, *pod) || PodPhase(*pod) != "Running" || IsTerminating(*pod)) {
+        continue;
+      }
+      std::string ip = Str(*pod, "/status/podIP"_json_pointer);
+      if (!ip.empty()) pods.emplace_back(NodeRankOf(*pod), NameOf(*pod), ip);
+    }
+    std::sort(pods.begin(), pods.end());
+    GangJob g{NamespaceOf(*job), NameOf(*job), {}};
+    for (auto& [node, name, ip] : pods) g.pods.emplace_back(std::move(name), std::move(ip));
+    out.push_back(std::move(g));
   }
   return out;
 }

@@ -24,6 +24,7 @@
 #include "operator/kube/workqueue.h"
 #include "operator/metrics/operator_metrics.h"
 #include "operator/reconciler/reconciler.h"
+#include "operator/utilisation/gang_watcher.h"
 #include "operator/utilisation/utilisation_poller.h"
 
 namespace spawnpoint::op {
@@ -54,6 +55,9 @@ class Controller {
   void Enqueue(const std::string& ns, const std::string& name);
   // Running jobs and their pods' IPs, for the utilisation poller.
   std::vector<RunningJob> RunningJobs() const;
+  // Running or Restarting jobs whose gang restarts in place, and their current pods' IPs in
+  // node order, for the gang watcher.
+  std::vector<GangJob> GangJobs() const;
 
   const kube::Store& jobs() const { return jobs_.store(); }
   const kube::Store& pods() const { return pods_.store(); }

@@ -57,6 +57,10 @@ StatusOr<json> KubeCluster::CreateService(const json& service) {
   return client_->Create(kube::resources::Services(), service);
 }
 
+StatusOr<json> KubeCluster::CreateSecret(const json& secret) {
+  return client_->Create(kube::resources::Secrets(), secret);
+}
+
 Status KubeCluster::DeleteService(const std::string& ns, const std::string& name,
                                   const std::string& uid) {
   kube::DeleteOptions options;

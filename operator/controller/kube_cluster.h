@@ -25,6 +25,7 @@ class KubeCluster : public Cluster {
   StatusOr<nlohmann::json> CreateService(const nlohmann::json& service) override;
   Status DeleteService(const std::string& ns, const std::string& name,
                        const std::string& uid) override;
+  StatusOr<nlohmann::json> CreateSecret(const nlohmann::json& secret) override;
   StatusOr<nlohmann::json> UpdateJobStatus(const nlohmann::json& job) override;
   Status DeleteJob(const std::string& ns, const std::string& name, const std::string& uid) override;
   void RecordEvent(const nlohmann::json& job, EventType type, const std::string& reason,

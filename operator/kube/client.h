@@ -43,6 +43,7 @@ inline GroupVersionResource Pods() { return {"", "v1", "pods"}; }
 inline GroupVersionResource Services() { return {"", "v1", "services"}; }
 inline GroupVersionResource Namespaces() { return {"", "v1", "namespaces"}; }
 inline GroupVersionResource ConfigMaps() { return {"", "v1", "configmaps"}; }
+inline GroupVersionResource Secrets() { return {"", "v1", "secrets"}; }
 inline GroupVersionResource Events() { return {"", "v1", "events"}; }
 inline GroupVersionResource Leases() { return {"coordination.k8s.io", "v1", "leases"}; }
 inline GroupVersionResource TrainingJobs() {

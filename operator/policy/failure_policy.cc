@@ -4,6 +4,7 @@
 #include <optional>
 #include <tuple>
 
+#include "operator/common/names.h"
 #include "operator/common/object.h"
 #include "operator/common/wall_clock.h"
 
@@ -211,6 +212,70 @@ PodFailure ClassifyPodFailure(const json& pod, const std::string& trainer,
   if (f.reason.empty()) f.reason = "Error";
   f.retryable = agent_retryable.value_or(f.exit_code != 0 &&
                                          api::IsRetryableFailure(policy, f.exit_code, f.reason));
+  return f;
+}
+
+std::optional<GangVerdict> GangVerdictOf(const json& pod, const std::string& trainer) {
+  const json* cs = ContainerStatus(pod, trainer);
+  if (cs == nullptr || !cs->contains("state") || !(*cs)["state"].contains("terminated")) {
+    return std::nullopt;
+  }
+  const json& terminated = (*cs)["state"]["terminated"];
+  if (terminated.value("exitCode", 0) != 1) return std::nullopt;
+  json message = json::parse(terminated.value("message", ""), nullptr, /*allow_exceptions=*/false);
+  if (!message.is_object() || !message.contains("verdict") || !message["verdict"].is_string()) {
+    return std::nullopt;
+  }
+  GangVerdict v;
+  v.verdict = message["verdict"].get<std::string>();
+  v.message = message.contains("verdictMessage") && message["verdictMessage"].is_string()
+                  ? message["verdictMessage"].get<std::string>()
+                  : "";
+  if (message.contains("restarts") && message["restarts"].is_number_integer()) {
+    v.restarts = message["restarts"].get<int>();
+  }
+  v.node = message.contains("nodeRank") && message["nodeRank"].is_number_integer()
+               ? message["nodeRank"].get<int>()
+               : NodeRankOf(pod);
+  return v;
+}
+
+PodFailure FailureFromAgent(const json& failure, const std::string& job) {
+  PodFailure f;
+  f.retryable = true;
+  if (!failure.is_object()) return f;
+  auto text = [&](const char* key) {
+    return failure.contains(key) && failure[key].is_string() ? failure[key].get<std::string>()
+                                                             : std::string();
+  };
+  auto integer = [&](const char* key, int fallback) {
+    return failure.contains(key) && failure[key].is_number_integer() ? failure[key].get<int>()
+                                                                     : fallback;
+  };
+  f.node = integer("nodeRank", 0);
+  f.pod = PodName(job, f.node);
+  f.rank = integer("rank", -1);
+  f.exit_code = integer("exitCode", 0);
+  if (f.exit_code > 128 && f.exit_code < 128 + 65) f.signal = f.exit_code - 128;
+  f.reason = text("reason");
+  f.message = text("message");
+  f.line = text("line");
+  f.exception = text("exception");
+  f.log_tail = KeepLastLines(text("logTail"), kMaxLogTailBytes);
+  f.log_stream = text("logStream");
+  f.stack = TrimStack(text("stack"), kMaxFailureStackBytes);
+  f.failed_at = !text("failedAt").empty() ? text("failedAt") : text("time");
+  if (failure.contains("consequences") && failure["consequences"].is_array()) {
+    for (const json& c : failure["consequences"]) {
+      if (!c.is_object()) continue;
+      json peer = {{"node", c.value("nodeRank", f.node)},
+                   {"rank", c.value("rank", -1)},
+                   {"exitCode", c.value("exitCode", 0)},
+                   {"reason", c.value("reason", "")}};
+      if (c.contains("line") && c["line"].is_string()) peer["line"] = c["line"];
+      f.consequences.push_back(peer);
+    }
+  }
   return f;
 }
 

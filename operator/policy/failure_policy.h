@@ -12,6 +12,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,24 @@ using api::IsRetryableExitCode;  // the rule the agent applies too (api/restart_
 // `pod` is in phase Failed; `trainer` is the name of the container that runs the agent.
 PodFailure ClassifyPodFailure(const nlohmann::json& pod, const std::string& trainer,
                               const api::RestartPolicy& policy);
+
+// restartPolicy.mode InPlace: what an agent of the gang said when it exited because the gang
+// gave up (its termination message: the root failure with "nodeRank", "restarts" and
+// "verdict": MaxRestartsReached, NonRetryableFailure, NodeLost, ...).
+struct GangVerdict {
+  std::string verdict;  // why the gang was not restarted
+  std::string message;  // the agents' explanation ("verdictMessage")
+  int restarts = 0;     // restarts the gang made, job-wide
+  int node = 0;         // the node whose rank failed (not necessarily this pod's)
+};
+// The verdict in the trainer container's termination message of `pod`, when it exited 1 with
+// one; nullopt for any other failure (the pod evicted, the agent killed or unable to start).
+std::optional<GangVerdict> GangVerdictOf(const nlohmann::json& pod, const std::string& trainer);
+
+// A failure as an agent's /status document states it (its lastFailure: rank, nodeRank,
+// exitCode, signal, reason, message, line, exception, logTail, logStream, failedAt or time,
+// consequences) for the pod of its node in `job`; retryable, as the gang restarted after it.
+PodFailure FailureFromAgent(const nlohmann::json& failure, const std::string& job);
 
 // The failure that ended the attempt when several pods failed (the others usually failed
 // because a peer vanished): the earliest, by the agent's failedAt (ms) when it reported one,

@@ -1,6 +1,7 @@
 #include "operator/reconciler/children.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 
 #include "operator/common/names.h"
@@ -78,6 +79,37 @@ std::string AgentPath(const api::TrainingJob& job, const PodSettings& settings) 
   return std::string(kAgentMountPath) + "/bin/spawnpoint-agent";
 }
 
+bool RestartsInPlace(const api::TrainingJob& job) {
+  return job.spec.restart_policy.mode == api::RestartMode::kInPlace && job.spec.nodes > 1;
+}
+
+json BuildGangSecret(const api::TrainingJob& job, const json& owner, const std::string& token) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"metadata",
+           {{"name", GangSecretName(job.name, UidOf(owner))},
+            {"namespace", job.namespace_},
+            {"labels", Labels(job, json::object())},
+            {"ownerReferences", json::array({ControllerReference(owner)})}}},
+          {"type", "Opaque"},
+          {"stringData", {{kGangTokenKey, token}}}};
+}
+
+StatusOr<std::string> NewGangToken() {
+  unsigned char bytes[32];
+  FILE* f = std::fopen("/dev/urandom", "rb");
+  const size_t got = f ? std::fread(bytes, 1, sizeof(bytes), f) : 0;
+  if (f) std::fclose(f);
+  if (got != sizeof(bytes)) return Unavailable("cannot read 32 bytes from /dev/urandom");
+  static const char kHex[] = "0123456789abcdef";
+  std::string token;
+  for (unsigned char b : bytes) {
+    token += kHex[b >> 4];
+    token += kHex[b & 15];
+  }
+  return token;
+}
+
 json JobForAgent(const api::TrainingJob& job) {
   api::TrainingJob copy = job;
   copy.status = json();
@@ -133,9 +165,14 @@ json BuildPod(const api::TrainingJob& job, const json& owner, int node, int atte
       AnnotationOf(json{{"metadata", job.metadata}}, kAgentPathAnnotation).empty() &&
       settings.agent_path.empty();
 
+  const bool in_place = RestartsInPlace(job);
   json volumes = json::array(
       {{{"name", kShmVolume}, {"emptyDir", {{"medium", "Memory"}, {"sizeLimit", spec.shm_size}}}}});
   if (install_agent) volumes.push_back({{"name", kAgentVolume}, {"emptyDir", json::object()}});
+  if (in_place) {
+    volumes.push_back({{"name", kGangVolume},
+                       {"secret", {{"secretName", GangSecretName(job.name, UidOf(owner))}}}});
+  }
   MergeByKey(pod_spec["volumes"], volumes, "name");
 
   if (install_agent) {
@@ -170,13 +207,31 @@ json BuildPod(const api::TrainingJob& job, const json& owner, int node, int atte
   json& trainer = containers[TrainerIndex(containers)];
   const std::string master = MasterAddr(job, settings);
   const int ranks = api::RanksPerNode(spec);
-  trainer["command"] =
+  json command =
       json::array({agent, "run", "--job-env", kJobEnv, "--node-rank", std::to_string(node),
                    "--nnodes", std::to_string(spec.nodes), "--master-addr", master, "--master-port",
-                   std::to_string(spec.rendezvous_port), "--max-restarts", "0", "--restart-count",
-                   std::to_string(attempt), "--termination-log", "/dev/termination-log",
-                   // Where the operator reads it (--agent-status-port), on every interface.
-                   "--metrics-addr", ":" + std::to_string(settings.status_port)});
+                   std::to_string(spec.rendezvous_port)});
+  if (in_place) {
+    // The agents restart the gang themselves, with the job's whole budget, counting from the
+    // restarts made so far; node 0's agent coordinates on the gang port.
+    for (const std::string& a :
+         {std::string("--gang"), master + ":" + std::to_string(settings.gang_port),
+          std::string("--gang-token-file"), std::string(kGangMountPath) + "/" + kGangTokenKey,
+          std::string("--max-restarts"), std::to_string(spec.restart_policy.max_restarts)}) {
+      command.push_back(a);
+    }
+  } else {
+    command.push_back("--max-restarts");
+    command.push_back("0");
+  }
+  for (const std::string& a :
+       {std::string("--restart-count"), std::to_string(attempt), std::string("--termination-log"),
+        std::string("/dev/termination-log"),
+        // Where the operator reads it (--agent-status-port), everywhere.
+        std::string("--metrics-addr"), ":" + std::to_string(settings.status_port)}) {
+    command.push_back(a);
+  }
+  trainer["command"] = command;
   trainer.erase("args");  // the trainer's command and args travel inside the job
   trainer["terminationMessagePath"] = "/dev/termination-log";
   trainer["terminationMessagePolicy"] = "FallbackToLogsOnError";
@@ -204,6 +259,9 @@ json BuildPod(const api::TrainingJob& job, const json& owner, int node, int atte
 
   json mounts = json::array({{{"name", kShmVolume}, {"mountPath", "/dev/shm"}}});
   if (install_agent) mounts.push_back({{"name", kAgentVolume}, {"mountPath", kAgentMountPath}});
+  if (in_place) {
+    mounts.push_back({{"name", kGangVolume}, {"mountPath", kGangMountPath}, {"readOnly", true}});
+  }
   // Our /dev/shm replaces any mount the template put there.
   json kept = json::array();
   for (const auto& m : trainer.value("volumeMounts", json::array())) {
@@ -216,6 +274,9 @@ json BuildPod(const api::TrainingJob& job, const json& owner, int node, int atte
   json ports = json::array(
       {{{"name", "rendezvous"}, {"containerPort", spec.rendezvous_port}, {"protocol", "TCP"}},
        {{"name", "agent-status"}, {"containerPort", settings.status_port}, {"protocol", "TCP"}}});
+  if (in_place) {
+    ports.push_back({{"name", "gang"}, {"containerPort", settings.gang_port}, {"protocol", "TCP"}});
+  }
   MergeByKey(trainer["ports"], ports, "name");
 
   if (spec.gpus_per_node > 0) {

@@ -7,17 +7,24 @@
 //    operator owns restarts), the GPU limit, a memory emptyDir at /dev/shm of shmSize, the
 //    rendezvous environment, and the trainer container's command replaced by the agent
 //    (`spawnpoint-agent run --job-env SPAWNPOINT_JOB --node-rank i ...`), which runs the
-//    trainer's own command and args for each rank. The agent comes from an init container
+//    trainer's own command and args for each rank. With restartPolicy.mode InPlace and more
+//    than one node (RestartsInPlace) the agents form a gang that restarts in place: they get
+//    `--gang <node 0's address>:<gang port> --gang-token-file <mount>/token --max-restarts
+//    <maxRestarts> --restart-count <attempt>`, the gang port is a container port and the
+//    job's gang Secret is mounted read-only; otherwise `--max-restarts 0` (the operator
+//    recreates the gang). The agent comes from an init container
 //    that copies it out of the agent image into a shared emptyDir, or is used in place when
 //    the trainer image has it (PodSettings::agent_path or the job's
 //    spawnpoint.dev/agent-path annotation).
-// Pure functions; thread-safe.
+//  - the gang Secret (GangSecretName) of an in-place job: its token, owned by the job.
+// Pure functions (but NewGangToken, which reads /dev/urandom); thread-safe.
 #pragma once
 
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "api/training_job.h"
+#include "common/status.h"
 
 namespace spawnpoint::op {
 
@@ -33,12 +40,18 @@ struct PodSettings {
   std::string master_addr;
   // The agent's status endpoint (GET /status), declared as a container port.
   int status_port = 9400;
+  // Where node 0's agent listens for the gang channel (restartPolicy.mode InPlace), declared
+  // as a container port.
+  int gang_port = 29400;
 };
 
 inline constexpr const char* kShmVolume = "spawnpoint-shm";
 inline constexpr const char* kAgentVolume = "spawnpoint-agent";
 inline constexpr const char* kAgentMountPath = "/spawnpoint";
 inline constexpr const char* kAgentInstallContainer = "spawnpoint-agent-install";
+inline constexpr const char* kGangVolume = "spawnpoint-gang";
+inline constexpr const char* kGangMountPath = "/var/run/spawnpoint/gang";
+inline constexpr const char* kGangTokenKey = "token";
 
 // The controller reference to `owner` (a TrainingJob object with metadata.uid).
 nlohmann::json ControllerReference(const nlohmann::json& owner);
@@ -48,10 +61,19 @@ std::string TrainerContainerName(const api::TrainingJob& job);
 std::string MasterAddr(const api::TrainingJob& job, const PodSettings& settings);
 std::string AgentPath(const api::TrainingJob& job, const PodSettings& settings);
 
+// The job's agents restart their gang in place: restartPolicy.mode InPlace and nodes > 1.
+bool RestartsInPlace(const api::TrainingJob& job);
+
 // The job as the agent reads it (spec with defaults; metadata name and namespace only).
 nlohmann::json JobForAgent(const api::TrainingJob& job);
 
 nlohmann::json BuildService(const api::TrainingJob& job, const nlohmann::json& owner);
+// The gang Secret of `job` (owned by `owner`) holding `token` under kGangTokenKey.
+nlohmann::json BuildGangSecret(const api::TrainingJob& job, const nlohmann::json& owner,
+                               const std::string& token);
+// 32 random bytes from /dev/urandom, hex-encoded.
+StatusOr<std::string> NewGangToken();
+
 nlohmann::json BuildPod(const api::TrainingJob& job, const nlohmann::json& owner, int node,
                         int attempt, const PodSettings& settings);
 

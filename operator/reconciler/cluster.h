@@ -44,6 +44,8 @@ class Cluster {
   virtual StatusOr<nlohmann::json> CreateService(const nlohmann::json& service) = 0;
   virtual Status DeleteService(const std::string& ns, const std::string& name,
                                const std::string& uid) = 0;
+  // Creates a Secret (the gang token); never read back: AlreadyExists means it is there.
+  virtual StatusOr<nlohmann::json> CreateSecret(const nlohmann::json& secret) = 0;
   // PUT .../status with the object's resourceVersion as precondition.
   virtual StatusOr<nlohmann::json> UpdateJobStatus(const nlohmann::json& job) = 0;
   // Deletes the job (its children are garbage-collected through their owner references).

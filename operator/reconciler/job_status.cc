@@ -23,6 +23,9 @@ JobStatus JobStatus::FromJson(const json& s) {
   st.world_size = s.value("worldSize", 0);
   st.gpus = s.value("gpus", 0);
   st.restarts = s.value("restarts", 0);
+  if (s.contains("gangAttempt") && s["gangAttempt"].is_number_integer()) {
+    st.gang_attempt = s["gangAttempt"].get<int>();
+  }
   st.start_time = s.value("startTime", "");
   st.completion_time = s.value("completionTime", "");
   json nodes = s.value("nodes", json::object());
@@ -56,6 +59,7 @@ json JobStatus::ToJson() const {
   s["worldSize"] = world_size;
   s["gpus"] = gpus;
   s["restarts"] = restarts;
+  if (gang_attempt) s["gangAttempt"] = *gang_attempt;
   if (!start_time.empty()) s["startTime"] = start_time;
   if (!completion_time.empty()) s["completionTime"] = completion_time;
   s["nodes"] = {{"pending", nodes.pending},

@@ -54,6 +54,9 @@ struct JobStatus {
   int world_size = 0;
   int gpus = 0;
   int restarts = 0;
+  // restartPolicy.mode InPlace: the attempt at which the current gang's pods were created
+  // (pods labelled earlier are stale); nullopt in Recreate mode, where it is `restarts`.
+  std::optional<int> gang_attempt;
   std::string start_time;       // "" when unset
   std::string completion_time;  // "" when unset
   NodeCounts nodes;
@@ -64,6 +67,9 @@ struct JobStatus {
 
   static JobStatus FromJson(const nlohmann::json& status);
   nlohmann::json ToJson() const;
+
+  // The earliest attempt label a pod of the current gang carries.
+  int GangAttempt() const { return gang_attempt.value_or(restarts); }
 
   const Condition* Find(const std::string& type) const;
   bool IsTrue(const std::string& type) const;

@@ -16,6 +16,7 @@
 #include "operator/policy/suspend_policy.h"
 #include "operator/policy/ttl_policy.h"
 #include "operator/reconciler/job_status.h"
+#include "operator/reconciler/reconcile_context.h"
 
 namespace spawnpoint::op {
 
@@ -26,58 +27,6 @@ namespace {
 // look again after this long even if no event comes.
 constexpr Clock::Duration kRecheckAfter = std::chrono::seconds(1);
 }  // namespace
-
-struct Reconciler::Context {
-  json object;  // the job as read from the cache
-  api::TrainingJob job;
-  JobStatus status;  // being computed; starts as read
-  json old_status;   // as read, normalised through JobStatus
-  std::vector<json> pods;
-  std::optional<json> service;
-  std::set<std::string> deleted;  // pods deleted by this reconcile
-  WallTime now;
-  std::string now_text;
-  int64_t generation = 0;
-  Logger log;
-  std::string pending_message;  // a pod stuck Pending, for the Running condition
-  // Events about status transitions, recorded once the status write succeeded.
-  std::vector<std::tuple<EventType, std::string, std::string>> events;
-  std::optional<Clock::Duration> requeue_after;
-  Status error;
-  // The job is gone, or could not be confirmed live: end without a status write.
-  bool abandoned = false;
-  std::optional<bool> live;  // JobIsLive, asked at most once
-
-  void RequeueAfter(Clock::Duration d) {
-    if (d < Clock::Duration::zero()) d = Clock::Duration::zero();
-    if (!requeue_after || d < *requeue_after) requeue_after = d;
-  }
-  void Event(EventType type, std::string reason, std::string message) {
-    events.emplace_back(type, std::move(reason), std::move(message));
-  }
-  void KeepError(const Status& s) {
-    if (error.ok() && !s.ok()) error = s;
-  }
-  // Pods of the attempt in status.restarts that are not going away.
-  std::vector<const json*> CurrentPods() const {
-    std::vector<const json*> out;
-    for (const auto& p : pods) {
-      if (AttemptOf(p) != status.restarts || IsTerminating(p) || deleted.count(NameOf(p))) {
-        continue;
-      }
-      out.push_back(&p);
-    }
-    return out;
-  }
-  bool SetCondition(const char* type, bool value, const std::string& reason,
-                    const std::string& message) {
-    return status.SetCondition(type, value, reason, message, generation, now_text);
-  }
-  // Sets a condition to False only if it was ever set (no clutter of never-true conditions).
-  void ClearCondition(const char* type, const std::string& reason, const std::string& message) {
-    if (status.Find(type) != nullptr) SetCondition(type, false, reason, message);
-  }
-};
 
 Reconciler::Reconciler(Cluster* cluster, const WallClock* clock, ReconcilerOptions options,
                        UtilisationSource* utilisation)
@@ -108,6 +57,12 @@ ReconcileResult Reconciler::Reconcile(const std::string& ns, const std::string& 
     return Finish(c);
   }
   c.job = std::move(parsed).value();
+  c.in_place = RestartsInPlace(c.job);
+  if (c.in_place) {
+    c.status.gang_attempt = c.status.GangAttempt();
+  } else {
+    c.status.gang_attempt.reset();
+  }
   const Condition* failed = c.status.Find(condition::kFailed);
   if (failed && failed->status == "True" && failed->reason == "InvalidSpec") {
     c.SetCondition(condition::kFailed, false, "SpecCorrected", "the spec is valid again");
@@ -129,7 +84,8 @@ ReconcileResult Reconciler::Reconcile(const std::string& ns, const std::string& 
   if (DeadlineStep(c)) return Finish(c);
   EnsureService(c);
   DeleteStalePods(c);
-  if (FailureStep(c)) return Finish(c);
+  if (c.in_place) GangStep(c);  // before the pods: a restart just before the end is counted
+  if (c.in_place ? InPlaceFailureStep(c) : FailureStep(c)) return Finish(c);
   if (SuccessStep(c)) return Finish(c);
   if (!BackoffElapsed(c)) return Finish(c);
   CreateMissingPods(c);
@@ -232,10 +188,11 @@ void Reconciler::EnsureService(Context& c) {
   }
 }
 
-// Pods of earlier attempts: the failed gang, deleted once its failure is in status.
+// Pods of earlier attempts (in place: of an earlier gang): the failed gang, deleted once its
+// failure is in status.
 void Reconciler::DeleteStalePods(Context& c) {
   for (const auto& pod : c.pods) {
-    if (AttemptOf(pod) == c.status.restarts || IsTerminating(pod)) continue;
+    if (c.OfCurrentGang(pod) || IsTerminating(pod)) continue;
     DeletePod(c, pod, "attempt " + std::to_string(AttemptOf(pod)) + " is over");
   }
 }
@@ -248,8 +205,12 @@ bool Reconciler::FailureStep(Context& c) {
     failures.push_back(ClassifyPodFailure(*pod, trainer, c.job.spec.restart_policy));
   }
   if (failures.empty()) return false;
+  ActOnFailure(c, FirstFailure(failures));
+  return true;
+}
 
-  const PodFailure& first = FirstFailure(failures);
+void Reconciler::ActOnFailure(Context& c, const PodFailure& first, bool may_restart,
+                              const std::string& verdict, const std::string& verdict_message) {
   const api::RestartPolicy& policy = c.job.spec.restart_policy;
   // The restart schedule: at once after a healthy run, backing off while attempts keep
   // failing quickly (the count of the previous failure is in status.lastFailure).
@@ -263,6 +224,9 @@ bool Reconciler::FailureStep(Context& c) {
   }
   const int quick = api::QuickFailuresAfter(policy, quick_before, ran);
   RestartDecision decision = DecideRestart(first, policy, c.status.restarts, quick);
+  if (!may_restart && decision.restart) {  // the agents gave up: their verdict stands
+    decision = {false, verdict, first.Describe() + " (" + verdict_message + ")"};
+  }
   json last = first.ToJson();
   last["attempt"] = c.status.restarts;
   last["time"] = FormatTime(c.now, /*millis=*/true);
@@ -281,15 +245,15 @@ bool Reconciler::FailureStep(Context& c) {
                                         c.now_text));
   if (!decision.restart) {
     Fail(c, decision.reason, decision.message);
-    return true;
+    return;
   }
   c.status.restarts += 1;
+  if (c.in_place) c.status.gang_attempt = c.status.restarts;  // a new gang of pods
   c.status.phase = phase::kRestarting;
   c.SetCondition(condition::kRestarting, true, decision.reason, decision.message);
   c.ClearCondition(condition::kRunning, "GangFailed", first.Describe());
   c.Event(EventType::kWarning, "Restarting", decision.message);
   c.RequeueAfter(RestartBackoff(policy, quick));
-  return true;
 }
 
 bool Reconciler::SuccessStep(Context& c) {
@@ -312,6 +276,8 @@ bool Reconciler::SuccessStep(Context& c) {
 // from lastFailure.time.
 bool Reconciler::BackoffElapsed(Context& c) {
   if (c.status.restarts == 0) return true;
+  // Restarts made in place: the agents waited out the schedule; a lost pod comes back at once.
+  if (c.in_place && c.status.GangAttempt() < c.status.restarts) return true;
   for (const auto& pod : c.pods) {
     if (AttemptOf(pod) == c.status.restarts) return true;  // this attempt is already under way
   }
@@ -334,11 +300,26 @@ bool Reconciler::BackoffElapsed(Context& c) {
 void Reconciler::CreateMissingPods(Context& c) {
   std::set<std::string> present;
   for (const auto& pod : c.pods) present.insert(NameOf(pod));  // incl. stale ones still going
+  // In place, a pod missing from a gang that has run was lost: it comes back alone.
+  const bool gang_ran =
+      c.in_place && !c.CurrentPods().empty() &&
+      (c.status.phase == phase::kRunning ||
+       (c.status.phase == phase::kRestarting && c.status.GangAttempt() < c.status.restarts));
   std::vector<std::string> created;
   for (int node = 0; node < c.job.spec.nodes; ++node) {
     const std::string name = PodName(c.job.name, node);
     if (present.count(name)) continue;
     if (!ConfirmJobLive(c)) return;
+    if (c.in_place && !EnsureGangSecret(c)) return;
+    if (gang_ran) {
+      PodFailure lost;
+      lost.node = node;
+      lost.pod = name;
+      lost.reason = "NodeLost";
+      lost.message = "the pod is gone (deleted, evicted or its node lost)";
+      lost.retryable = true;
+      RecordLoss(c, lost);
+    }
     StatusOr<json> pod =
         cluster_->CreatePod(BuildPod(c.job, c.object, node, c.status.restarts, options_.pods));
     if (!pod.ok() && pod.status().code() == StatusCode::kAlreadyExists) {
@@ -386,6 +367,11 @@ void Reconciler::UpdatePhase(Context& c) {
   }
   const int nodes = c.job.spec.nodes;
   const std::string attempt = std::to_string(c.status.restarts);
+  if (static_cast<int>(up.size()) == nodes && c.in_place &&
+      c.status.IsTrue(condition::kRestarting) && !GangRunsAgain(c)) {
+    c.status.phase = phase::kRestarting;  // the pods run; their agents restart the gang
+    return;
+  }
   if (static_cast<int>(up.size()) == nodes) {
     c.status.phase = phase::kRunning;
     const std::string message =

@@ -14,6 +14,16 @@
 // never loses a failure, and a stale cache never restarts a gang twice (the write's
 // resourceVersion precondition fails).
 //
+// restartPolicy.mode InPlace (with several nodes) leaves restarts to the pods' agents, which
+// form a gang: the operator creates the gang's Secret before the pods, mirrors each in-place
+// restart the agents report (GangSource: status.restarts, lastFailure, the Restarting phase,
+// condition and events, as a recreated gang shows them; the phase is written Restarting before
+// a later reconcile calls the gang running again), recreates a lost pod alone under its index
+// (never beside a pod of the same name), fails the job when the agents give up
+// (MaxRestartsReached, a non-retryable failure) and recreates the whole gang when they give up
+// on a node that never came back (NodeLost). status.gangAttempt is the attempt the current
+// pods were created at: older pods are stale.
+//
 // Thread-safe for different jobs (the work queue never hands one key to two workers).
 #pragma once
 
@@ -26,6 +36,7 @@
 #include "common/status.h"
 #include "operator/common/log.h"
 #include "operator/common/wall_clock.h"
+#include "operator/policy/failure_policy.h"
 #include "operator/reconciler/children.h"
 #include "operator/reconciler/cluster.h"
 
@@ -68,8 +79,30 @@ class UtilisationSource {
   }
 };
 
+// What the agents of an in-place gang say (the first readable of its pods' /status, node 0's
+// first: the coordinator's).
+struct GangReading {
+  int restarts = 0;             // the document's restarts: the gang's restarts, job-wide
+  std::string phase;            // the agent's phase: Starting, Running, Restarting, ...
+  nlohmann::json last_failure;  // the document's lastFailure, or null
+  std::string pod;              // the pod read
+  std::string updated;          // when it was read (RFC 3339, ms)
+};
+
+// The latest reading of each in-place job's gang. Implementations must be thread-safe.
+class GangSource {
+ public:
+  virtual ~GangSource() = default;
+  // nullopt when none of the job's current pods could be read yet.
+  virtual std::optional<GangReading> LatestGang(const std::string& ns, const std::string& name) = 0;
+};
+
 struct ReconcilerOptions {
   PodSettings pods;
+  // In-place gangs' readings; nullptr: the pods alone say when the gang runs again.
+  GangSource* gang = nullptr;
+  // The gang Secret's token (default NewGangToken).
+  std::function<StatusOr<std::string>()> new_gang_token;
   // A pod Pending longer than this is reported (Running condition, reason PodPending).
   Clock::Duration pending_timeout = std::chrono::minutes(5);
   // Called after each pod was created (tests use it as a crash point).
@@ -108,6 +141,21 @@ class Reconciler {
   void EnsureService(Context& c);
   void DeleteStalePods(Context& c);
   bool FailureStep(Context& c);
+  // Records the first failure of the attempt and restarts the gang or fails the job; with
+  // `may_restart` false (the agents gave up) it fails the job in any case.
+  void ActOnFailure(Context& c, const PodFailure& first, bool may_restart = true,
+                    const std::string& verdict = "", const std::string& verdict_message = "");
+  // In place (in_place.cc): pods that failed without the gang's verdict are lost (recreated
+  // alone) or fatal; a verdict ends the gang.
+  bool InPlaceFailureStep(Context& c);
+  // In place: mirrors the restarts the agents made.
+  void GangStep(Context& c);
+  // In place: a lost pod of node `failure.node`, once per node and attempt.
+  void RecordLoss(Context& c, const PodFailure& failure);
+  // In place: true once the gang Secret exists.
+  bool EnsureGangSecret(Context& c);
+  // In place: whether the agents say the gang runs the attempt in status.restarts.
+  bool GangRunsAgain(const Context& c) const;
   bool SuccessStep(Context& c);
   bool BackoffElapsed(Context& c);
   void CreateMissingPods(Context& c);

@@ -20,6 +20,10 @@ no image, no namespaces, no mounts):
   configMapKeyRef and secretKeyRef). A fieldRef or source it cannot give fails the container
   (StartError) with the reason. emptyDir volumes are directories under the pod's work
   directory (not mounted: their paths are not the mountPath).
+- Secret volumes: a container's mount of a pod volume from a Secret is a directory of the
+  pod's work directory holding one file per key, made before the container starts (waiting,
+  as a kubelet does, until the Secret exists); every occurrence of the mountPath in argv and
+  env is replaced by that directory.
 - terminationMessagePath: every occurrence in argv and env is replaced by a file of the
   pod's work directory, read (4 KiB) into the terminated state's message; with
   FallbackToLogsOnError, the log's last 80 lines when the file is empty and the exit failed.
@@ -209,6 +213,33 @@ class Pod(object):
         declared = spec.get("terminationMessagePath", "/dev/termination-log")
         return {k: v.replace(declared, term_path) for k, v in env.items()}
 
+    def secret_mounts(self, spec):
+        """{mountPath: directory} for the container's mounts of Secret volumes, their files
+        written; raises ValueError when a Secret is still missing after 60 s."""
+        volumes = {v["name"]: v for v in self.spec.get("volumes", []) if "secret" in v}
+        mounts = {}
+        for m in spec.get("volumeMounts", []):
+            volume = volumes.get(m.get("name"))
+            if volume is None:
+                continue
+            name = volume["secret"]["secretName"]
+            deadline = time.monotonic() + 60
+            while True:
+                status, obj = self.api.call("GET", "/api/v1/namespaces/%s/secrets/%s" % (
+                    self.ns, urllib.parse.quote(name)))
+                if status == 200 or self.deleting or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)  # the kubelet keeps the pod ContainerCreating meanwhile
+            if status != 200:
+                raise ValueError("secret %s for volume %s: HTTP %s" % (name, m["name"], status))
+            directory = os.path.join(self.dir, "volumes", m["name"])
+            os.makedirs(directory, exist_ok=True)
+            for key, value in (obj.get("data") or {}).items():
+                with open(os.path.join(directory, key), "wb") as f:
+                    f.write(base64.b64decode(value))
+            mounts[m["mountPath"]] = directory
+        return mounts
+
     # --- running ---
     def start(self, c):
         """Starts container c's process; False (and c's state) when it cannot start."""
@@ -217,7 +248,12 @@ class Pod(object):
         open(term_path, "w").close()
         try:
             env = self.environment(c.spec, term_path)
+            mounts = self.secret_mounts(c.spec)
+            for path in sorted(mounts, key=len, reverse=True):
+                env = {k: v.replace(path, mounts[path]) for k, v in env.items()}
             argv = [expand(a, env) for a in c.spec.get("command", []) + c.spec.get("args", [])]
+            for path in sorted(mounts, key=len, reverse=True):
+                argv = [a.replace(path, mounts[path]) for a in argv]
             if not c.spec.get("command"):
                 raise ValueError("container %s has no command (the local node runs no images)"
                                  % c.name)

@@ -175,6 +175,8 @@ class CrdOnRealServerTest(unittest.TestCase):
             ("  loader: {workersPerRank: lots}\n", "spec.loader.workersPerRank", "lots"),
             ("  restartPolicy: {maxRestarts: -1}\n", "spec.restartPolicy.maxRestarts",
              "greater than or equal to 0"),
+            ("  restartPolicy: {mode: Sometimes}\n", "spec.restartPolicy.mode",
+             'Unsupported value: "Sometimes"'),
             ("  runPolicy: {cleanPodPolicy: Sometimes}\n", "spec.runPolicy.cleanPodPolicy",
              "Unsupported value"),
             ("  rendezvous: {port: 70000}\n", "spec.rendezvous.port",

@@ -120,6 +120,10 @@ class KubectlOnRealServerTest(unittest.TestCase):
         out = self.ok("explain", "tj.spec.loader.pythonPool")
         self.assertRegex(out, r"KIND:\s+TrainingJob")
         self.assertIn("FIELD: pythonPool <boolean>", out)
+        out = self.ok("explain", "tj.spec.restartPolicy.mode")
+        self.assertIn("FIELD: mode <string>", out)
+        self.assertRegex(out, r"ENUM:\s+InPlace\s+Recreate")
+        self.assertIn("InPlace (default): the pods stay", out)
         self.ok("apply", "-f", "-", stdin=self.job("described"))
         out = self.ok("describe", "tj", "described", "-n", self.ns)
         for pattern in (r"Name:\s+described\n", r"Kind:\s+TrainingJob\n", r"\n  Nodes:\s+2\n",

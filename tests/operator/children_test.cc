@@ -50,6 +50,69 @@ TEST(ChildrenTest, ServiceIsHeadlessAndPublishesNotReadyAddresses) {
   EXPECT_EQ(svc["metadata"]["ownerReferences"][0]["controller"], true);
 }
 
+// restartPolicy.mode InPlace with several nodes: the agents form a gang on node 0's address,
+// with the job's budget and the token of the job's Secret, mounted read-only.
+TEST(ChildrenTest, InPlacePodsJoinTheGangWithTheJobsTokenAndBudget) {
+  json object = testing::MakeJob("job", 2, /*max_restarts=*/5, 1, "InPlace");
+  const api::TrainingJob job = Parse(object);
+  ASSERT_TRUE(RestartsInPlace(job));
+  PodSettings settings;
+  settings.gang_port = 29444;
+  json pod = BuildPod(job, Owner(), 1, /*attempt=*/2, settings);
+  const json& spec = pod["spec"];
+  const json& c = spec["containers"][0];
+  EXPECT_THAT(
+      c["command"].get<std::vector<std::string>>(),
+      ElementsAre("/spawnpoint/bin/spawnpoint-agent", "run", "--job-env", kJobEnv, "--node-rank",
+                  "1", "--nnodes", "2", "--master-addr", "job-node-0.job", "--master-port", "29500",
+                  "--gang", "job-node-0.job:29444", "--gang-token-file",
+                  "/var/run/spawnpoint/gang/token", "--max-restarts", "5", "--restart-count", "2",
+                  "--termination-log", "/dev/termination-log", "--metrics-addr", ":9400"));
+  EXPECT_EQ(pod["metadata"]["labels"][kAttemptLabel], "2");
+  EXPECT_THAT(Names(spec["volumes"]), ElementsAre(kShmVolume, kAgentVolume, kGangVolume));
+  EXPECT_EQ(spec["volumes"][2]["secret"]["secretName"], "job-gang-uid-1");
+  EXPECT_THAT(Names(c["volumeMounts"]), ElementsAre(kShmVolume, kAgentVolume, kGangVolume));
+  EXPECT_EQ(c["volumeMounts"][2]["mountPath"], "/var/run/spawnpoint/gang");
+  EXPECT_EQ(c["volumeMounts"][2]["readOnly"], true);
+  EXPECT_THAT(Names(c["ports"]), ElementsAre("rendezvous", "agent-status", "gang"));
+  EXPECT_EQ(c["ports"][2]["containerPort"], 29444);
+  // The master address override is the gang's address too.
+  settings.master_addr = "127.0.0.1";
+  json local = BuildPod(job, Owner(), 0, 0, settings);
+  EXPECT_EQ(local["spec"]["containers"][0]["command"][13], "127.0.0.1:29444");
+
+  json secret = BuildGangSecret(job, Owner(), "abc");
+  EXPECT_EQ(secret["metadata"]["name"], "job-gang-uid-1");
+  EXPECT_EQ(secret["stringData"]["token"], "abc");
+  EXPECT_EQ(secret["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+  EXPECT_EQ(secret["metadata"]["ownerReferences"][0]["controller"], true);
+  EXPECT_EQ(secret["metadata"]["labels"][kJobNameLabel], "job");
+}
+
+// Recreate, and a single node whatever the mode: the operator restarts; no gang, no Secret.
+TEST(ChildrenTest, RecreateAndSingleNodePodsLeaveRestartsToTheOperator) {
+  for (const auto& [nodes, mode] :
+       std::vector<std::pair<int, std::string>>{{2, "Recreate"}, {1, "InPlace"}}) {
+    SCOPED_TRACE(mode);
+    const api::TrainingJob job = Parse(testing::MakeJob("job", nodes, 5, 1, mode));
+    EXPECT_FALSE(RestartsInPlace(job));
+    json pod = BuildPod(job, Owner(), 0, 0, PodSettings{});
+    const auto command = pod["spec"]["containers"][0]["command"].get<std::vector<std::string>>();
+    EXPECT_THAT(command, ::testing::Not(::testing::Contains("--gang")));
+    EXPECT_THAT(command, ::testing::Contains("--max-restarts"));
+    EXPECT_EQ(*(std::find(command.begin(), command.end(), "--max-restarts") + 1), "0");
+    EXPECT_THAT(Names(pod["spec"]["volumes"]), ElementsAre(kShmVolume, kAgentVolume));
+  }
+}
+
+TEST(ChildrenTest, GangTokensAreRandomHex) {
+  StatusOr<std::string> a = NewGangToken(), b = NewGangToken();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->size(), 64u);
+  EXPECT_EQ(a->find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_NE(*a, *b);
+}
+
 TEST(ChildrenTest, PodRunsTheAgentWithTheRendezvousOfItsNode) {
   json object = testing::MakeJob("job", 3);
   object["spec"]["gpusPerNode"] = 4;

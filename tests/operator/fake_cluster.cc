@@ -199,6 +199,26 @@ Status FakeCluster::DeletePod(const std::string& ns, const std::string& name,
   return Status::Ok();
 }
 
+StatusOr<json> FakeCluster::CreateSecret(const json& secret) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Status injected;
+  if (Injected("create-secret", &injected)) return injected;
+  const std::string name = secret["metadata"]["name"];
+  if (secrets_.count(name)) return Status(StatusCode::kAlreadyExists, "exists");
+  json s = secret;
+  s["metadata"]["uid"] = "secret-uid-" + std::to_string(next_uid_++);
+  Stamp(s);
+  secrets_[name] = s;
+  Log("create-secret " + name);
+  return s;
+}
+
+json* FakeCluster::Secret(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = secrets_.find(name);
+  return it == secrets_.end() ? nullptr : &it->second;
+}
+
 StatusOr<json> FakeCluster::CreateService(const json& service) {
   std::lock_guard<std::mutex> lock(mu_);
   Status injected;

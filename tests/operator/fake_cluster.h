@@ -38,6 +38,7 @@ class FakeCluster : public Cluster {
   json* Pod(const std::string& name);
   std::vector<std::string> PodNames() const;
   bool HasService(const std::string& name) const;
+  json* Secret(const std::string& name);
   void SetPodPhase(const std::string& name, const std::string& phase);
   // Pod Failed with the trainer's terminated state (exit code, reason, message).
   void FailPod(const std::string& name, int exit_code, const std::string& reason = "Error",
@@ -47,7 +48,7 @@ class FakeCluster : public Cluster {
   void SetGracefulDeletion(bool graceful) { graceful_ = graceful; }
   void FinishDeletions();
 
-  // The next `count` calls of `op` ("create-pod", "delete-pod", "create-service",
+  // The next `count` calls of `op` ("create-pod", "delete-pod", "create-service", "create-secret",
   // "update-status", "delete-job") fail with `status`.
   void FailNext(const std::string& op, Status status, int count = 1);
   std::vector<std::string> Writes() const;  // "create-pod x-node-0", "update-status x", ...
@@ -68,6 +69,7 @@ class FakeCluster : public Cluster {
   StatusOr<json> CreateService(const json& service) override;
   Status DeleteService(const std::string& ns, const std::string& name,
                        const std::string& uid) override;
+  StatusOr<json> CreateSecret(const json& secret) override;
   StatusOr<json> UpdateJobStatus(const json& job) override;
   Status DeleteJob(const std::string& ns, const std::string& name, const std::string& uid) override;
   void RecordEvent(const json& job, EventType type, const std::string& reason,
@@ -80,7 +82,7 @@ class FakeCluster : public Cluster {
 
   const WallClock* const clock_;
   mutable std::mutex mu_;
-  std::map<std::string, json> jobs_, pods_, services_;
+  std::map<std::string, json> jobs_, pods_, services_, secrets_;
   std::map<std::string, std::deque<Status>> faults_;
   std::vector<std::string> writes_;
   std::vector<RecordedEvent> events_;

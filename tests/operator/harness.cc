@@ -40,7 +40,9 @@ json TestJob(const std::string& name, int nodes, int max_restarts, int backoff) 
                {{"containers", json::array({{{"name", "trainer"},
                                              {"image", "trainer:1"},
                                              {"command", {"python3", "train.py"}}}})}}}}},
-            {"restartPolicy", {{"maxRestarts", max_restarts}, {"backoffSeconds", backoff}}},
+            // Recreate: these tests play the kubelet, with no agents to restart in place.
+            {"restartPolicy",
+             {{"mode", "Recreate"}, {"maxRestarts", max_restarts}, {"backoffSeconds", backoff}}},
             {"shmSize", "1Gi"}}}};
 }
 

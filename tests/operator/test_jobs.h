@@ -6,9 +6,10 @@
 
 namespace spawnpoint::op::testing {
 
-// A CPU job of `nodes` nodes x 1 rank with restartPolicy {maxRestarts, backoffSeconds}.
+// A CPU job of `nodes` nodes x 1 rank with restartPolicy {mode, maxRestarts, backoffSeconds}:
+// Recreate unless `mode` says otherwise (InPlace leaves restarts to the pods' agents).
 inline nlohmann::json MakeJob(const std::string& name, int nodes = 2, int max_restarts = 3,
-                              int backoff_seconds = 1) {
+                              int backoff_seconds = 1, const std::string& mode = "Recreate") {
   return {{"apiVersion", "spawnpoint.dev/v1alpha1"},
           {"kind", "TrainingJob"},
           {"metadata", {{"name", name}, {"namespace", "default"}}},
@@ -22,7 +23,8 @@ inline nlohmann::json MakeJob(const std::string& name, int nodes = 2, int max_re
                                                        {"image", "trainer:1"},
                                                        {"command", {"python3", "train.py"}},
                                                        {"args", {"--epochs", "3"}}}})}}}}},
-            {"restartPolicy", {{"maxRestarts", max_restarts}, {"backoffSeconds", backoff_seconds}}},
+            {"restartPolicy",
+             {{"mode", mode}, {"maxRestarts", max_restarts}, {"backoffSeconds", backoff_seconds}}},
             {"shmSize", "1Gi"}}}};
 }
 
