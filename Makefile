@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build test demo cluster-tools cluster-up cluster-down bench-launch bench-loader bench-kube demo-cluster bench-operator bench-metrics bench-frameworks agent-bundle images frameworks-env chart sync-chart-crds format clean
+.PHONY: deps configure build test demo cluster-tools cluster-up cluster-down bench-launch bench-restart bench-loader bench-kube demo-cluster bench-operator bench-metrics bench-frameworks agent-bundle images frameworks-env chart sync-chart-crds format clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -49,6 +49,11 @@ bench-operator: build cluster-tools
 
 bench-launch: build
 	bash bench/launch_bench.sh
+
+# A gang restart through the operator: restartPolicy.mode InPlace vs Recreate, also with a
+# simulated pod start latency (bench/restart_bench.py --help; BENCH_ARGS=--quick for one run).
+bench-restart: build cluster-tools
+	/usr/bin/python3 bench/restart_bench.py --build $(BUILD) $(BENCH_ARGS)
 
 # Builds only what it runs: the exposition library needs none of the rest of the tree.
 bench-metrics: configure
