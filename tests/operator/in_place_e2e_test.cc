@@ -10,6 +10,7 @@
 //    recreated, under the same name, the other keeps its UID, and the job Succeeds.
 //  - maxRestarts 2 and ranks that always fail: Failed with MaxRestartsReached after exactly 2
 //    restarts, the pods kept; also when the coordinator's pod is deleted between them.
+//  - restartPolicy.mode Recreate: the same death recreates both pods, as before.
 // Every pod gets an address of its own (local-node.spawnpoint.dev/own-pod-ip) and its agent
 // serves the status port there (a wrapper rewrites --metrics-addr), so the operator reads
 // each agent; node 0's agent serves the gang on every interface, on a port of the test's.
@@ -87,7 +88,8 @@ exec )") + AGENT_BIN + " \"$@\"\n");
 
   // A 2-node job of the example trainer (1 CPU rank per node, 2 loader workers each).
   void ApplyJob(const std::string& name, const std::string& command, const std::string& args,
-                int max_restarts, int backoff_seconds, int workers = 2) {
+                int max_restarts, int backoff_seconds, int workers = 2,
+                const std::string& mode = "InPlace") {
     const std::string manifest =
         "apiVersion: spawnpoint.dev/v1alpha1\nkind: TrainingJob\n"
         "metadata:\n  name: " +
@@ -118,6 +120,8 @@ spec:
         std::to_string(workers) +
         R"(
   restartPolicy:
+    mode: )" +
+        mode + R"(
     maxRestarts: )" +
         std::to_string(max_restarts) + "\n    backoffSeconds: " + std::to_string(backoff_seconds) +
         R"(
@@ -231,6 +235,26 @@ TEST_F(InPlaceEndToEnd, ARankKilledOnNode1RestartsTheGangInPlace) {
       << watch->Stdout();
   EXPECT_THAT(watch->Stdout(), HasSubstr("Restarting 1\n"));
   EXPECT_THAT(watch->Stdout(), HasSubstr("Running 1\n"));
+}
+
+// Recreate keeps today's behaviour: the same death recreates both pods (new UIDs, the next
+// attempt label) and the job Succeeds with one restart.
+TEST_F(InPlaceEndToEnd, RecreateStillRecreatesTheGang) {
+  ApplyJob("recreate", "[\"" TRAINER_BIN "\"]",
+           "[--epochs, '2', --steps-per-epoch, '40', --fail-at-step, '20', --fail-rank, '1', "
+           "--fail-signal, '9']",
+           /*max_restarts=*/3, /*backoff_seconds=*/10, /*workers=*/2, "Recreate");
+  ASSERT_TRUE(h_.WaitFor(
+      [&] { return PodRunning("recreate-node-0") && PodRunning("recreate-node-1"); }, seconds(60)))
+      << Diagnose("recreate");
+  const std::string uid0 = Uid("recreate-node-0"), uid1 = Uid("recreate-node-1");
+  ASSERT_EQ(WaitFinished("recreate"), "Succeeded") << Diagnose("recreate");
+  const json status = h_.Job("recreate")["status"];
+  EXPECT_EQ(status["restarts"], 1) << status.dump(2);
+  EXPECT_FALSE(status.contains("gangAttempt")) << status.dump(2);
+  EXPECT_NE(Uid("recreate-node-0"), uid0);
+  EXPECT_NE(Uid("recreate-node-1"), uid1);
+  EXPECT_EQ(JsonField(h_.Pod("recreate-node-1"), "/metadata/labels/spawnpoint.dev~1attempt"), "1");
 }
 
 // `kubectl delete pod`: node 1's pod, then the coordinator's (node 0): each time only that pod
