@@ -47,6 +47,29 @@ std::vector<Outgoing> GangCoordinator::Ready(int node, int attempt) {
 
 std::vector<Outgoing> GangCoordinator::StartIfAllReady() {
   if (static_cast<int>(ready_.size()) < options_.nnodes) return {};
+  if (attempt_ > options_.policy.max_restarts) {
+    // The nodes counted an attempt this coordinator did not decide (the last one's
+    // coordinator was lost during it): the budget holds all the same.
+    phase_ = Phase::kFailed;
+    RankFailure f = last_failure_.value_or(RankFailure{});
+    if (!last_failure_) {
+      f.status.signal = SIGKILL;
+      f.cause = {ExitReason::kKilled,
+                 "the gang's coordinator was lost during attempt " + std::to_string(attempt_ - 1)};
+    }
+    last_failure_ = f;
+    last_verdict_ = {
+        {"t", "verdict"},
+        {"attempt", attempt_},
+        {"decision", "fail"},
+        {"reason", "MaxRestartsReached"},
+        {"message", "maxRestarts " + std::to_string(options_.policy.max_restarts) + " spent"},
+        {"backoffMs", 0},
+        {"failure", f.ToJson()},
+        {"next", attempt_},
+        {"restarts", attempt_ - 1}};  // the attempt not started is no restart
+    return {{kEveryNode, last_verdict_}};
+  }
   StatusOr<int> port = options_.pick_port ? options_.pick_port() : StatusOr<int>(0);
   if (!port.ok()) {
     RankFailure f;

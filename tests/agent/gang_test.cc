@@ -202,6 +202,20 @@ TEST_F(CoordinatorTest, ANewCoordinatorTakesTheAttemptTheNodesReached) {
   EXPECT_EQ(Only(c.Ready(1, 3), "start")["attempt"], 3);
 }
 
+// The last allowed attempt's coordinator was lost: the nodes count that attempt as failed,
+// and the new coordinator does not start one more beyond maxRestarts.
+TEST_F(CoordinatorTest, ANewCoordinatorKeepsTheBudgetTheNodesCounted) {
+  GangCoordinator c(Options(2, 2), &clock_);
+  c.Hello(0, 2);
+  EXPECT_TRUE(c.Ready(0, 2).empty());
+  c.Hello(1, 3);  // node 1 ran attempt 2 (the last allowed) when the coordinator went
+  json verdict = Only(c.Ready(1, 3), "verdict");
+  EXPECT_EQ(verdict["decision"], "fail");
+  EXPECT_EQ(verdict["reason"], "MaxRestartsReached");
+  EXPECT_EQ(verdict["restarts"], 2) << "attempts 0, 1 and 2 ran: two restarts";
+  EXPECT_EQ(c.phase(), GangCoordinator::Phase::kFailed);
+}
+
 // ---- The channel, on real sockets ----
 
 class ChannelTest : public ::testing::Test {
