@@ -159,8 +159,9 @@ int NodeAgent::RunInGang() {
       }
       continue;  // a new coordinator: say ready again
     }
-    if (t == "verdict") {  // the gang ended while this agent was away
+    if (t == "verdict") {  // the gang ended (while this agent was away, or at the barrier)
       const bool ok = m->value("decision", "") == "succeeded";
+      restart_ = m->value("restarts", restart_);
       Report(ok ? AttemptDecision{.phase = AgentPhase::kSucceeded, .reason = "Succeeded"}
                 : AttemptDecision{.phase = AgentPhase::kFailed,
                                   .reason = m->value("reason", ""),
