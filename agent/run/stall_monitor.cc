@@ -146,7 +146,16 @@ std::optional<RankFailure> StallMonitor::Check(const std::vector<std::pair<int, 
     if (!snapshot.ok()) continue;  // a record the rank damaged: no verdict on it
     progress.push_back({r.rank, *snapshot, r.started_ns});
   }
-  std::vector<StalledRank> stalled = watch_->Check(progress, now);
+  // Only ranks still running can stall: one that finished (its peers still at work) has
+  // simply stopped stepping.
+  std::vector<RankProgress> live;
+  for (const RankProgress& p : progress) {
+    if (std::any_of(running.begin(), running.end(),
+                    [&](const auto& r) { return r.first == p.rank; })) {
+      live.push_back(p);
+    }
+  }
+  std::vector<StalledRank> stalled = watch_->Check(live, now);
   if (options_.on_progress) options_.on_progress(progress, watch_->MedianStepSeconds(), now);
   if (stall_) {
     for (const RankProgress& p : progress) {
@@ -162,7 +171,7 @@ std::optional<RankFailure> StallMonitor::Check(const std::vector<std::pair<int, 
   // every rank silent for half as long as the first stalled one is looked at.
   int64_t shortest = stalled.front().silent_ns;
   for (const StalledRank& s : stalled) shortest = std::min(shortest, s.silent_ns);
-  for (const RankProgress& p : progress) {
+  for (const RankProgress& p : live) {
     const bool listed = std::any_of(stalled.begin(), stalled.end(),
                                     [&](const StalledRank& s) { return s.rank == p.rank; });
     const int64_t since = p.snapshot.steps == 0 ? p.started_ns : p.snapshot.last_step_ns;

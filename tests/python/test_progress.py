@@ -236,7 +236,8 @@ class WaitTest(ProgressTestCase):
             create_record(records[r])
             procs.append(subprocess.Popen(
                 [PYTHON, script, mode, str(r), store], cwd=self.tmp,
-                env=environment({"SPAWNPOINT_PROGRESS_FILE": records[r]}),
+                env=environment({"SPAWNPOINT_PROGRESS_FILE": records[r],
+                                 "SPAWNPOINT_TIME_DDP": "1"}),
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True))
         outs = []
         for p in procs:

@@ -7,7 +7,8 @@ alike on every rank; a step's duration minus the rank's wait for peers is its ow
 (loading, forward, backward, optimizer), and that is what differs. Two sources are timed,
 only in a rank with a progress record (`progress_file` set by the bootstrap):
 
-  DistributedDataParallel (post-import hook on torch.nn.parallel.distributed, `patch_ddp`):
+  DistributedDataParallel (post-import hook on torch.nn.parallel.distributed, `patch_ddp`;
+    experimental, only with SPAWNPOINT_TIME_DDP=1: see patch_ddp):
     DDP hands each gradient bucket to a communication hook when the bucket's gradients are
     ready and waits for the hooks' futures at the end of backward. The rank's own backward
     work ends when its last bucket is ready; from then until its last bucket's allreduce
@@ -29,6 +30,7 @@ hooks complete on the process group's threads.
 
 import functools
 import inspect
+import os
 import sys
 import threading
 import time
@@ -112,10 +114,17 @@ def timed_hook(hook, clock=None):
 
 
 def patch_ddp(ddpmod):
-    """The hook for torch.nn.parallel.distributed: times DDP's gradient allreduce."""
+    """The hook for torch.nn.parallel.distributed: times DDP's gradient allreduce, only with
+    SPAWNPOINT_TIME_DDP=1 (experimental). A Python communication hook leaves Python objects
+    (its futures' callbacks) for gloo's worker threads to release; gloo's process group
+    waits for those threads while holding the GIL when a DDP model is torn down after
+    destroy_process_group(), and a rank then hangs at exit (seen on a loaded machine). Until
+    the wait is measured without Python callbacks on those threads, it is opt-in."""
     global _clock_registered
     ddp = getattr(ddpmod, "DistributedDataParallel", None)
     if ddp is None or getattr(ddp, "_spawnpoint_timed", False) or not _enabled():
+        return
+    if os.environ.get("SPAWNPOINT_TIME_DDP", "") != "1":
         return
     if not hasattr(ddp, "register_comm_hook"):
         return
