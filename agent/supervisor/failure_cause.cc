@@ -152,8 +152,8 @@ ExitCause RefineWithTail(const ExitCause& exit, const ExitStatus& status,
 RankFailure PickRootCause(std::vector<RankFailure> failures) {
   auto key = [&](size_t i) {
     const RankFailure& f = failures[i];
-    return std::make_tuple(f.failed_at_ms > 0 ? f.failed_at_ms : INT64_MAX,
-                           IsCollectiveReason(f.cause.reason), i);
+    return std::make_tuple(IsCollectiveReason(f.cause.reason),
+                           f.failed_at_ms > 0 ? f.failed_at_ms : INT64_MAX, i);
   };
   size_t root = 0;
   for (size_t i = 1; i < failures.size(); ++i) {

@@ -47,9 +47,10 @@ ExitCause RefineWithTail(const ExitCause& exit, const ExitStatus& status,
                          const std::optional<TailMatch>& match);
 
 // The cause among the failures of one attempt (in the order they were seen; not empty):
-// the earliest by failed_at_ms (unknown times last), a collective timeout or error yielding
-// to any other reason on a tie, then the first seen. The others, and the consequences they
-// carried, become its consequences.
+// a collective timeout or error yields to any other reason (it is what a rank's peers see
+// when it dies, and their agents may see it before the dying rank's own agent does), then
+// the earliest by failed_at_ms (unknown times last), then the first seen. The others, and
+// the consequences they carried, become its consequences.
 RankFailure PickRootCause(std::vector<RankFailure> failures);
 
 }  // namespace spawnpoint::agent

@@ -284,7 +284,7 @@ PodFailure FirstFailure(const std::vector<PodFailure>& failures) {
     // The agent's time (ms) when there is one, else the container's; unknown sorts last.
     std::optional<WallTime> at = ParseTime(f.failed_at.empty() ? f.finished_at : f.failed_at);
     const bool collective = f.reason == "CollectiveTimeout" || f.reason == "CollectiveError";
-    return std::make_tuple(!at.has_value(), at.value_or(WallTime{}), collective, !f.retryable,
+    return std::make_tuple(collective, !at.has_value(), at.value_or(WallTime{}), !f.retryable,
                            f.node);
   };
   auto first =

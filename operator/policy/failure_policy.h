@@ -83,11 +83,11 @@ std::optional<GangVerdict> GangVerdictOf(const nlohmann::json& pod, const std::s
 PodFailure FailureFromAgent(const nlohmann::json& failure, const std::string& job);
 
 // The failure that ended the attempt when several pods failed (the others usually failed
-// because a peer vanished): the earliest, by the agent's failedAt (ms) when it reported one,
-// else by the container's finishedAt; on a tie a cause other than a collective timeout or
-// error, then the retryable cause (a kill, an OOM, an eviction explains a peer's collective
-// error, not the other way round); then the lowest node. The other pods' failures become its
-// consequences. `failures` must not be empty.
+// because a peer vanished): a collective timeout or error yields to any other cause (it is
+// what a dying rank's peers see, often before its own agent sees the death); then the
+// earliest, by the agent's failedAt (ms) when it reported one, else by the container's
+// finishedAt; on a tie the retryable cause (a kill, an OOM, an eviction); then the lowest
+// node. The other pods' failures become its consequences. `failures` must not be empty.
 PodFailure FirstFailure(const std::vector<PodFailure>& failures);
 
 }  // namespace spawnpoint::op

@@ -252,12 +252,20 @@ TEST(PickRootCauseTest, TheEarliestFailureIsTheCauseAndItsPeersAreConsequences) 
   EXPECT_EQ(PickRootCause({kill, gloo}).rank, 0);
 }
 
-TEST(PickRootCauseTest, OnATieACollectiveErrorYieldsAndUnknownTimesComeLast) {
+TEST(PickRootCauseTest, ACollectiveErrorYieldsToAnyOtherReasonAndUnknownTimesComeLast) {
   RankFailure gloo = Failed(1, 1, {1, 0}, ExitReason::kCollectiveTimeout, 1000);
   RankFailure crash = Failed(0, 0, {0, SIGSEGV}, ExitReason::kCrashed, 1000);
   EXPECT_EQ(PickRootCause({gloo, crash}).rank, 0);
+  // Node 0's agent saw its rank's kill after node 1's agent saw the gloo error it caused
+  // (node 0's agent was slow): the kill is still the cause.
+  RankFailure late_kill = Failed(0, 0, {0, SIGKILL}, ExitReason::kKilled, 1800);
+  RankFailure early_gloo = Failed(1, 1, {1, 0}, ExitReason::kCollectiveError, 1200);
+  EXPECT_EQ(PickRootCause({early_gloo, late_kill}).rank, 0);
+  // Of two collective errors, the earlier.
+  RankFailure other_gloo = Failed(2, 1, {1, 0}, ExitReason::kCollectiveError, 900);
+  EXPECT_EQ(PickRootCause({gloo, other_gloo}).rank, 2);
   RankFailure unknown = Failed(2, 0, {0, SIGKILL}, ExitReason::kKilled, 0);
-  EXPECT_EQ(PickRootCause({unknown, gloo}).rank, 1);
+  EXPECT_EQ(PickRootCause({unknown, crash}).rank, 0);
   // A lone collective error is its own cause.
   RankFailure alone = PickRootCause({gloo});
   EXPECT_EQ(alone.rank, 1);

@@ -250,9 +250,8 @@ TEST_P(KillThenGlooTest, TheKillIsTheCauseAndTheJobRestarts) {
   EXPECT_EQ(last["rank"], 0);
   EXPECT_EQ(last["reason"], "Killed");
   if (order == "consequence-first") {
-    // Node 1's gloo error is recorded, as the kill's consequence. (Node 0's agent tells the
-    // gang's coordinator of the kill as it happens, before its teardown: when the gloo error
-    // still reaches it first, node 0's agent says "the cause came first".)
+    // Node 1's gloo error reached the gang's coordinator first (node 0's agent was held
+    // stopped until it had): it is recorded as the kill's consequence.
     EXPECT_THAT(err, HasSubstr("reason CollectiveError: a collective failed: \"RuntimeError: "));
     ASSERT_TRUE(last.contains("consequences")) << last.dump();
     EXPECT_EQ(last["consequences"][0]["rank"], 1);

@@ -194,10 +194,17 @@ TEST(FailurePolicyTest, TheAgentsFailureTimesFindTheCauseAndThePeersAreItsConseq
     EXPECT_EQ(first.consequences[0]["reason"], "CollectiveError");
     EXPECT_EQ(first.consequences[0]["line"], "gloo: Connection closed by peer");
   }
-  // Within the same millisecond the collective error yields, even to a non-retryable cause.
-  gloo.failed_at = kill.failed_at;
+  // The collective error yields even when it was seen first (node 0's agent was slow to see
+  // its rank die), and even to a non-retryable cause.
+  kill.failed_at = "2024-05-01T10:00:01.500Z";
+  EXPECT_EQ(FirstFailure({gloo, kill}).node, 0);
   kill.retryable = false;
   EXPECT_EQ(FirstFailure({gloo, kill}).node, 0);
+  // Of two collective errors, the earlier.
+  PodFailure other_gloo = gloo;
+  other_gloo.node = 2;
+  other_gloo.failed_at = "2024-05-01T10:00:00.800Z";
+  EXPECT_EQ(FirstFailure({gloo, other_gloo}).node, 2);
 }
 
 TEST(FailurePolicyTest, TheSummaryIsOneBoundedLine) {
