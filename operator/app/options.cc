@@ -68,7 +68,8 @@ flags:
                                   (a job's spawnpoint.dev/master-addr annotation wins)
   --agent-status-port P           the agents' status port (default 9400)
   --agent-gang-port P             where node 0's agent of a job that restarts in place
-                                  (restartPolicy.mode InPlace) serves the gang (default 29400)
+                                  (restartPolicy.mode InPlace) serves the gang (default:
+                                  the job's rendezvous port + 1)
   --max-concurrent-reconciles N   workers reconciling different jobs at once (default 4)
   --pending-timeout D             report pods Pending longer than D (default 5m)
   --utilisation-interval D        read running pods' agent status every D (default 30s; 0 off)

@@ -13,7 +13,7 @@ namespace spawnpoint::op {
 
 struct OperatorOptions {
   bool help = false;
-  bool version = false;  // --version: print the version and exit
+  bool version = false;    // --version: print the version and exit
   std::string kubeconfig;  // "": in-cluster, else $KUBECONFIG or ~/.kube/config
   std::string context;
   std::string ns;  // "": every namespace
@@ -30,7 +30,9 @@ struct OperatorOptions {
   std::string agent_path;   // non-empty: the trainer images have the agent here
   std::string master_addr;  // non-empty: MASTER_ADDR for every job
   int agent_status_port = 9400;
-  int agent_gang_port = 29400;  // node 0's agent's gang channel (restartPolicy.mode InPlace)
+  // node 0's agent's gang channel (restartPolicy.mode InPlace); 0: each job's rendezvous
+  // port + 1.
+  int agent_gang_port = 0;
   int max_concurrent_reconciles = 4;
   Clock::Duration pending_timeout = std::chrono::minutes(5);
   Clock::Duration utilisation_interval = std::chrono::seconds(30);  // 0: off

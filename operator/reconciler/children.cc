@@ -207,6 +207,8 @@ json BuildPod(const api::TrainingJob& job, const json& owner, int node, int atte
   json& trainer = containers[TrainerIndex(containers)];
   const std::string master = MasterAddr(job, settings);
   const int ranks = api::RanksPerNode(spec);
+  const int gang_port =
+      settings.gang_port > 0 ? settings.gang_port : GangPort(spec.rendezvous_port);
   json command =
       json::array({agent, "run", "--job-env", kJobEnv, "--node-rank", std::to_string(node),
                    "--nnodes", std::to_string(spec.nodes), "--master-addr", master, "--master-port",
@@ -215,7 +217,7 @@ json BuildPod(const api::TrainingJob& job, const json& owner, int node, int atte
     // The agents restart the gang themselves, with the job's whole budget, counting from the
     // restarts made so far; node 0's agent coordinates on the gang port.
     for (const std::string& a :
-         {std::string("--gang"), master + ":" + std::to_string(settings.gang_port),
+         {std::string("--gang"), master + ":" + std::to_string(gang_port),
           std::string("--gang-token-file"), std::string(kGangMountPath) + "/" + kGangTokenKey,
           std::string("--max-restarts"), std::to_string(spec.restart_policy.max_restarts)}) {
       command.push_back(a);
@@ -275,7 +277,7 @@ json BuildPod(const api::TrainingJob& job, const json& owner, int node, int atte
       {{{"name", "rendezvous"}, {"containerPort", spec.rendezvous_port}, {"protocol", "TCP"}},
        {{"name", "agent-status"}, {"containerPort", settings.status_port}, {"protocol", "TCP"}}});
   if (in_place) {
-    ports.push_back({{"name", "gang"}, {"containerPort", settings.gang_port}, {"protocol", "TCP"}});
+    ports.push_back({{"name", "gang"}, {"containerPort", gang_port}, {"protocol", "TCP"}});
   }
   MergeByKey(trainer["ports"], ports, "name");
 

@@ -41,9 +41,16 @@ struct PodSettings {
   // The agent's status endpoint (GET /status), declared as a container port.
   int status_port = 9400;
   // Where node 0's agent listens for the gang channel (restartPolicy.mode InPlace), declared
-  // as a container port.
-  int gang_port = 29400;
+  // as a container port; 0: GangPort(job's rendezvous port).
+  int gang_port = 0;
 };
+
+// A job's gang port when the operator does not pin one: next to its rendezvous port (the one
+// below for 65535), so that jobs whose pods share a network (hostNetwork, a local node) and
+// hold different rendezvous ports do not meet on one gang port either.
+inline int GangPort(int rendezvous_port) {
+  return rendezvous_port < 65535 ? rendezvous_port + 1 : rendezvous_port - 1;
+}
 
 inline constexpr const char* kShmVolume = "spawnpoint-shm";
 inline constexpr const char* kAgentVolume = "spawnpoint-agent";

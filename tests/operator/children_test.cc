@@ -89,6 +89,21 @@ TEST(ChildrenTest, InPlacePodsJoinTheGangWithTheJobsTokenAndBudget) {
   EXPECT_EQ(secret["metadata"]["labels"][kJobNameLabel], "job");
 }
 
+// Unless the operator pins one, a job's gang port is next to its rendezvous port: two jobs
+// whose pods share a network (hostNetwork, the local node) do not meet on one gang port.
+TEST(ChildrenTest, TheGangPortFollowsTheJobsRendezvousPort) {
+  json object = testing::MakeJob("job", 2, /*max_restarts=*/5, 1, "InPlace");
+  for (const auto& [rendezvous, gang] :
+       std::vector<std::pair<int, int>>{{29500, 29501}, {40000, 40001}, {65535, 65534}}) {
+    object["spec"]["rendezvous"]["port"] = rendezvous;
+    json pod = BuildPod(Parse(object), Owner(), 0, 0, PodSettings{});
+    const json& c = pod["spec"]["containers"][0];
+    EXPECT_EQ(c["command"][13], "job-node-0.job:" + std::to_string(gang)) << rendezvous;
+    EXPECT_EQ(c["ports"][0]["containerPort"], rendezvous);
+    EXPECT_EQ(c["ports"][2]["containerPort"], gang);
+  }
+}
+
 // Recreate, and a single node whatever the mode: the operator restarts; no gang, no Secret.
 TEST(ChildrenTest, RecreateAndSingleNodePodsLeaveRestartsToTheOperator) {
   for (const auto& [nodes, mode] :
