@@ -154,13 +154,13 @@ void NodeAgent::StartStatus(NodeStatusOptions o) {
 
 int NodeAgent::Run() {
   if (Status s = BecomeSubreaper(); !s.ok()) Say("warning: " + s.message());
-  if (Status s = StartPools(); !s.ok()) return Fail(s);
+  if (Status s = StartPools(); !s.ok()) return FailAgent(s);
   start_ = clock_->Now();
   restart_ = options_.restart_count;
   int code = 0;
   if (!options_.gang_addr.empty()) {
     Status s = StartGang();
-    code = s.ok() ? RunInGang() : Fail(s);
+    code = s.ok() ? RunInGang() : FailAgent(s);
     AwaitTeardown();
     Stop();
     return code;
@@ -169,7 +169,7 @@ int NodeAgent::Run() {
     const Clock::TimePoint attempt_start = clock_->Now();
     auto result = RunAttempt(restart_);
     if (!result.ok()) {
-      code = Fail(result.status());
+      code = FailAgent(result.status());
       break;
     }
     if (result->failure) {
@@ -368,6 +368,23 @@ void NodeAgent::Report(const AttemptDecision& d, int up, int total) {
       return;
     }
   }
+}
+
+int NodeAgent::FailAgent(const Status& status) {
+  const int code = Fail(status);
+  // Bad input stays bad; anything else (a port taken, /dev/shm full) may pass on a new pod.
+  const bool retryable = code != kExitBadInput;
+  nlohmann::json msg = {{"reason", "AgentError"},
+                        {"exitCode", code},
+                        {"message", "the agent failed: " + status.message()},
+                        {"retryable", retryable},
+                        {"restarts", restart_}};
+  if (status_) {
+    status_->OnRankFailure(-1, "AgentError", msg);
+    status_->OnPhase(AgentPhaseName(AgentPhase::kFailed), 0, 0, restart_);
+  }
+  WriteTerminationLog(options_, msg);
+  return code;
 }
 
 int NodeAgent::WaitOutBackoff(milliseconds wait) {

@@ -152,7 +152,7 @@ int NodeAgent::RunInGang() {
                       std::to_string(kJoinTimeout.count() / 1000) + " s");
     }
     const std::string t = m->value("t", "");
-    if (t == "refused") return Fail(Unavailable("the gang's coordinator refused this agent"));
+    if (t == "refused") return FailAgent(Unavailable("the gang's coordinator refused this agent"));
     if (t == "lost" || t == "reconnected") {
       if (!AwaitReconnection(&sig)) {
         return sig != 0 ? terminated(sig, " while joining the gang") : given_up(lost_for_good);
@@ -177,7 +177,7 @@ int NodeAgent::RunInGang() {
     reported_to_gang_ = false;
     StatusOr<GangResult> result = RunAttempt(restart_);
     gang_->Ended();
-    if (!result.ok()) return Fail(result.status());
+    if (!result.ok()) return FailAgent(result.status());
     if (result->outcome == GangOutcome::kInterrupted) {
       return terminated(result->interrupt_signal, "");  // the coordinator sees us go
     }

@@ -259,6 +259,7 @@ void NodeStatus::OnRankFailure(int rank, const std::string& reason, const json& 
     if (!last_failure_.contains("signal")) last_failure_["signal"] = nullptr;
     last_failure_["time"] = UtcNow();
   }
+  if (rank < 0) return;  // the agent's own failure (AgentError): no rank's
   rank_failures_->WithLabels({id.job_namespace, id.job, std::to_string(rank), reason})->Inc();
   for (size_t i = 0; i < options_.ranks.size(); ++i) {
     if (options_.ranks[i].rank == rank) {

@@ -105,7 +105,8 @@ class NodeStatus {
   void OnPhase(const std::string& phase, int up, int total, int restarts);
   // A rank failed with a classified reason (exit_cause.h: "OOMKilled", "UserError", ...).
   // `failure` (RankFailure::ToJson(): rank, exit code, signal, cause) becomes the
-  // document's lastFailure from the next document on; null keeps the previous one.
+  // document's lastFailure from the next document on; null keeps the previous one. Rank -1:
+  // the agent's own failure, counted in no rank's metrics.
   void OnRankFailure(int rank, const std::string& reason, const nlohmann::json& failure = nullptr);
   // The ranks' progress records as the stall monitor read them at a gang tick
   // (StallMonitor::Options::on_progress): `median_step_seconds` is the job's on this node (0:

@@ -100,6 +100,38 @@ std::map<int, std::string> WorkerPids(const std::string& out, int rank) {
   return by_restart;
 }
 
+// Node 0's agent cannot serve the gang (its port is taken, as by another job's agent on a
+// shared network): it says so in its termination log and status, as an AgentError a new pod
+// may not meet (retryable), instead of leaving the operator only its log.
+TEST_F(GangAgentsTest, ANode0AgentThatCannotServeTheGangSaysWhyInItsTerminationLog) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  gang_port_ = ntohs(a.sin_port);
+  WriteFile(dir_.File("job.yaml"), Job("[/bin/true]", "[]", 3, 0));
+  auto node0 = Agent(0);
+  EXPECT_EQ(node0->Wait(kTimeout), 1) << node0->Stderr();
+  ::close(fd);
+  EXPECT_THAT(node0->Stderr(), HasSubstr("gang channel: cannot listen on"));
+  nlohmann::json log =
+      nlohmann::json::parse(ReadFile(dir_.File("termination-0.json")), nullptr, false);
+  ASSERT_TRUE(log.is_object()) << ReadFile(dir_.File("termination-0.json"));
+  EXPECT_EQ(log["reason"], "AgentError");
+  EXPECT_EQ(log["exitCode"], 1);
+  EXPECT_EQ(log["retryable"], true);
+  EXPECT_THAT(log["message"].get<std::string>(),
+              HasSubstr("the agent failed: gang channel: cannot listen on 0.0.0.0:" +
+                        std::to_string(gang_port_) + ": Address already in use"));
+  nlohmann::json status = Status(0);
+  EXPECT_EQ(status["phase"], "Failed");
+  EXPECT_EQ(status["lastFailure"]["reason"], "AgentError");
+}
+
 TEST_F(GangAgentsTest, ARankKilledOnNode1RestartsTheGangInPlaceWithItsLoaderWorkers) {
   WriteFile(dir_.File("job.yaml"),
             Job("[\"" TRAINER_BIN "\"]",
