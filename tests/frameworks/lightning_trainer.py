@@ -8,7 +8,8 @@ a training step says so once ('SPAWNPOINT-STEP {json}': pid, parent pid, RANK, L
 global rank), a process forked by any process of this script says 'SPAWNPOINT-FORKED {json}'
 (os.register_at_fork, which fork() and multiprocessing's fork run; posix_spawn/exec do not),
 and a process that finished fit() says 'SPAWNPOINT-LIGHTNING {json}' with its strategy,
-launcher and final parameters.
+launcher, final parameters and "ddp_waits": the backward passes for which the shim timed a
+wait for DDP's allreduce (an observer on the shim's BackwardClock, when the shim is there).
 """
 
 import json
@@ -33,6 +34,22 @@ import lightning as L  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 _stepped = []
+_ddp_waits = []
+
+
+def _observe_waits():
+    collective = sys.modules.get("spawnpoint_rank._collective")
+    if collective is None:
+        return
+    end = collective._clock.end
+
+    def observed(now):
+        wait = end(now)
+        if wait:
+            _ddp_waits.append(wait)
+        return wait
+
+    collective._clock.end = observed
 
 
 class Model(L.LightningModule):
@@ -64,6 +81,7 @@ def main():
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False)
     model = Model()
+    _observe_waits()
     trainer.fit(model, loader)
     s = trainer.strategy
     say("SPAWNPOINT-LIGHTNING", {
@@ -73,7 +91,7 @@ def main():
         "launcher": type(s.launcher).__name__ if s.launcher is not None else None,
         "cluster_environment": type(s.cluster_environment).__name__,
         "params": [p.detach().flatten().tolist() for p in model.parameters()],
-        "lightning": L.__version__, "torch": torch.__version__,
+        "lightning": L.__version__, "torch": torch.__version__, "ddp_waits": len(_ddp_waits),
         "children": sorted(int(c) for t in os.listdir("/proc/self/task")
                            for c in open("/proc/self/task/%s/children" % t).read().split()),
     })

@@ -12,7 +12,8 @@ agent's 2 ranks ran training steps (no second set of ranks: no other process ste
 rank's parent is the agent (the same process for both, neither a rank), no process was forked
 (no 'SPAWNPOINT-FORKED' line: os.register_at_fork in the trainer) and no rank has a child
 left, Lightning used DDPStrategy with start method 'popen', the TorchElasticEnvironment and
-no launching, both ranks ended with the same parameters, and the shim's mapping line was
+no launching, both ranks ended with the same parameters, each rank's 8 optimizer steps were
+counted with their wait for DDP's allreduce (issue 13), and the shim's mapping line was
 printed exactly once. With --devices N (N != 2) the job fails at Trainer creation with the
 shim's error naming the values and the trainer's line. The control (--unhooked ddp_fork)
 shows that these checks see what Lightning does without the shim: each rank forks its own 2
@@ -43,7 +44,8 @@ def run_strategy(strategy):
     checks = fc.Checks("lightning_under_agent %s" % strategy)
     job = fc.job_yaml("lightning-" + strategy.replace("_", "-"),
                       [sys.executable, TRAINER, strategy], procs=2, workers=0)
-    proc = fc.run_agent(job)
+    status = "/tmp/lightning-%s-status.json" % strategy
+    proc = fc.run_agent(job, args=["--status-file", status])
     out = proc.stdout + proc.stderr
     sys.stdout.write(out)
     if not checks.equal(proc.returncode, 0, "spawnpoint-agent run exit status"):
@@ -72,6 +74,14 @@ def run_strategy(strategy):
     if len(finals) == 2:
         checks.equal(finals[0]["params"], finals[1]["params"], "both ranks' final parameters")
         print("lightning %s, torch %s" % (finals[0]["lightning"], finals[0]["torch"]))
+    # Issue 13: DDP's allreduce wait timed with no change to the trainer, for each of the 8
+    # optimizer steps (2 epochs of 4 batches a rank) the agent counted.
+    with open(status) as f:
+        progress = json.load(f)["progress"]
+    checks.equal(sorted((p["rank"], p["steps"]) for p in progress), [(0, 8), (1, 8)],
+                 "optimizer steps each rank's progress record counted")
+    checks.equal([f["ddp_waits"] for f in finals], [8] * len(finals),
+                 "backward passes whose wait for DDP's allreduce was added to the step")
     mapping = [l for l in out.splitlines() if "spawnpoint-shim: Lightning strategy" in l]
     checks.equal(len(mapping), 1, "mapping lines printed", "\n".join(mapping))
     want = {"ddp": "Lightning strategy ddp: the agent's 2 ranks run it; Lightning launches nothing",
@@ -83,7 +93,8 @@ def run_strategy(strategy):
                         "nothing is forked",
             "ddp_notebook": "Lightning strategy ddp_notebook: the agent's 2 ranks run it (as "
                             "ddp); nothing is forked"}[strategy]
-    checks.check(len(mapping) == 1 and mapping[0].endswith(want), "the mapping line says: %s" % want)
+    checks.check(len(mapping) == 1 and mapping[0].endswith(want),
+                 "the mapping line says: %s" % want)
     checks.check("all ranks succeeded" in out, "the agent reports that all ranks succeeded")
     return checks.finish()
 
@@ -160,7 +171,8 @@ def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--devices":
         return run_devices(int(sys.argv[2]))
     if len(sys.argv) != 2:
-        raise SystemExit("usage: lightning_under_agent.py STRATEGY | --devices N | --unhooked S | --pool S")
+        raise SystemExit("usage: lightning_under_agent.py STRATEGY | --devices N | "
+                         "--unhooked S | --pool S")
     return run_strategy(sys.argv[1])
 
 

@@ -7,36 +7,35 @@ alike on every rank; a step's duration minus the rank's wait for peers is its ow
 (loading, forward, backward, optimizer), and that is what differs. Two sources are timed,
 only in a rank with a progress record (`progress_file` set by the bootstrap):
 
-  DistributedDataParallel (post-import hook on torch.nn.parallel.distributed, `patch_ddp`;
-    experimental, only with SPAWNPOINT_TIME_DDP=1: see patch_ddp):
-    DDP hands each gradient bucket to a communication hook when the bucket's gradients are
-    ready and waits for the hooks' futures at the end of backward. The rank's own backward
-    work ends when its last bucket is ready; from then until its last bucket's allreduce
-    completes it waits for its peers. So every hook is wrapped: a user's hook
-    (register_comm_hook, including Lightning's ddp_comm_hook) keeps its behaviour with a
-    timestamp on the way in and one on completion; a model with none gets torch's own
-    default_hooks.allreduce_hook (what DDP's built-in allreduce does: divide by the world
-    size, allreduce) on its first forward. A built-in C++ hook chosen by the trainer
-    (_register_builtin_comm_hook) is left alone and untimed. Per backward pass, the wait
-    is the last completion minus the last ready bucket (0 when the rank itself was last).
+  DistributedDataParallel (post-import hook on torch.nn.parallel.distributed, `patch_ddp`):
+    DDP allreduces each gradient bucket as its gradients are ready, while backward goes on,
+    and waits for every bucket at the end of backward, before torch.autograd.backward
+    returns. The rank's own backward work ends with the last gradient it computes; from then
+    until backward returns it waits for its peers (and for its last bucket's allreduce).
+    Both ends are taken on the trainer's side, never on the process group's threads: a
+    gradient hook on each parameter of a DDP model (Tensor.register_hook, run by autograd)
+    stamps the last gradient, and a wrapper on torch.autograd.backward (which
+    Tensor.backward calls, so plain loops, Lightning, Ultralytics and GradScaler are covered)
+    takes the difference when backward returns. The trainer's own communication hooks
+    (PowerSGD, fp16 compression) are untouched and timed alike. A Python communication hook
+    of ours would leave callbacks for gloo's worker threads, whose teardown waits for them
+    holding the GIL: a rank could hang at exit. On CUDA the stamps are the host's (kernels
+    are asynchronous): a wait spent in a later synchronisation is not seen.
 
   Blocking calls of torch.distributed's collectives (`patch_functions`, from the
     torch.distributed hook): all_reduce, all_gather, broadcast, barrier, reduce_scatter and
     the like, with async_op false, wait for as long as the call takes.
 
-Both add to the step in flight through _progress (add_wait_source / add_wait). Thread-safe:
-hooks complete on the process group's threads.
+Both add to the step in flight through _progress.add_wait.
 """
 
 import functools
 import inspect
-import os
 import sys
 import threading
 import time
 
 from . import _progress
-from ._report import report_once
 
 # torch.distributed's blocking collectives (names absent from a torch are skipped).
 _COLLECTIVES = ("all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor",
@@ -50,127 +49,93 @@ def _enabled():
     return bool(getattr(package, "progress_file", None))
 
 
-class BucketClock(object):
-    """The waits of DDP's backward passes: `ready(now)` when a bucket is handed to the hook,
-    `done(now)` when its allreduce completes, `take()` the ns waited since the last take.
-    A pass ends when all its buckets are done and a new bucket (or a take) comes."""
+class BackwardClock(object):
+    """The waits of DDP's backward passes: `begin()` when a backward starts, `grad(now)` for
+    each gradient of a DDP parameter computed, `end(now)` when the backward returns, giving
+    the ns waited (0 for a pass without DDP gradients). Nested passes (a backward inside a
+    hook) count as part of the outer one. The GIL serialises its callers."""
 
     def __init__(self):
-        self._lock = threading.Lock()
-        self._pending = 0    # buckets handed over and not yet done
-        self._ready = 0      # this pass's latest ready bucket
-        self._done = 0       # this pass's latest completion
-        self._wait = 0       # closed passes' waits, not yet taken
+        self._depth = 0
+        self._last_grad = 0  # this pass's latest DDP gradient
 
-    def _close(self):
-        if self._done > self._ready:
-            self._wait += self._done - self._ready
-        self._ready = self._done = 0
+    def begin(self):
+        if self._depth == 0:
+            self._last_grad = 0
+        self._depth += 1
 
-    def ready(self, now):
-        with self._lock:
-            if self._pending == 0 and self._done:
-                self._close()
-            self._pending += 1
-            self._ready = max(self._ready, now)
+    def grad(self, now):
+        if now > self._last_grad:
+            self._last_grad = now
 
-    def done(self, now):
-        with self._lock:
-            self._pending = max(0, self._pending - 1)
-            self._done = max(self._done, now)
-
-    def take(self):
-        with self._lock:
-            if self._pending == 0 and self._done:
-                self._close()
-            wait, self._wait = self._wait, 0
-            return wait
+    def end(self, now):
+        self._depth = max(0, self._depth - 1)
+        if self._depth or not self._last_grad:
+            return 0
+        wait, self._last_grad = max(0, now - self._last_grad), 0
+        return wait
 
 
-_clock = BucketClock()
+_clock = BackwardClock()
 _nesting = threading.local()  # a timed collective in progress on this thread
-_clock_registered = False
 
 
-def timed_hook(hook, clock=None):
-    """`hook` (a DDP communication hook: (state, bucket) -> Future) with its buckets timed
-    on `clock` (the process's BucketClock by default). Keeps the hook's name and signature,
-    which DDP checks."""
+def timed_backward(backward, clock=None):
+    """`backward` (torch.autograd.backward) with the wait for DDP's allreduce added to the
+    step in flight; same name and signature."""
     clock = clock or _clock
 
-    @functools.wraps(hook)
-    def timed(state, bucket):
-        clock.ready(time.monotonic_ns())
-        fut = hook(state, bucket)
-
-        def completed(f):
-            clock.done(time.monotonic_ns())
-            return f.value()
-
-        return fut.then(completed)
+    @functools.wraps(backward)
+    def timed(*args, **kwargs):
+        clock.begin()
+        try:
+            return backward(*args, **kwargs)
+        finally:
+            wait = clock.end(time.monotonic_ns())
+            if wait:
+                _progress.add_wait(wait)
 
     timed._spawnpoint_timed = True
     return timed
 
 
+def stamp_gradients(module, clock=None):
+    """A hook on each parameter of `module` that takes a gradient: the time of the last one
+    computed in a backward pass. Once per module."""
+    clock = clock or _clock
+    if module.__dict__.get("_spawnpoint_stamped", False):
+        return
+    module.__dict__["_spawnpoint_stamped"] = True
+
+    def stamp(grad):
+        clock.grad(time.monotonic_ns())
+
+    for p in module.parameters():
+        if p.requires_grad:
+            p.register_hook(stamp)
+
+
 def patch_ddp(ddpmod):
-    """The hook for torch.nn.parallel.distributed: times DDP's gradient allreduce, only with
-    SPAWNPOINT_TIME_DDP=1 (experimental). A Python communication hook leaves Python objects
-    (its futures' callbacks) for gloo's worker threads to release; gloo's process group
-    waits for those threads while holding the GIL when a DDP model is torn down after
-    destroy_process_group(), and a rank then hangs at exit (seen on a loaded machine). Until
-    the wait is measured without Python callbacks on those threads, it is opt-in."""
-    global _clock_registered
+    """The hook for torch.nn.parallel.distributed: every DDP model's parameters stamp their
+    gradients (at construction), and torch.autograd.backward is timed."""
     ddp = getattr(ddpmod, "DistributedDataParallel", None)
     if ddp is None or getattr(ddp, "_spawnpoint_timed", False) or not _enabled():
         return
-    if os.environ.get("SPAWNPOINT_TIME_DDP", "") != "1":
-        return
-    if not hasattr(ddp, "register_comm_hook"):
+    autograd = sys.modules.get("torch.autograd")
+    backward = getattr(autograd, "backward", None)
+    if backward is None:
         return
     ddp._spawnpoint_timed = True
-    if not _clock_registered:
-        _progress.add_wait_source(_clock.take)
-        _clock_registered = True
-    register = ddp.register_comm_hook
-    register_builtin = getattr(ddp, "_register_builtin_comm_hook", None)
-    forward = ddp.forward
+    if not getattr(backward, "_spawnpoint_timed", False):
+        autograd.backward = timed_backward(backward)
+    init = ddp.__init__
 
-    @functools.wraps(register)
-    def register_comm_hook(self, state, hook):
-        self.__dict__["_spawnpoint_hooked"] = True
-        if getattr(hook, "_spawnpoint_timed", False):
-            return register(self, state, hook)
-        return register(self, state, timed_hook(hook))
+    @functools.wraps(init)
+    def stamped_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        stamp_gradients(self)
 
-    ddp.register_comm_hook = register_comm_hook
-
-    if register_builtin is not None:
-        @functools.wraps(register_builtin)
-        def _register_builtin_comm_hook(self, comm_hook_type):
-            self.__dict__["_spawnpoint_hooked"] = True  # C++: not timed
-            return register_builtin(self, comm_hook_type)
-
-        ddp._register_builtin_comm_hook = _register_builtin_comm_hook
-
-    @functools.wraps(forward)
-    def timed_forward(self, *args, **kwargs):
-        if not self.__dict__.get("_spawnpoint_hooked", False):
-            self.__dict__["_spawnpoint_hooked"] = True
-            _register_default(self, register)
-        return forward(self, *args, **kwargs)
-
-    ddp.forward = timed_forward
-
-
-def _register_default(model, register):
-    try:
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-        register(model, model.process_group, timed_hook(default_hooks.allreduce_hook))
-    except Exception as err:  # a hook registered behind DDP's back, a torch we do not know
-        report_once("cannot time DDP's allreduce (%s: %s); this rank's waits for its peers "
-                    "are not reported" % (type(err).__name__, err))
+    ddp.__init__ = stamped_init
 
 
 def _timed_collective(fn):

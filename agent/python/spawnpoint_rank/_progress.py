@@ -7,8 +7,8 @@ start-up (so processes the rank starts never write to the record) and gives this
 its path and the start-up time as `progress_file` and `progress_attach_ns`. The first
 counted step maps the record and stamps the writer pid and attach time; each step then
 publishes its duration (since the previous step's end, the first since start-up) into the
-ring (and the time it waited for peers in collectives, added by `add_wait(ns)` and by the
-sources `_collective` registers with `add_wait_source`, into the waits ring), then
+ring (and the time it waited for peers in collectives, added by `add_wait(ns)`, into the
+waits ring), then
 last_step_ns, then steps. `count_step(source)` counts; the first EXPLICIT step
 (spawnpoint.step()) makes the record explicit and automatic counts (OPTIMIZER) stop. Without
 a record, in a forked child, or where the record cannot be used (reported once), counting
@@ -103,7 +103,6 @@ _writer_pid = 0    # the process that attached (a forked child does not write)
 _tried = False     # attaching was tried (successfully or not)
 _wait_lock = threading.Lock()
 _wait_ns = 0       # the step in flight's wait for peers, from add_wait
-_wait_sources = []  # callables returning (and forgetting) ns waited, asked at each step
 
 
 def _attach():
@@ -132,19 +131,10 @@ def add_wait(ns):
         _wait_ns += max(0, ns)
 
 
-def add_wait_source(take):
-    """Registers `take()`: asked at each counted step for the ns waited since it last was."""
-    with _wait_lock:
-        _wait_sources.append(take)
-
-
 def _take_wait():
     global _wait_ns
     with _wait_lock:
         wait, _wait_ns = _wait_ns, 0
-        sources = list(_wait_sources)
-    for take in sources:
-        wait += take()
     return wait
 
 
