@@ -10,6 +10,7 @@
 #include "agent/run/report.h"
 #include "agent/run/self_exe.h"
 #include "agent/status/agent_endpoint.h"
+#include "common/random.h"
 
 namespace spawnpoint::agent {
 
@@ -27,19 +28,12 @@ StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Create(const AgentOptions&
     return Internal("cannot read /proc/self/exe");
   }
   // The gang's token: random, readable by this user only (the directory is 0700).
-  std::string token;
-  {
-    std::ifstream random("/dev/urandom", std::ios::binary);
-    unsigned char bytes[24];
-    random.read(reinterpret_cast<char*>(bytes), sizeof(bytes));
-    static const char kHex[] = "0123456789abcdef";
-    for (unsigned char b : bytes) token += {kHex[b >> 4], kHex[b & 15]};
-    if (!random) {
-      std::filesystem::remove_all(tmpl);
-      return Internal("cannot read /dev/urandom for the gang's token");
-    }
+  StatusOr<std::string> random = RandomHex(32);
+  if (!random.ok()) {
+    std::filesystem::remove_all(tmpl);
+    return random.status();
   }
-  token += "\n";
+  const std::string token = *random + "\n";
   const int fd = ::open((std::string(tmpl) + "/gang-token").c_str(),
                         O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   const bool written =

@@ -1,9 +1,9 @@
 #include "operator/reconciler/children.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <set>
 
+#include "common/random.h"
 #include "operator/common/names.h"
 #include "operator/common/object.h"
 
@@ -95,20 +95,7 @@ json BuildGangSecret(const api::TrainingJob& job, const json& owner, const std::
           {"stringData", {{kGangTokenKey, token}}}};
 }
 
-StatusOr<std::string> NewGangToken() {
-  unsigned char bytes[32];
-  FILE* f = std::fopen("/dev/urandom", "rb");
-  const size_t got = f ? std::fread(bytes, 1, sizeof(bytes), f) : 0;
-  if (f) std::fclose(f);
-  if (got != sizeof(bytes)) return Unavailable("cannot read 32 bytes from /dev/urandom");
-  static const char kHex[] = "0123456789abcdef";
-  std::string token;
-  for (unsigned char b : bytes) {
-    token += kHex[b >> 4];
-    token += kHex[b & 15];
-  }
-  return token;
-}
+StatusOr<std::string> NewGangToken() { return RandomHex(32); }
 
 json JobForAgent(const api::TrainingJob& job) {
   api::TrainingJob copy = job;

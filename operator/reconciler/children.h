@@ -78,7 +78,7 @@ nlohmann::json BuildService(const api::TrainingJob& job, const nlohmann::json& o
 // The gang Secret of `job` (owned by `owner`) holding `token` under kGangTokenKey.
 nlohmann::json BuildGangSecret(const api::TrainingJob& job, const nlohmann::json& owner,
                                const std::string& token);
-// 32 random bytes from /dev/urandom, hex-encoded.
+// 32 random bytes from /dev/urandom, hex-encoded (common/random.h).
 StatusOr<std::string> NewGangToken();
 
 nlohmann::json BuildPod(const api::TrainingJob& job, const nlohmann::json& owner, int node,
