@@ -2,8 +2,6 @@
 
 #include <set>
 
-#include "operator/kube/timing.h"
-
 namespace spawnpoint::op {
 
 using nlohmann::json;
@@ -45,28 +43,10 @@ GangWatcher::GangWatcher(AgentStatusReader* reader, const WallClock* clock,
 GangWatcher::~GangWatcher() { Stop(); }
 
 void GangWatcher::Start() {
-  if (options_.interval <= Clock::Duration::zero() || thread_.joinable()) return;
-  thread_ = std::thread([this] {
-    Clock* clock = clock_->clock();
-    while (true) {
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        kube::WaitUntil(clock, cv_, lock, clock->Now() + options_.interval, [&] { return stop_; });
-        if (stop_) return;
-      }
-      PollOnce();
-    }
-  });
+  thread_.Start(clock_->clock(), options_.interval, [this] { PollOnce(); });
 }
 
-void GangWatcher::Stop() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
+void GangWatcher::Stop() { thread_.Stop(); }
 
 void GangWatcher::PollOnce() {
   std::set<std::string> live;
@@ -75,10 +55,7 @@ void GangWatcher::PollOnce() {
     live.insert(key);
     std::optional<GangReading> reading;
     for (const auto& [pod, ip] : job.pods) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (stop_) return;
-      }
+      if (thread_.Stopping()) return;
       StatusOr<json> document = reader_->Read(ip, options_.port);
       if (!document.ok()) continue;
       reading =

@@ -9,19 +9,18 @@
 // document of another job (a shared address) is ignored. Thread-safe.
 #pragma once
 
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "operator/common/wall_clock.h"
 #include "operator/reconciler/reconciler.h"
 #include "operator/utilisation/agent_status.h"
+#include "operator/utilisation/periodic_thread.h"
 
 namespace spawnpoint::op {
 
@@ -66,10 +65,8 @@ class GangWatcher : public GangSource {
   const std::function<void(const std::string&, const std::string&)> on_change_;
 
   std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;                          // guarded by mu_
   std::map<std::string, GangReading> latest_;  // guarded by mu_; by "ns/name"
-  std::thread thread_;
+  PeriodicThread thread_;                      // last: stopped first
 };
 
 }  // namespace spawnpoint::op

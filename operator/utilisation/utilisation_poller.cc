@@ -3,8 +3,6 @@
 #include <cmath>
 #include <set>
 
-#include "operator/kube/timing.h"
-
 namespace spawnpoint::op {
 
 UtilisationPoller::UtilisationPoller(
@@ -20,28 +18,10 @@ UtilisationPoller::UtilisationPoller(
 UtilisationPoller::~UtilisationPoller() { Stop(); }
 
 void UtilisationPoller::Start() {
-  if (options_.interval <= Clock::Duration::zero() || thread_.joinable()) return;
-  thread_ = std::thread([this] {
-    Clock* clock = clock_->clock();
-    while (true) {
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        kube::WaitUntil(clock, cv_, lock, clock->Now() + options_.interval, [&] { return stop_; });
-        if (stop_) return;
-      }
-      PollOnce();
-    }
-  });
+  thread_.Start(clock_->clock(), options_.interval, [this] { PollOnce(); });
 }
 
-void UtilisationPoller::Stop() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
+void UtilisationPoller::Stop() { thread_.Stop(); }
 
 void UtilisationPoller::PollOnce() {
   std::vector<RunningJob> jobs = running_jobs_();
@@ -51,10 +31,7 @@ void UtilisationPoller::PollOnce() {
     live.insert(key);
     std::vector<PodReading> readings;
     for (const auto& [pod, ip] : job.pods) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (stop_) return;
-      }
+      if (thread_.Stopping()) return;
       readings.push_back({pod, reader_->Read(ip, options_.port)});
     }
     if (readings.empty()) continue;

@@ -6,20 +6,19 @@
 // each; failures end up in utilisation.error. Thread-safe.
 #pragma once
 
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "api/stall_policy.h"
 #include "operator/common/wall_clock.h"
 #include "operator/reconciler/reconciler.h"
 #include "operator/utilisation/agent_status.h"
+#include "operator/utilisation/periodic_thread.h"
 
 namespace spawnpoint::op {
 
@@ -63,12 +62,10 @@ class UtilisationPoller : public UtilisationSource {
   const std::function<void(const std::string&, const std::string&)> on_read_;
 
   std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::map<std::string, nlohmann::json> latest_;
-  std::map<std::string, StallReading> latest_stall_;
-  std::map<std::string, StragglerReading> latest_straggler_;
-  std::thread thread_;
+  std::map<std::string, nlohmann::json> latest_;              // guarded by mu_
+  std::map<std::string, StallReading> latest_stall_;          // guarded by mu_
+  std::map<std::string, StragglerReading> latest_straggler_;  // guarded by mu_
+  PeriodicThread thread_;                                     // last: stopped first
 };
 
 }  // namespace spawnpoint::op
