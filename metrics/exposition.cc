@@ -149,14 +149,24 @@ void AppendEscapedLabelValue(std::string* out, std::string_view value) {
 }
 
 void AppendEscapedHelp(std::string* out, std::string_view help) {
-  for (char c : help) {
+  size_t i = 0;
+  while (i < help.size()) {
+    const char c = help[i];
     if (c == '\\') {
       out->append("\\\\");
     } else if (c == '\n') {
       out->append("\\n");
-    } else {
+    } else if (static_cast<unsigned char>(c) < 0x80) {
       out->push_back(c);
+    } else {
+      // Prometheus' scrape parser rejects a HELP text that is not valid UTF-8 (the whole
+      // scrape), as it does a label value.
+      const size_t n = Utf8Length(help.substr(i));
+      out->append(n == 0 ? std::string_view("\xEF\xBF\xBD") : help.substr(i, n));
+      i += n == 0 ? 1 : n;
+      continue;
     }
+    ++i;
   }
 }
 

@@ -46,7 +46,8 @@ Status CheckNamingConventions(std::string_view name, MetricType type);
 // Appends `value` escaped for a label value: \ -> \\, " -> \", newline -> \n. Bytes that
 // are not valid UTF-8 become U+FFFD, because Prometheus rejects the whole scrape otherwise.
 void AppendEscapedLabelValue(std::string* out, std::string_view value);
-// Appends `help` escaped for a HELP line: \ -> \\, newline -> \n (quotes stay as they are).
+// Appends `help` escaped for a HELP line: \ -> \\, newline -> \n (quotes stay as they are);
+// bytes that are not valid UTF-8 become U+FFFD, as in label values.
 void AppendEscapedHelp(std::string* out, std::string_view help);
 
 // Appends a sample value: the shortest text that reads back as the same double ("1",

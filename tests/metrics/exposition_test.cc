@@ -50,6 +50,14 @@ TEST(MetricsEscapeTest, HelpEscapesBackslashAndNewlineButNotQuotes) {
   EXPECT_EQ(EscapedHelp(R"(the "quoted" word)"), R"(the "quoted" word)");
 }
 
+// Found by tests/fuzz (metrics_escape, #15): Prometheus' scrape parser refuses a HELP text
+// that is not valid UTF-8, and with it the whole scrape.
+TEST(MetricsEscapeTest, HelpKeepsUtf8AndReplacesInvalidBytes) {
+  EXPECT_EQ(EscapedHelp("Grüße 日本 🚀"), "Grüße 日本 🚀");
+  EXPECT_EQ(EscapedHelp("bad\xff\\"), "bad\xEF\xBF\xBD\\\\");
+  EXPECT_EQ(EscapedHelp("cut \xE6\x97"), "cut \xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
 TEST(MetricsValueTest, ShortestRoundTripAndSpecialValues) {
   EXPECT_EQ(FormatValue(0), "0");
   EXPECT_EQ(FormatValue(1), "1");
