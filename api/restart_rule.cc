@@ -1,6 +1,9 @@
 #include "api/restart_rule.h"
 
 #include <algorithm>
+#include <string>
+
+#include "api/field_reader.h"
 
 namespace spawnpoint::api {
 
@@ -62,6 +65,61 @@ RestartVerdict JudgeRestart(const RestartPolicy& policy, int restarts_done, bool
 bool ShouldRestart(const RestartPolicy& policy, int restarts_done, int shell_code) {
   return JudgeRestart(policy, restarts_done, IsRetryableExitCode(policy, shell_code)) ==
          RestartVerdict::kRestart;
+}
+
+const char* RestartModeName(RestartMode mode) {
+  return kRestartModeNames[static_cast<size_t>(mode)].data();
+}
+
+// Each entry an exit code (1-255) or a failure cause's name.
+static Status DecodeRetryOn(FieldReader& reader, const Field& field, RestartPolicy* policy) {
+  if (!field.value) return Status::Ok();
+  const std::string expected = "a list of exit codes (1-255) and failure causes";
+  if (!field.value->is_array()) return reader.WrongType(field, expected);
+  policy->retry_on_exit_codes.clear();
+  policy->retry_on_causes.clear();
+  for (size_t i = 0; i < field.value->size(); ++i) {
+    const Field entry{&(*field.value)[i], field.path.Index(i)};
+    if (entry.value->is_string()) {
+      size_t index = 0;
+      SP_RETURN_IF_ERROR(reader.ReadChoice(entry, kFailureCauses, &index));
+      policy->retry_on_causes.emplace_back(kFailureCauses[index]);
+      continue;
+    }
+    if (!entry.value->is_number_integer()) {
+      return reader.WrongType(entry, "an exit code (1-255) or a failure cause (" +
+                                         std::string(kFailureCauses[0]) + ", ...)");
+    }
+    int code = 0;
+    SP_RETURN_IF_ERROR(reader.ReadInt(entry, 1, 255, &code));
+    policy->retry_on_exit_codes.push_back(code);
+  }
+  return Status::Ok();
+}
+
+Status DecodeRestartPolicy(FieldReader& reader, const Field& field, RestartPolicy* policy) {
+  if (!field.value) return Status::Ok();
+  SP_RETURN_IF_ERROR(
+      reader.CheckObject(*field.value, field.path, "the gang restart settings", kRestartFields));
+  const nlohmann::json& r = *field.value;
+  SP_RETURN_IF_ERROR(reader.ReadEnum(Get(r, field.path, "mode"), kRestartModeNames, &policy->mode));
+  SP_RETURN_IF_ERROR(
+      reader.ReadInt(Get(r, field.path, "maxRestarts"), 0, kIntMax, &policy->max_restarts));
+  SP_RETURN_IF_ERROR(
+      reader.ReadInt(Get(r, field.path, "backoffSeconds"), 0, kIntMax, &policy->backoff_seconds));
+  SP_RETURN_IF_ERROR(reader.ReadInt(Get(r, field.path, "resetAfterSeconds"), 1, kIntMax,
+                                    &policy->reset_after_seconds));
+  Field codes = Get(r, field.path, "retryableExitCodes");
+  if (codes.value) {
+    if (!codes.value->is_array()) return reader.WrongType(codes, "a list of exit codes (1-255)");
+    policy->retryable_exit_codes.clear();
+    for (size_t i = 0; i < codes.value->size(); ++i) {
+      int code = 0;
+      SP_RETURN_IF_ERROR(reader.ReadInt({&(*codes.value)[i], codes.path.Index(i)}, 1, 255, &code));
+      policy->retryable_exit_codes.push_back(code);
+    }
+  }
+  return DecodeRetryOn(reader, Get(r, field.path, "retryOn"), policy);
 }
 
 }  // namespace spawnpoint::api

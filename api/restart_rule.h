@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "api/field_reader.h"
 #include "api/training_job.h"
 #include "common/clock.h"
 
@@ -25,6 +26,14 @@ inline constexpr std::string_view kFailureCauses[] = {
     "Stalled",         "GpuOutOfMemory",     "CollectiveTimeout",
     "CollectiveError", "LoaderWorkerKilled", "ImportError",
     "Evicted",         "Preempted",          "NodeLost"};
+
+// spec.restartPolicy's fields, and restartPolicy.mode's values indexed by RestartMode.
+inline constexpr std::string_view kRestartFields[] = {
+    "mode", "maxRestarts", "backoffSeconds", "resetAfterSeconds", "retryableExitCodes", "retryOn"};
+inline constexpr std::string_view kRestartModeNames[] = {"InPlace", "Recreate"};
+
+// Decodes spec.restartPolicy (absent: the defaults) with `reader`'s located errors.
+Status DecodeRestartPolicy(FieldReader& reader, const Field& field, RestartPolicy* policy);
 
 // A shell exit code (128+signal for signals) is retryable if listed in retryableExitCodes,
 // or, with none listed, if it is 128-255 (signals, OOM kills, preemption).

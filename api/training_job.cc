@@ -37,8 +37,6 @@ constexpr std::string_view kSpecFields[] = {
 constexpr std::string_view kLoaderFields[] = {
     "workersPerRank", "prefetchFactor", "persistentWorkers", "pinMemory",  "timeoutSeconds",
     "seed",           "startMethod",    "workerCommand",     "pythonPool", "preloadModules"};
-constexpr std::string_view kRestartFields[] = {
-    "mode", "maxRestarts", "backoffSeconds", "resetAfterSeconds", "retryableExitCodes", "retryOn"};
 constexpr std::string_view kRendezvousFields[] = {"port"};
 constexpr std::string_view kRunPolicyFields[] = {"suspend", "activeDeadlineSeconds",
                                                  "ttlSecondsAfterFinished", "cleanPodPolicy"};
@@ -78,7 +76,6 @@ std::string MisplacedFieldHint(std::string_view key, std::string_view here) {
 constexpr std::string_view kGpuAssignmentNames[] = {"shared", "exclusive"};
 constexpr std::string_view kBackendNames[] = {"auto", "nccl", "gloo"};
 constexpr std::string_view kCleanPodPolicyNames[] = {"None", "Running", "All"};
-constexpr std::string_view kRestartModeNames[] = {"InPlace", "Recreate"};
 constexpr std::string_view kGpuResources[] = {"nvidia.com/gpu", "amd.com/gpu"};
 
 // Decodes one TrainingJob object. Returns the first problem found; error_path() and
@@ -101,8 +98,6 @@ class Decoder : public FieldReader {
   Status DecodeEnv(const json& container, const FieldPath& path, TrainerContainer* trainer);
   Status DecodeLoader(const Field& field, LoaderSpec* loader);
   Status DecodePreloadModules(const Field& field, std::vector<std::string>* modules);
-  Status DecodeRestartPolicy(const Field& field, RestartPolicy* policy);
-  Status DecodeRetryOn(const Field& field, RestartPolicy* policy);
   Status DecodeRendezvous(const Field& field, int* port);
   Status DecodeShmSize(const Field& field, TrainingJobSpec* spec);
   Status DecodeRunPolicy(const Field& field, RunPolicy* policy);
@@ -223,7 +218,8 @@ Status Decoder::DecodeSpec(const Field& spec_field, TrainingJobSpec* spec) {
 
   SP_RETURN_IF_ERROR(DecodeTemplate(Get(s, path, "template"), spec));
   SP_RETURN_IF_ERROR(DecodeLoader(Get(s, path, "loader"), &spec->loader));
-  SP_RETURN_IF_ERROR(DecodeRestartPolicy(Get(s, path, "restartPolicy"), &spec->restart_policy));
+  SP_RETURN_IF_ERROR(
+      DecodeRestartPolicy(*this, Get(s, path, "restartPolicy"), &spec->restart_policy));
   SP_RETURN_IF_ERROR(DecodeRendezvous(Get(s, path, "rendezvous"), &spec->rendezvous_port));
   SP_RETURN_IF_ERROR(DecodeShmSize(Get(s, path, "shmSize"), spec));
   SP_RETURN_IF_ERROR(DecodeRunPolicy(Get(s, path, "runPolicy"), &spec->run_policy));
@@ -449,56 +445,6 @@ Status Decoder::DecodePreloadModules(const Field& field, std::vector<std::string
   return Status::Ok();
 }
 
-Status Decoder::DecodeRestartPolicy(const Field& field, RestartPolicy* policy) {
-  if (!field.value) return Status::Ok();
-  SP_RETURN_IF_ERROR(
-      CheckObject(*field.value, field.path, "the gang restart settings", kRestartFields));
-  const json& r = *field.value;
-  SP_RETURN_IF_ERROR(ReadEnum(Get(r, field.path, "mode"), kRestartModeNames, &policy->mode));
-  SP_RETURN_IF_ERROR(ReadInt(Get(r, field.path, "maxRestarts"), 0, kIntMax, &policy->max_restarts));
-  SP_RETURN_IF_ERROR(
-      ReadInt(Get(r, field.path, "backoffSeconds"), 0, kIntMax, &policy->backoff_seconds));
-  SP_RETURN_IF_ERROR(
-      ReadInt(Get(r, field.path, "resetAfterSeconds"), 1, kIntMax, &policy->reset_after_seconds));
-  Field codes = Get(r, field.path, "retryableExitCodes");
-  if (codes.value) {
-    if (!codes.value->is_array()) return WrongType(codes, "a list of exit codes (1-255)");
-    policy->retryable_exit_codes.clear();
-    for (size_t i = 0; i < codes.value->size(); ++i) {
-      int code = 0;
-      SP_RETURN_IF_ERROR(ReadInt({&(*codes.value)[i], codes.path.Index(i)}, 1, 255, &code));
-      policy->retryable_exit_codes.push_back(code);
-    }
-  }
-  return DecodeRetryOn(Get(r, field.path, "retryOn"), policy);
-}
-
-// Each entry an exit code (1-255) or a failure cause's name.
-Status Decoder::DecodeRetryOn(const Field& field, RestartPolicy* policy) {
-  if (!field.value) return Status::Ok();
-  const std::string expected = "a list of exit codes (1-255) and failure causes";
-  if (!field.value->is_array()) return WrongType(field, expected);
-  policy->retry_on_exit_codes.clear();
-  policy->retry_on_causes.clear();
-  for (size_t i = 0; i < field.value->size(); ++i) {
-    const Field entry{&(*field.value)[i], field.path.Index(i)};
-    if (entry.value->is_string()) {
-      size_t index = 0;
-      SP_RETURN_IF_ERROR(ReadChoice(entry, kFailureCauses, &index));
-      policy->retry_on_causes.emplace_back(kFailureCauses[index]);
-      continue;
-    }
-    if (!entry.value->is_number_integer()) {
-      return WrongType(entry, "an exit code (1-255) or a failure cause (" +
-                                  std::string(kFailureCauses[0]) + ", ...)");
-    }
-    int code = 0;
-    SP_RETURN_IF_ERROR(ReadInt(entry, 1, 255, &code));
-    policy->retry_on_exit_codes.push_back(code);
-  }
-  return Status::Ok();
-}
-
 Status Decoder::DecodeRendezvous(const Field& field, int* port) {
   if (!field.value) return Status::Ok();
   SP_RETURN_IF_ERROR(
@@ -561,10 +507,6 @@ const char* GpuAssignmentName(GpuAssignment assignment) {
 
 const char* CleanPodPolicyName(CleanPodPolicy policy) {
   return kCleanPodPolicyNames[static_cast<size_t>(policy)].data();
-}
-
-const char* RestartModeName(RestartMode mode) {
-  return kRestartModeNames[static_cast<size_t>(mode)].data();
 }
 
 StatusOr<std::vector<TrainingJob>> ParseTrainingJobs(std::string_view text,
