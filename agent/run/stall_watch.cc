@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "api/straggler.h"
+
 namespace spawnpoint::agent {
 namespace {
 
@@ -10,14 +12,11 @@ constexpr int64_t kNsPerSecond = 1'000'000'000;
 }  // namespace
 
 double MedianStepSeconds(const std::vector<RankProgress>& ranks) {
-  std::vector<uint32_t> all;
+  std::vector<double> all;
   for (const RankProgress& r : ranks) {
-    all.insert(all.end(), r.snapshot.recent_us.begin(), r.snapshot.recent_us.end());
+    for (uint32_t us : r.snapshot.recent_us) all.push_back(us / 1e6);
   }
-  if (all.empty()) return 0;
-  auto mid = all.begin() + static_cast<std::ptrdiff_t>(all.size() / 2);
-  std::nth_element(all.begin(), mid, all.end());
-  return *mid / 1e6;
+  return all.empty() ? 0 : api::Median(std::move(all));  // the straggler judgement's median
 }
 
 void StallWatch::MarkReported(int rank, uint64_t steps) {

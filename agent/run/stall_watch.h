@@ -53,7 +53,8 @@ class StallWatch {
   std::optional<int64_t> timeout_ns_;
 };
 
-// The median of every duration in `ranks`' recent steps, in seconds (0 for none).
+// The median of every duration in `ranks`' recent steps, in seconds (0 for none; of an even
+// count, the mean of the middle two, as api::Median).
 double MedianStepSeconds(const std::vector<RankProgress>& ranks);
 
 }  // namespace spawnpoint::agent
