@@ -104,9 +104,9 @@ PoolLoader::PoolLoader(PoolLoaderConfig config)
       agent_mode_(config.agent_mode),
       dir_(config.dir),
       clock_(config.clock),
+      created_(config.created),
       sampler_(config.sampler),
       standalone_(std::move(config.standalone)),
-      created_(config.created),
       tp_(config.created),
       auto_(config.initial_active, config.auto_cap, *opts_.prefetch_factor, opts_.auto_window) {
   PoolClientOptions c{

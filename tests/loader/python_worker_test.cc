@@ -464,7 +464,9 @@ TEST_F(PythonWorkerTest, ASigkilledWorkerIsReplacedAndEverySampleStillArrivesOnc
   for (int64_t b = 0; b < 50; ++b) batches.push_back(Range(4 * b, 4 * b + 4));
   client.Submit(0, 0, batches);
   ExpectEverySampleOnce(client, 0, batches, 200, [&](int64_t b) {
-    if (b == 5) ASSERT_EQ(kill(pids[1], SIGKILL), 0);
+    if (b == 5) {
+      ASSERT_EQ(kill(pids[1], SIGKILL), 0);
+    }
   });
   EXPECT_TRUE(testing::WaitUntil(
       [&] {

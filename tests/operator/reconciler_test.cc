@@ -175,7 +175,9 @@ TEST_F(ReconcilerTest, BackoffDoublesWhileFailuresComeQuickly) {
     ReconcileResult r = Reconcile();
     const seconds wait = restart == 1 ? seconds(0) : seconds(1 << (restart - 2));
     EXPECT_EQ(Status()["lastFailure"]["quickFailures"], restart);
-    if (wait > seconds(0)) ASSERT_EQ(r.requeue_after, wait) << restart;
+    if (wait > seconds(0)) {
+      ASSERT_EQ(r.requeue_after, wait) << restart;
+    }
     clock_.Advance(wait);
     Reconcile();  // deletes the stale gang
     Reconcile();  // creates the next
