@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <sstream>
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 namespace spawnpoint::api {
@@ -250,10 +252,59 @@ SourcePosition SourceMap::Locate(const FieldPath& path, bool at_key) const {
   }
 }
 
+namespace {
+
+// Where each document of a stream starts, and whether one started where the one before it
+// did. yaml-cpp 0.7 (Debian 12's) yields empty documents forever, without consuming
+// anything, once it meets a token no document can start with (`"",` or a stray `,` after a
+// document: jbeder/yaml-cpp#1040, fixed upstream by #1319), so LoadAll never returns and
+// eats memory. Two documents never start at the same place in a stream that parses.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (started_ && mark.pos == last_.pos) stuck_ = true;
+    started_ = true;
+    last_ = mark;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+
+  bool stuck() const { return stuck_; }
+  const YAML::Mark& last() const { return last_; }
+
+ private:
+  bool started_ = false;
+  bool stuck_ = false;
+  YAML::Mark last_;
+};
+
+}  // namespace
+
 StatusOr<std::vector<YamlDocument>> ParseYamlStream(std::string_view text,
                                                     const std::string& source) {
   std::vector<YAML::Node> nodes;
   try {
+    // The events first, to refuse a stream LoadAll would never finish (DocumentStarts).
+    std::istringstream in{std::string(text)};
+    YAML::Parser parser(in);
+    DocumentStarts starts;
+    while (parser.HandleNextDocument(starts)) {
+      if (starts.stuck()) {
+        SourcePosition at = ToPosition(starts.last());
+        return InvalidArgument(source + ":" + std::to_string(at.line) + ":" +
+                               std::to_string(at.column) +
+                               ": invalid YAML: no document can start here");
+      }
+    }
     nodes = YAML::LoadAll(std::string(text));
   } catch (const YAML::Exception& e) {
     SourcePosition at = ToPosition(e.mark);
