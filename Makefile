@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build test demo cluster-tools cluster-up cluster-down bench-launch bench-restart bench-loader bench-kube demo-cluster bench-operator bench-metrics bench-frameworks agent-bundle images frameworks-env chart sync-chart-crds format clean
+.PHONY: deps configure build test demo cluster-tools cluster-up cluster-down bench-launch bench-restart bench-loader bench-kube demo-cluster bench-operator bench-metrics bench-frameworks fuzz agent-bundle images frameworks-env chart sync-chart-crds format clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -18,6 +18,13 @@ build: configure
 
 test: build cluster-tools
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+# The libFuzzer targets of tests/fuzz (ASan+UBSan, clang, in $(FUZZ_BUILD)), each run for
+# FUZZ_SECONDS from its seed corpus; last line `fuzz targets=N execs=N crashes=N`.
+FUZZ_SECONDS ?= 30
+FUZZ_BUILD ?= build-fuzz
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_BUILD=$(FUZZ_BUILD) JOBS=$(JOBS) bash tests/fuzz/run_fuzz.sh
 
 demo: build
 	bash scripts/demo.sh

@@ -16,6 +16,7 @@ packages=(
   openssl  # /usr/bin/openssl: kube_transport_test and scripts/cluster.sh make TLS certificates
   curl  # scripts/cluster.sh asks the API server's /readyz
   prometheus  # /usr/bin/prometheus and promtool: the metrics tests scrape the agent with them
+  clang-14 libclang-rt-14-dev  # make fuzz: libFuzzer, ASan and UBSan (tests/fuzz)
   elfutils  # eu-stack: a stalled C++ rank's native frames (agent/run/rank_stacks.h)
   # scripts/foreign-root.sh: the foreign trainer roots (Debian 11 and 13) of tests/foreign,
   # and the trixie-frameworks root of scripts/frameworks-env.sh (tests/frameworks).
