@@ -1,5 +1,6 @@
 #include "operator/kube/errors.h"
 
+#include <algorithm>
 #include <cctype>
 #include <nlohmann/json.hpp>
 
@@ -50,6 +51,13 @@ std::string DefaultReason(int http_status) {
   }
 }
 
+// The string at `key` of object `j`, or "" when it is missing or not a string: a Status
+// comes from whatever answered (a proxy too), so no field's type is taken on trust.
+std::string StringField(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 void FillFromStatus(const nlohmann::json& st, ApiError* e) {
   if (!st.is_object()) return;
   if (auto it = st.find("reason"); it != st.end() && it->is_string() && !it->empty()) {
@@ -67,15 +75,22 @@ void FillFromStatus(const nlohmann::json& st, ApiError* e) {
   if (details == st.end() || !details->is_object()) return;
   if (auto it = details->find("retryAfterSeconds");
       it != details->end() && it->is_number_integer() && !e->retry_after) {
-    e->retry_after = std::chrono::seconds(it->get<int64_t>());
+    // As the Retry-After header (ParseRetryAfter): at most 9 digits, so that it converts to
+    // the clock's nanoseconds without overflow; a negative one is none.
+    constexpr int64_t kMax = 999999999;
+    const int64_t seconds =
+        it->is_number_unsigned()
+            ? static_cast<int64_t>(std::min<uint64_t>(it->get<uint64_t>(), kMax))
+            : std::min<int64_t>(it->get<int64_t>(), kMax);
+    if (seconds >= 0) e->retry_after = std::chrono::seconds(seconds);
   }
   if (auto it = details->find("causes"); it != details->end() && it->is_array()) {
     for (const auto& c : *it) {
       if (!c.is_object()) continue;
       StatusCause cause;
-      cause.field = c.value("field", "");
-      cause.reason = c.value("reason", "");
-      cause.message = Truncate(c.value("message", ""));
+      cause.field = StringField(c, "field");
+      cause.reason = StringField(c, "reason");
+      cause.message = Truncate(StringField(c, "message"));
       e->causes.push_back(std::move(cause));
     }
   }
@@ -102,7 +117,7 @@ ApiError ParseApiError(int http_status, const std::string& body,
   e.http_status = http_status;
   e.retry_after = ParseRetryAfter(retry_after_header);
   auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_object() && j.value("kind", "") == "Status") {
+  if (j.is_object() && StringField(j, "kind") == "Status") {
     FillFromStatus(j, &e);
   } else if (!body.empty()) {
     std::string gist;

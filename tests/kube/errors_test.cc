@@ -82,6 +82,36 @@ TEST(ApiErrorTest, NonStatusBodyIsSummarised) {
   EXPECT_NE(e.message.find("502 Bad Gateway"), std::string::npos);
 }
 
+// Found by tests/fuzz (kube_list, #15): whatever answers (a proxy too) may send any JSON;
+// a field of another type is as good as missing, never an exception out of the client.
+TEST(ApiErrorTest, FieldsOfTheWrongTypeAreIgnored) {
+  ApiError kind = ParseApiError(500, R"({"kind":7777,"message":"x"})", "");
+  EXPECT_EQ(kind.reason, "InternalError");
+  EXPECT_NE(kind.message.find("unexpected response body"), std::string::npos);
+  ApiError causes =
+      ParseApiError(422,
+                    R"({"kind":"Status","reason":"Invalid","details":{"causes":[{"field":1,)"
+                    R"("reason":["x"],"message":{"a":1}},{"field":"spec.x","reason":"R"}]}})",
+                    "");
+  ASSERT_EQ(causes.causes.size(), 2u);
+  EXPECT_EQ(causes.causes[0].field, "");
+  EXPECT_EQ(causes.causes[0].message, "");
+  EXPECT_EQ(causes.causes[1].field, "spec.x");
+}
+
+// A retryAfterSeconds past 9 digits is capped as the header is (nanoseconds would overflow);
+// a negative one is none.
+TEST(ApiErrorTest, RetryAfterSecondsIsBounded) {
+  ApiError big = ParseApiError(
+      429, StatusBody(429, "TooManyRequests", "", R"({"retryAfterSeconds":18446744073709551615})"),
+      "");
+  ASSERT_TRUE(big.retry_after.has_value());
+  EXPECT_EQ(big.retry_after->count(), 999999999);
+  ApiError negative =
+      ParseApiError(429, StatusBody(429, "TooManyRequests", "", R"({"retryAfterSeconds":-5})"), "");
+  EXPECT_FALSE(negative.retry_after.has_value());
+}
+
 TEST(ApiErrorTest, WatchErrorEventObject) {
   ApiError e =
       ApiErrorFromStatusObject(StatusBody(410, "Expired", "too old resource version: 5 (100)"));
