@@ -1,6 +1,7 @@
 #include "api/schema.h"
 
 #include <cmath>
+#include <cstdint>
 #include <set>
 #include <string>
 #include <string_view>
@@ -14,6 +15,12 @@ extern const char kPodTemplateSchemaJson[];
 namespace {
 
 using nlohmann::json;
+
+// A value in a message: JSON, with bytes that are not UTF-8 (a manifest may carry them)
+// shown as U+FFFD rather than thrown on.
+std::string Show(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 // The pattern controller-gen gives a resource.Quantity; IsQuantity implements it.
 constexpr std::string_view kQuantityPattern =
@@ -149,12 +156,15 @@ class Checker {
           json v = list[i].is_object() ? list[i].value(name, json()) : json();
           if (v.is_null()) v = defaults.value(name, json::object()).value("default", json());
           key[name] = v;
-          shown += (shown.empty() ? "" : ", ") + name + " " + v.dump();
+          shown += (shown.empty() ? "" : ", ") + name + " " + Show(v);
         }
       } else {
-        shown = key.dump();
+        shown = Show(key);
       }
-      std::string dumped = key.dump();
+      // Compared byte for byte: a manifest's strings need not be UTF-8, which dump() throws
+      // on (and replacing would make two different strings one).
+      const std::vector<std::uint8_t> cbor = json::to_cbor(key);
+      std::string dumped(cbor.begin(), cbor.end());
       for (size_t j = 0; j < seen.size(); ++j) {
         if (seen[j] != dumped) continue;
         return reader_->Fail(path.Index(i), "duplicate entry (" + shown + ") also at index " +

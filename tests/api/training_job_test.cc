@@ -807,6 +807,23 @@ TEST(TrainingJob, InvalidUtf8IsReportedNotThrown) {
   EXPECT_NO_THROW(TrainingJobToJson(job).dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
+// Found by tests/fuzz (training_job, #15): the schema's unique-key check of a list (here
+// containers, keyed by name) dumped keys that are not UTF-8, and the parser threw.
+TEST(TrainingJob, InvalidUtf8InAListKeyIsCheckedNotThrown) {
+  const std::string twice = WithSpec("") +
+                            "        - name: \"caf\xe9\"\n"
+                            "        - name: \"caf\xe9\"\n";
+  std::string message;
+  EXPECT_NO_THROW(message = ParseError(twice));
+  EXPECT_NE(message.find("duplicate entry (name \"caf\xEF\xBF\xBD\")"), std::string::npos)
+      << message;
+  const std::string different = WithSpec("") +
+                                "        - name: \"caf\xe9\"\n"
+                                "        - name: \"caf\xe8\"\n";
+  EXPECT_NO_THROW(message = ParseError(different));
+  EXPECT_EQ(message.find("duplicate entry"), std::string::npos) << message;
+}
+
 TEST(TrainingJob, MisplacedFieldIsPointedToItsPlace) {
   // "suspend" is spelled right but belongs under runPolicy.
   EXPECT_EQ(ParseError(WithSpec("  suspend: true\n")),
