@@ -296,9 +296,10 @@ StatusOr<ObjectList> Client::List(const GroupVersionResource& gvr, const std::st
   } else if (!j.contains("items") || !j["items"].is_null()) {
     return Internal("GET " + target + ": the answer is not a list");
   }
+  // Fields of another type read as absent (json::value would throw out of the client).
+  list.resource_version = MetaString(j, "resourceVersion");
+  list.continue_token = MetaString(j, "continue");
   if (auto m = j.find("metadata"); m != j.end() && m->is_object()) {
-    list.resource_version = m->value("resourceVersion", "");
-    list.continue_token = m->value("continue", "");
     if (auto r = m->find("remainingItemCount"); r != m->end() && r->is_number_integer()) {
       list.remaining_item_count = r->get<int64_t>();
     }

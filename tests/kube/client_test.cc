@@ -312,6 +312,22 @@ TEST_F(ClientTest, ListAllFollowsContinueTokens) {
   EXPECT_TRUE(IsGone(client->ListAll(resources::Pods(), "ml", {.limit = 2}).status()));
 }
 
+// A list whose metadata fields have other types (found by the kube_list fuzz target: the
+// client threw nlohmann's type_error, which would end the operator): read as absent.
+TEST_F(ClientTest, AListsMetadataOfAnotherTypeReadsAsAbsent) {
+  auto client = MakeClient();
+  transport_->Enqueue(
+      JsonResponse(200, Json{{"kind", "PodList"},
+                             {"metadata", {{"resourceVersion", 33}, {"continue", 4}}},
+                             {"items", Json::array({{{"metadata", {{"name", "a"}}}}})}}
+                            .dump()));
+  auto list = client->List(resources::Pods(), "ml", {});
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  EXPECT_EQ(list->items.size(), 1u);
+  EXPECT_EQ(list->resource_version, "");
+  EXPECT_EQ(list->continue_token, "");
+}
+
 TEST_F(ClientTest, WatchParsesEventsAndErrors) {
   auto client = MakeClient();
   auto control = std::make_shared<FakeStreamControl>();
