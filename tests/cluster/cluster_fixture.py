@@ -50,11 +50,20 @@ def wait_until(condition, deadline_s, interval_s=0.5):
 
 
 def free_port():
-    """A TCP port free on 127.0.0.1 now."""
+    """A TCP port P free on every interface now, with P + 1 free too: a job's agents serve
+    its gang next to its rendezvous port, and the local node's pods share this machine's
+    network with every other test."""
     import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    for _ in range(100):
+        with socket.socket() as s, socket.socket() as t:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+            try:
+                t.bind(("", port + 1))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no two free ports in a row")
 
 
 class Cluster(object):

@@ -17,18 +17,6 @@ namespace {
 using std::chrono::seconds;
 using ::testing::HasSubstr;
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
-  socklen_t len = sizeof sa;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  close(fd);
-  return ntohs(sa.sin_port);
-}
-
 TEST(OperatorFailureEndToEnd, DescribeShowsTheCauseTheLineAndTheTail) {
   OperatorHarness h(E2E_CLUSTER_KUBECONFIG);
   ASSERT_TRUE(h.ok()) << h.error();

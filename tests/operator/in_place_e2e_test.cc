@@ -32,18 +32,6 @@ namespace {
 using std::chrono::seconds;
 using ::testing::HasSubstr;
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
-  socklen_t len = sizeof sa;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  close(fd);
-  return ntohs(sa.sin_port);
-}
-
 // The logs of every incarnation of pod `pod` (<cluster dir>/node/pods/<ns>_<pod>_<uid>/
 // trainer.log), oldest first by directory time.
 std::string PodLogs(const OperatorHarness& h, const std::string& pod) {

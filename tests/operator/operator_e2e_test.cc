@@ -25,18 +25,6 @@ namespace {
 
 using std::chrono::seconds;
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
-  socklen_t len = sizeof sa;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  close(fd);
-  return ntohs(sa.sin_port);
-}
-
 // A container's log as the local node keeps it (<cluster dir>/node/pods/<ns>_<pod>_<uid>/
 // <container>.log): there is no kubelet endpoint for `kubectl logs`.
 std::string PodLog(const OperatorHarness& h, const std::string& pod,
