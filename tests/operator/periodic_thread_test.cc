@@ -5,23 +5,20 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 
 #include <gtest/gtest.h>
+
+#include "tests/support/test_process.h"
 
 namespace spawnpoint::op {
 namespace {
 
 using std::chrono::seconds;
 
-// Polls `pred` for up to 30 real seconds.
-template <typename Pred>
-bool Eventually(Pred pred) {
-  const auto deadline = std::chrono::steady_clock::now() + seconds(30);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
+// Polls `pred` for up to 30 real seconds (a generous margin for a loaded machine).
+bool Eventually(const std::function<bool()>& pred) {
+  return spawnpoint::testing::WaitUntil(pred, std::chrono::milliseconds(30'000));
 }
 
 TEST(PeriodicThreadTest, TicksOncePerIntervalOfItsClockUntilStopped) {
