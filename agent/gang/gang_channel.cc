@@ -228,7 +228,15 @@ void GangServer::Loop() {
       bool keep = TakeLines(conns[fd].buffer, &lines);
       for (const std::string& line : lines) {
         if (!keep) break;
-        keep = handle(fd, json::parse(line, nullptr, false));
+        try {
+          keep = handle(fd, json::parse(line, nullptr, false));
+        } catch (const json::exception&) {
+          // A field of the wrong type (anyone can reach this port): the connection goes,
+          // the coordinator stays.
+          say("gang channel: dropped a connection from " + conns[fd].address +
+              ": a message with a field of the wrong type");
+          keep = false;
+        }
       }
       if (!keep) drop(fd);
     }
@@ -328,10 +336,20 @@ void GangPeer::ReadLoop() {
     if (r > 0) {
       buffer.append(buf, static_cast<size_t>(r));
       const bool ok = TakeLines(buffer, &lines);
+      bool refused = false;
       for (const std::string& line : lines) {
         json m = json::parse(line, nullptr, false);
-        if (m.is_object()) Push(std::move(m));
+        if (!m.is_object() || !m.value("t", json()).is_string()) continue;
+        if (m.contains("attempt") && !m["attempt"].is_number_integer()) continue;
+        if (m["t"] == "refused") {
+          // Out before anyone reads it: dialling again would be refused again, and fill
+          // the coordinator's log with it.
+          std::lock_guard<std::mutex> lock(mu_);
+          lost_ = refused = true;
+        }
+        Push(std::move(m));
       }
+      if (refused) break;
       if (ok) continue;
     }
     if (closing_) break;

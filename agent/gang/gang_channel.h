@@ -81,7 +81,9 @@ class GangPeer {
   // Whether the connection is up now.
   bool Connected() const;
   // The next message from the coordinator, waiting until `deadline`; nullopt on timeout.
-  // A dropped connection is a message {"t": "lost"} (then one {"t": "reconnected"}).
+  // A dropped connection is a message {"t": "lost"} (then one {"t": "reconnected"}). A
+  // coordinator that refused this peer (wrong job or token) is not dialled again: "refused"
+  // is then the last message, and Send returns false from then on.
   std::optional<nlohmann::json> Next(Clock::TimePoint deadline);
   // Whether a "stop" or "verdict" for `attempt` arrived, or the connection dropped during
   // it (the ranks must stop): checked by the gang on its ticks without consuming messages.

@@ -1,6 +1,10 @@
 // The gang of a job's agents (issue 19): GangCoordinator's attempts on simulated time, and
 // the channel between real sockets (a job's token required).
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -247,9 +251,10 @@ class ChannelTest : public ::testing::Test {
     std::lock_guard<std::mutex> lock(mu_);
     return log_;
   }
-  std::unique_ptr<GangServer> server_;
+  // The log outlives the server: its thread may still say something while it stops.
   std::mutex mu_;
   std::string log_;
+  std::unique_ptr<GangServer> server_;
 };
 
 TEST_F(ChannelTest, TwoAgentsMeetAtTheBarrierAndAreToldToStopTogether) {
@@ -281,11 +286,46 @@ TEST_F(ChannelTest, AConnectionWithoutTheJobsTokenIsRefusedAndTheTokenNeverLogge
   EXPECT_THAT(Log(), HasSubstr("gang channel: refused a connection from 127.0.0.1"));
   EXPECT_THAT(Log(), Not(HasSubstr("guessed-token")));
   EXPECT_THAT(Log(), Not(HasSubstr("s3cret-token")));
+  EXPECT_FALSE(stranger->Send({{"t", "ready"}, {"attempt", 0}})) << "a refused peer stays out";
+  EXPECT_FALSE(stranger->Next(RealClock::Get()->Now() + std::chrono::milliseconds(300)))
+      << "and does not dial again (it would be refused again)";
   // The refused connection is no member: the real node 1 still completes the barrier.
   auto a = Peer(0, "s3cret-token"), b = Peer(1, "s3cret-token");
   ASSERT_TRUE(a->Send({{"t", "ready"}, {"attempt", 0}}));
   ASSERT_TRUE(b->Send({{"t", "ready"}, {"attempt", 0}}));
   m = a->Next(Deadline());
+  ASSERT_TRUE(m);
+  EXPECT_EQ((*m)["t"], "start");
+}
+
+// Anyone can reach the gang's port: messages whose fields have the wrong type cost the
+// sender its connection, never the coordinator (nlohmann's type errors are caught).
+TEST_F(ChannelTest, MessagesWithFieldsOfTheWrongTypeDropTheSenderNotTheCoordinator) {
+  for (const std::string line :
+       {R"({"t": 1})", R"({"t": "hello", "job": "ddp", "node": "0", "token": "s3cret-token"})",
+        R"({"t": "hello", "job": ["ddp"]})", R"([1, 2])", "not json at all"}) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    const std::string msg = line + "\n";
+    ASSERT_EQ(::write(fd, msg.data(), msg.size()), static_cast<ssize_t>(msg.size()));
+    // The coordinator answers (refused) or just closes: either way the connection ends.
+    char buf[4096];
+    while (::read(fd, buf, sizeof(buf)) > 0) {
+    }
+    ::close(fd);
+  }
+  EXPECT_THAT(Log(), HasSubstr("dropped a connection from 127.0.0.1"));
+  // The coordinator still runs the gang.
+  auto a = Peer(0, "s3cret-token"), b = Peer(1, "s3cret-token");
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(a->Send({{"t", "ready"}, {"attempt", 0}}));
+  ASSERT_TRUE(b->Send({{"t", "ready"}, {"attempt", 0}}));
+  auto m = a->Next(Deadline());
   ASSERT_TRUE(m);
   EXPECT_EQ((*m)["t"], "start");
 }
