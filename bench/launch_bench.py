@@ -19,12 +19,15 @@ import argparse
 import os
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "tests", "support"))
+from ports import free_port  # noqa: E402  (tests/support/ports.py)
 
 PYTHON = "/usr/bin/python3"
 STEPS = 10
@@ -41,12 +44,6 @@ RESTART_RE = re.compile(r"trainer: .*\brestart=(\d+)")
 
 class BenchError(Exception):
     pass
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def trainer_args(fail):

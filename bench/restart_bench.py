@@ -23,16 +23,18 @@ library only; the binaries come from the build directory, kubectl from .tools/bi
 """
 
 import argparse
-import json
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "tests", "support"))
+from ports import free_port  # noqa: E402  (tests/support/ports.py)
 
 TIMING_RE = re.compile(r"timing rank=(\d+) event=(\w+) unix_ns=(\d+)")
 FAIL_STEP = 3
@@ -41,12 +43,6 @@ STEPS = 10
 
 class BenchError(Exception):
     pass
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def manifest(name, mode, trainer):

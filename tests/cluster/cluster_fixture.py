@@ -17,6 +17,10 @@ import sys
 import tempfile
 import unittest
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(_HERE, "..", "support"))
+import ports  # noqa: E402  (tests/support/ports.py)
+
 # The command line of the test module being run (main() below): source_dir, tools_bin and,
 # where asked for, build_dir.
 ARGS = None
@@ -50,20 +54,11 @@ def wait_until(condition, deadline_s, interval_s=0.5):
 
 
 def free_port():
-    """A TCP port P free on every interface now, with P + 1 free too: a job's agents serve
-    its gang next to its rendezvous port, and the local node's pods share this machine's
-    network with every other test."""
-    import socket
-    for _ in range(100):
-        with socket.socket() as s, socket.socket() as t:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-            try:
-                t.bind(("", port + 1))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no two free ports in a row")
+    """A TCP port P free on every interface now, with P + 1 free too, drawn from outside the
+    ephemeral range (tests/support/ports.py): a job's agents serve its gang next to its
+    rendezvous port, and the local node's pods share this machine's network with every
+    other test."""
+    return ports.free_port(2)
 
 
 class Cluster(object):

@@ -25,6 +25,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/free_port.h"
+
 extern char** environ;
 
 namespace {
@@ -67,19 +69,7 @@ Env BaseEnv() {
   return env;
 }
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  EXPECT_GE(fd, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  socklen_t len = sizeof(a);
-  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  close(fd);
-  return ntohs(a.sin_port);
-}
+using spawnpoint::testing::FreePort;
 
 Env RankEnv(int rank, int world, int port) {
   Env env = BaseEnv();

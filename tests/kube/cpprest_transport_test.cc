@@ -17,6 +17,7 @@
 #include <future>
 #include <thread>
 
+#include "tests/support/free_port.h"
 #include "tests/support/test_process.h"
 
 namespace spawnpoint::kube {
@@ -31,18 +32,7 @@ using ::testing::Not;
 namespace http = web::http;
 namespace listener = web::http::experimental::listener;
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
+using spawnpoint::testing::FreePort;
 // A listener whose handler the test sets; streams are fed through `stream_buf`.
 class TestServer {
  public:

@@ -23,8 +23,4 @@ StatusOr<HttpResult> HttpGet(const std::string& host, int port, const std::strin
                              const std::string& method = "GET",
                              std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
-// A port that was free a moment ago on 127.0.0.1 (bind to 0, read it, close). For programs
-// that must be told a port up front (prometheus); callers retry if it got taken meanwhile.
-int PickFreePort();
-
 }  // namespace spawnpoint::testing

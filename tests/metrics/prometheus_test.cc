@@ -19,6 +19,7 @@
 #include "tests/metrics/agent_harness.h"
 #include "tests/metrics/http_client.h"
 #include "tests/operator/harness.h"
+#include "tests/support/free_port.h"
 
 namespace spawnpoint::testing {
 namespace {
@@ -67,7 +68,7 @@ class Prometheus {
     }
     WriteFile(dir_.File("prometheus.yml"), config);
     for (int attempt = 0; attempt < 3 && port_ == 0; ++attempt) {
-      const int port = PickFreePort();
+      const int port = spawnpoint::testing::FreePort(1);
       process_ = std::make_unique<TestProcess>(std::vector<std::string>{
           binary, "--config.file=" + dir_.File("prometheus.yml"),
           "--storage.tsdb.path=" + dir_.File("data"),

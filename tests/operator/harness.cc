@@ -1,5 +1,7 @@
 #include "tests/operator/harness.h"
 
+#include "tests/support/free_port.h"
+
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -314,33 +316,6 @@ bool OperatorHarness::WaitPhase(const std::string& job, const std::string& phase
   return WaitFor([&] { return Phase(job, ns) == phase; }, timeout);
 }
 
-int FreePort() {
-  auto bind_any = [](int port) {
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_ANY);
-    sa.sin_port = htons(static_cast<uint16_t>(port));
-    if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-      close(fd);
-      return -1;
-    }
-    return fd;
-  };
-  for (int tries = 0; tries < 100; ++tries) {
-    const int fd = bind_any(0);
-    sockaddr_in sa{};
-    socklen_t len = sizeof sa;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-    const int port = ntohs(sa.sin_port);
-    const int next = port < 65535 ? bind_any(port + 1) : -1;
-    close(fd);
-    if (next >= 0) {
-      close(next);
-      return port;
-    }
-  }
-  return 0;
-}
+int FreePort() { return spawnpoint::testing::FreePort(2); }
 
 }  // namespace spawnpoint::op::testing

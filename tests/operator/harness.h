@@ -121,8 +121,8 @@ json TestJob(const std::string& name, int nodes = 2, int max_restarts = 3, int b
 
 std::string JsonField(const json& object, const std::string& pointer);
 
-// A TCP port P free on every interface now, with P + 1 free too: a job's agents serve its
-// gang next to its rendezvous port, and the pods of the local node and the test server share
+// A TCP port P free on every interface now, with P + 1 free too (tests/support/free_port.h):
+// a job's agents serve its gang next to its rendezvous port, and the local node's pods share
 // this machine's network with every other test.
 int FreePort();
 

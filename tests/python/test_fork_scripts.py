@@ -14,7 +14,6 @@ import glob
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,9 @@ import textwrap
 import unittest
 
 from test_shim import PYTHON, SHIM_DIR, clean_environment, run_python
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from ports import free_port  # noqa: E402  (tests/support/ports.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "fork_scripts")
@@ -49,12 +51,6 @@ spec:
     pythonPool: %(pool)s
     timeoutSeconds: %(timeout)d
 """
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @unittest.skipUnless(os.environ.get("SPAWNPOINT_AGENT_BIN"), "needs --agent (the built spawnpoint-agent)")
@@ -153,6 +149,7 @@ class ForkScriptTest(unittest.TestCase):
 
 GUARD_PROBE = """\
 import json, sys
+
 sys.path.insert(0, %(shim)r)
 from spawnpoint_rank import _script
 
