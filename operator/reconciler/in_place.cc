@@ -196,4 +196,19 @@ bool Reconciler::GangRunsAgain(const Context& c) const {
   return read_at && lost_at && *read_at >= *lost_at + kLossSettle;
 }
 
+std::optional<Clock::Duration> Reconciler::LossSettleRemaining(const Context& c) const {
+  if (c.restarted_in_place || options_.gang == nullptr || !c.gang) return std::nullopt;
+  const GangReading& r = *c.gang;
+  const json& last = c.status.last_failure;
+  if (r.phase != "Running" || r.restarts < c.status.restarts || !last.is_object() ||
+      r.restarts > last.value("attempt", -1)) {
+    return std::nullopt;
+  }
+  std::optional<WallTime> read_at = ParseTime(r.updated);
+  std::optional<WallTime> lost_at = ParseTime(last.value("time", ""));
+  if (!read_at || !lost_at) return std::nullopt;
+  // The watcher keeps the latest reading fresh; at least one interval between two looks.
+  return std::max<Clock::Duration>(*lost_at + kLossSettle - *read_at, kInPlaceRecheck);
+}
+
 }  // namespace spawnpoint::op

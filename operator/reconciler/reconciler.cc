@@ -370,6 +370,7 @@ void Reconciler::UpdatePhase(Context& c) {
   if (static_cast<int>(up.size()) == nodes && c.in_place &&
       c.status.IsTrue(condition::kRestarting) && !GangRunsAgain(c)) {
     c.status.phase = phase::kRestarting;  // the pods run; their agents restart the gang
+    if (std::optional<Clock::Duration> settle = LossSettleRemaining(c)) c.RequeueAfter(*settle);
     return;
   }
   if (static_cast<int>(up.size()) == nodes) {

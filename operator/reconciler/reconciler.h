@@ -156,6 +156,10 @@ class Reconciler {
   bool EnsureGangSecret(Context& c);
   // In place: whether the agents say the gang runs the attempt in status.restarts.
   bool GangRunsAgain(const Context& c) const;
+  // In place, GangRunsAgain false: how long until a reading can say so when only the time since
+  // a pod's loss is missing (the readings then change no more, so nothing else enqueues the
+  // job); nullopt when a new reading must come first.
+  std::optional<Clock::Duration> LossSettleRemaining(const Context& c) const;
   bool SuccessStep(Context& c);
   bool BackoffElapsed(Context& c);
   void CreateMissingPods(Context& c);

@@ -227,6 +227,42 @@ TEST_F(InPlaceTest, TheCoordinatorsPodGoneIsRecreatedAndItsLossExplainsTheRestar
   EXPECT_EQ(Phase(), "Running");
 }
 
+// The agents restarted for a lost agent before the operator saw its pod fail: the loss is
+// recorded at the new attempt, so only a reading taken kLossSettle after it calls the gang
+// running again. The readings change no more once it runs (nothing enqueues the job): the
+// reconciler must look again itself. Found by the chaos run (tests/chaos): a job whose agent
+// was SIGTERMed stayed Restarting for the whole of its next attempt, until it Succeeded.
+TEST_F(InPlaceTest, ALossRecordedAfterTheRestartIsLookedAtAgainOnceItSettled) {
+  StartRunning();
+  Read(1, "Running", KilledOnNode1("2024-05-01T10:00:00.000Z"));
+  ASSERT_TRUE(Reconcile().status.ok());
+  ASSERT_TRUE(Reconcile().status.ok());
+  ASSERT_EQ(Phase(), "Running");
+  ASSERT_EQ(Status()["restarts"], 1);
+  cluster_.FailPod("job-node-1", 143);  // the lost agent's pod, seen failed only now
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Status()["lastFailure"]["lost"], true);
+  EXPECT_EQ(Status()["lastFailure"]["attempt"], 1);
+  EXPECT_EQ(Phase(), "Restarting");
+  if (cluster_.Pod("job-node-1") == nullptr) {
+    ASSERT_TRUE(Reconcile().status.ok());
+  }
+  ASSERT_NE(cluster_.Pod("job-node-1"), nullptr) << "recreated alone";
+  cluster_.SetPodPhase("job-node-1", "Running");
+  clock_.Advance(std::chrono::milliseconds(500));
+  Read(1, "Running");  // the gang runs again; every reading from now on is this one
+  ReconcileResult r = Reconcile();
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_EQ(Phase(), "Restarting") << "too soon after the loss to tell";
+  ASSERT_TRUE(r.requeue_after.has_value()) << "nothing else reconciles the job again";
+  EXPECT_LE(*r.requeue_after, seconds(2));
+  clock_.Advance(*r.requeue_after);
+  Read(1, "Running");  // the same reading, taken again
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Phase(), "Running");
+  EXPECT_EQ(Status()["restarts"], 1);
+}
+
 std::string Verdict(const std::string& verdict, int restarts) {
   json m = KilledOnNode1("2024-05-01T10:00:02.000Z");
   m["restarts"] = restarts;
