@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 namespace spawnpoint::loader {
@@ -18,6 +19,17 @@ std::string WorkerSocketPath(const std::string& dir, int worker) {
 
 std::string WorkerExitRecordPath(const std::string& dir, int worker) {
   return dir + "/worker-" + std::to_string(worker) + ".exit.json";
+}
+
+std::string WorkerPidPath(const std::string& dir, int worker) {
+  return dir + "/worker-" + std::to_string(worker) + ".pid";
+}
+
+pid_t ReadWorkerPid(const std::string& dir, int worker) {
+  std::ifstream in(WorkerPidPath(dir, worker));
+  long long pid = 0;
+  if (!(in >> pid) || pid <= 0 || pid > std::numeric_limits<pid_t>::max()) return 0;
+  return static_cast<pid_t>(pid);
 }
 
 std::string StatsPath(const std::string& dir) { return dir + "/stats.json"; }

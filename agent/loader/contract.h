@@ -8,6 +8,8 @@
 //                         and inherited by every incarnation of the worker as fd 3
 //   worker-<w>.exit.json  the last exit of worker w: {"workerId","pid","incarnation",
 //                         "exitCode","signal","reason","message","stderrTail":[...]}
+//   worker-<w>.pid        the pid of worker w's current incarnation, rewritten at each spawn:
+//                         a rank kills a worker that never answers it (no Hello) as hung
 //   stats.json            the rank Loader's statistics, rewritten about every second
 //   service.sock          Python ranks: the agent's per-rank loader service, which the rank
 //                         connects to (SPAWNPOINT_LOADER_SERVICE)
@@ -54,6 +56,9 @@ inline constexpr char kEnvSlotBytes[] = "SPAWNPOINT_LOADER_SLOT_BYTES";
 
 std::string WorkerSocketPath(const std::string& dir, int worker);
 std::string WorkerExitRecordPath(const std::string& dir, int worker);
+std::string WorkerPidPath(const std::string& dir, int worker);
+// The pid in worker w's pid file; 0 when there is none (yet) or it is not a number.
+pid_t ReadWorkerPid(const std::string& dir, int worker);
 std::string StatsPath(const std::string& dir);
 std::string ServiceSocketPath(const std::string& pool_dir);
 

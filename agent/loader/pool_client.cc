@@ -70,12 +70,28 @@ Status PoolClient::Start() {
 
   const auto setup = ServiceTimeout();
   std::unique_lock<std::mutex> lock(mu_);
-  const bool settled = cv_.wait_for(lock, setup, [&] {
+  auto ready = [&] {
     if (!error_.ok()) return true;
     if (phase_ != Phase::kRunning) return false;
     if (!opts_.start_waits_for_all_workers) return conns_.front().said_hello;
     return std::all_of(conns_.begin(), conns_.end(), [](const Conn& c) { return c.said_hello; });
-  });
+  };
+  bool settled = cv_.wait_for(lock, setup, ready);
+  // A worker that connected and never said Hello is killed as hung at the timeout (here, or
+  // by the I/O thread's CheckHung, whichever looks first): its successor gets the whole time
+  // again. Each connection's kills are bounded by max_attempts.
+  for (int seen = 0; !settled && error_.ok();) {
+    const Clock::TimePoint now = opts_.clock->Now();
+    for (Conn& c : conns_) {
+      if (c.state == ConnState::kAwaitHello && !c.hung_killed &&
+          now - c.down_since >= opts_.timeout) {
+        KillSilentWorker(c, now);
+      }
+    }
+    if (hello_kills_ == seen) break;
+    seen = hello_kills_;
+    settled = cv_.wait_for(lock, setup, ready);
+  }
   if (!error_.ok()) return error_;
   if (!settled) {
     std::string missing;

@@ -278,6 +278,7 @@ class PoolClient {
   // The I/O thread (takes mu_ itself).
   void IoLoop();
   void CheckHung(Clock::TimePoint now);
+  void KillSilentWorker(Conn& c, Clock::TimePoint now);
   std::optional<Clock::TimePoint> NextDeadline(Clock::TimePoint now) const;
 
   // Constant after construction.
@@ -319,6 +320,7 @@ class PoolClient {
   int64_t next_task_id_ = 0;
   Clock::TimePoint next_tick_{};
   int64_t restarts_[4] = {0, 0, 0, 0};  // by RestartKind
+  int hello_kills_ = 0;                 // workers killed for never saying Hello (CheckHung)
 };
 
 }  // namespace spawnpoint::loader

@@ -11,7 +11,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
 
 #include "agent/loader/contract.h"
 #include "agent/loader/pool_client.h"
@@ -25,6 +29,18 @@ namespace {
 // How long a closed connection waits for its worker's exit record before it is charged
 // without one.
 constexpr auto kExitRecordWait = std::chrono::seconds(3);
+
+// The parent of live process `pid` (/proc/PID/stat), or 0 (gone, or a zombie).
+pid_t ParentOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return 0;
+  char state = 0;
+  long long ppid = 0;
+  if (std::sscanf(stat.c_str() + paren + 1, " %c %lld", &state, &ppid) != 2) return 0;
+  return state == 'Z' || state == 'X' ? 0 : static_cast<pid_t>(ppid);
+}
 
 }  // namespace
 
@@ -198,6 +214,11 @@ void PoolClient::OnHello(Conn& c, const nlohmann::json& b, Clock::TimePoint now)
   }
   c.pid = b.value("pid", 0);
   c.incarnation = b.value("incarnation", -1);
+  if (c.hung_killed) {  // a successor took the connection its silent predecessor left
+    ++restarts_[static_cast<int>(RestartKind::kHung)];
+    c.hung_killed = false;
+    c.hang_note.clear();
+  }
   c.said_hello = true;
   c.hello_this_connection = true;
   c.start_failures = 0;
@@ -313,6 +334,11 @@ void PoolClient::OnWorkerError(Conn& c, const nlohmann::json& b, Clock::TimePoin
 void PoolClient::CheckHung(Clock::TimePoint now) {
   if (opts_.timeout.count() <= 0) return;
   for (Conn& c : conns_) {
+    if (c.state == ConnState::kAwaitHello && !c.hung_killed &&
+        now - c.down_since >= opts_.timeout) {
+      KillSilentWorker(c, now);
+      continue;
+    }
     if (c.state != ConnState::kReady || c.queue.empty() || c.hung_killed || c.pid <= 0) {
       continue;
     }
@@ -330,6 +356,33 @@ void PoolClient::CheckHung(Clock::TimePoint now) {
   }
 }
 
+// Connected and configured, and no Hello within the timeout: the worker is stopped or stuck
+// (the socket is the pool's, so a connection is made whatever the worker does; a restarted
+// rank meets a worker that hung while no rank used it this way). Killed as hung, through
+// the pool's pid file, when the pid is a child of the pool's owner (this process, or the
+// agent that started it); its successor takes the connection from the socket's backlog, or
+// dies first and is connected to anew. Without a pid the not-served check fails the rank.
+void PoolClient::KillSilentWorker(Conn& c, Clock::TimePoint now) {
+  const pid_t pid = ReadWorkerPid(opts_.dir, c.id);
+  if (pid <= 0) return;
+  const pid_t parent = ParentOf(pid);
+  if (parent != getpid() && parent != getppid()) return;
+  c.hung_killed = true;
+  c.hang_note = "hung: no answer in " + std::to_string(opts_.timeout.count() / 1000) +
+                " s to a new connection; killed with SIGKILL";
+  kill(-pid, SIGKILL);
+  kill(pid, SIGKILL);
+  c.down_since = now;  // its successor gets the whole time
+  ++hello_kills_;
+  if (++c.start_failures >= opts_.max_attempts) {
+    FailLocked(Internal("loader: worker " + std::to_string(c.id) + " of rank " +
+                        std::to_string(opts_.rank) + " did not answer within " +
+                        std::to_string(opts_.timeout.count() / 1000) + " s, " +
+                        std::to_string(c.start_failures) + " times (the last pid " +
+                        std::to_string(pid) + " was killed)"));
+  }
+}
+
 std::optional<Clock::TimePoint> PoolClient::NextDeadline(Clock::TimePoint now) const {
   std::optional<Clock::TimePoint> next;
   auto take = [&](Clock::TimePoint t) {
@@ -342,6 +395,9 @@ std::optional<Clock::TimePoint> PoolClient::NextDeadline(Clock::TimePoint now) c
     if (c.state == ConnState::kReady && !c.queue.empty() && !c.hung_killed &&
         opts_.timeout.count() > 0) {
       take(c.head_since + opts_.timeout);
+    }
+    if (c.state == ConnState::kAwaitHello && !c.hung_killed && opts_.timeout.count() > 0) {
+      take(c.down_since + opts_.timeout);
     }
   }
   if (opts_.on_tick && opts_.tick_interval.count() > 0) take(next_tick_);

@@ -178,6 +178,8 @@ Status PoolSupervisor::SpawnLocked(Worker& w, std::pair<int, int> gate) {
   }
   w.pid = *pid;
   w.incarnation = incarnation;
+  // Best effort: without it a rank can only wait for a worker that does not answer.
+  (void)WriteFileAtomically(WorkerPidPath(spec_.dir, w.id), std::to_string(w.pid) + "\n");
   if (!spec_.memory_events_path.empty()) {
     w.oom_kills_at_spawn = agent::ReadOomKillCount(spec_.memory_events_path);
   }

@@ -777,6 +777,34 @@ TEST(LoaderAgentMode, AWorkerKilledUnderTheAgentIsRespawnedAndReconnected) {
   EXPECT_EQ(loader->Stats().restarts_died, 1);
 }
 
+// A worker stopped (SIGSTOP) while no rank used it never answers the next rank's Loader: it
+// is killed as hung at the timeout and its successor serves, instead of the rank failing
+// with "no answer within N s". Found by the chaos run (tests/chaos): a loader worker
+// SIGSTOPped, then its rank SIGKILLed and restarted in place, failed the job.
+TEST(LoaderAgentMode, AWorkerThatNeverAnswersANewLoaderIsKilledAsHungAndReplaced) {
+  AgentLikePool agent(0, 2, {SelfExe()});
+  ScopedEnv env(agent.RankEnv());
+  LoaderOptions o = Options("index", "size=60,dim=4", kWorkersFromEnv, 4);
+  o.timeout = std::chrono::milliseconds(1000);
+  pid_t victim = 0;
+  {
+    auto first = MustCreate(o);
+    ASSERT_NE(first, nullptr);
+    victim = first->WorkerPids()[0];
+    auto got = RunEpoch(*first, 0);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+  }
+  ASSERT_EQ(kill(victim, SIGSTOP), 0);
+  auto second = MustCreate(o);
+  ASSERT_NE(second, nullptr);
+  auto got = RunEpoch(*second, 0);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ExpectExactlyTheSamplersBatches(*got, o, 60, 0);
+  EXPECT_NE(second->WorkerPids()[0], victim);
+  EXPECT_EQ(second->Stats().restarts_hung, 1);
+  EXPECT_EQ(agent.pool().Exits(), 1);
+}
+
 TEST(LoaderAgentMode, NoPoolAtTheGivenDirectoryIsAnErrorNotAHang) {
   testing::TempDir dir;
   ScopedEnv env({{kEnvPoolDir, dir.path()}, {kEnvWorkers, "1"}});
