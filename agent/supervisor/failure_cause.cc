@@ -21,6 +21,10 @@ constexpr CausePattern kPatterns[] = {
      R"([Bb]us error|insufficient shared memory)", nullptr, "raise spec.shmSize"},
     {ExitReason::kShmExhausted, "shared memory exhausted", R"(No space left on device)",
      R"(/dev/shm|torch_\d+_|shared memory)", "raise spec.shmSize"},
+    // spawnpoint's own loader (agent/loader/shm_ring.cc): its ring found no room.
+    {ExitReason::kShmExhausted, "shared memory exhausted",
+     R"(shared-memory ring needs .* which has .* free|reserving the ring failed \(ENOSPC\))",
+     nullptr, "raise spec.shmSize"},
     {ExitReason::kLoaderWorkerKilled, "a DataLoader worker died",
      R"(DataLoader worker \(pid(\(s\))? [^)]*\) (is killed by signal|exited unexpectedly))",
      nullptr, "its own memory limit or a crash in the dataset code are the usual causes"},

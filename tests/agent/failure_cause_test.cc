@@ -63,6 +63,23 @@ const Row kRows[] = {
      ExitReason::kShmExhausted,
      "OSError: [Errno 28] No space left on device: '/dev/shm/torch_1_2'",
      "OSError"},
+    // The loader's own words for a /dev/shm too full for its ring (agent/loader/shm_ring.cc),
+    // which named no cause (UserError, not retryable): found by the chaos run (tests/chaos), a
+    // rank restarted while /dev/shm was nearly full.
+    {"LoaderRingNoRoom",
+     {"rank 0: loader: loader of rank 0: shared memory: the data loader's shared-memory ring "
+      "needs 64Ki (8 slots x 8Ki) in /dev/shm, which has 0 free"},
+     ExitReason::kShmExhausted,
+     "rank 0: loader: loader of rank 0: shared memory: the data loader's shared-memory ring "
+     "needs 64Ki (8 slots x 8Ki) in /dev/shm, which has 0 free",
+     ""},
+    {"LoaderRingReserveFailed",
+     {"loader: shared memory: reserving the ring failed (ENOSPC): the data loader's "
+      "shared-memory ring needs 1Mi (8 slots x 128Ki) in /dev/shm, which has 4Ki free"},
+     ExitReason::kShmExhausted,
+     "loader: shared memory: reserving the ring failed (ENOSPC): the data loader's "
+     "shared-memory ring needs 1Mi (8 slots x 128Ki) in /dev/shm, which has 4Ki free",
+     ""},
     {"LoaderWorkerKilled",
      {"RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed."},
      ExitReason::kLoaderWorkerKilled,
