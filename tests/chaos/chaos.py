@@ -23,6 +23,7 @@ much memory at most, and its leak check sees only this run's files. Standard lib
 import argparse
 import atexit
 import collections
+import errno
 import http.client
 import json
 import os
@@ -769,14 +770,18 @@ class Chaos(object):
         self.end_windows(time.monotonic(), force=True)
 
     def final_leaks(self):
-        code, pods = self.api.call("GET", "/api/v1/namespaces/%s/pods" % NS)
-        leaks = ["pod %s" % p["metadata"]["name"] for p in pods.get("items", [])]
-        deadline = time.monotonic() + 60
+        """What is left once every job is deleted, given 120 s to go (the garbage collector
+        and the node's grace periods)."""
+        deadline = time.monotonic() + 120
         while True:
+            code, pods = self.api.call("GET", "/api/v1/namespaces/%s/pods" % NS)
+            pods = [p["metadata"]["name"] for p in pods.get("items", [])] if code == 200 \
+                else ["(pods not listed: HTTP %d)" % code]
             procs = descendants(self.node_pid)
-            if not procs or time.monotonic() > deadline:
+            if not (pods or procs) or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
+        leaks = ["pod %s" % name for name in pods]
         leaks += ["process %d (%s of %s): %s" % (pid, role(p), p["pod"], " ".join(p["argv"]))
                   for pid, p in procs.items()]
         if self.args.private_shm:
@@ -846,9 +851,23 @@ def free_kb(path):
 
 
 def fill_shm(left_kb):
-    size_kb = free_kb("/dev/shm") - left_kb
-    if size_kb > 0:
-        subprocess.run(["fallocate", "-l", "%dK" % size_kb, FILL], check=True)
+    """Grows the fill file until left_kb are free. The jobs' rings may take space meanwhile
+    (their slots are reserved in the background): an allocation that fails (ENOSPC, undone
+    by tmpfs) is tried again with what is free then."""
+    fd = os.open(FILL, os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        for _ in range(50):
+            size = (free_kb("/dev/shm") - left_kb) * 1024
+            if size <= 0:
+                return
+            try:
+                os.posix_fallocate(fd, os.fstat(fd).st_size, size)
+                return
+            except OSError as err:
+                if err.errno != errno.ENOSPC:
+                    raise
+    finally:
+        os.close(fd)
 
 
 def unfill_shm():
