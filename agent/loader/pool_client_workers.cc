@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <string>
 
 #include "agent/loader/contract.h"
@@ -30,16 +31,30 @@ namespace {
 // without one.
 constexpr auto kExitRecordWait = std::chrono::seconds(3);
 
-// The parent of live process `pid` (/proc/PID/stat), or 0 (gone, or a zombie).
-pid_t ParentOf(pid_t pid) {
+// The parent of live process `pid` and how long it has lived (/proc/PID/stat, /proc/uptime);
+// a parent of 0 when it is gone or a zombie.
+struct ProcessFacts {
+  pid_t parent = 0;
+  double age_seconds = 0;
+};
+
+ProcessFacts FactsOf(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const size_t paren = stat.rfind(')');
-  if (paren == std::string::npos) return 0;
-  char state = 0;
+  if (paren == std::string::npos) return {};
+  std::istringstream fields(stat.substr(paren + 1));
+  std::string state;
   long long ppid = 0;
-  if (std::sscanf(stat.c_str() + paren + 1, " %c %lld", &state, &ppid) != 2) return 0;
-  return state == 'Z' || state == 'X' ? 0 : static_cast<pid_t>(ppid);
+  fields >> state >> ppid;
+  std::string skip;
+  for (int f = 5; f < 22 && fields; ++f) fields >> skip;  // to field 22, starttime
+  unsigned long long start_ticks = 0;
+  double uptime = 0;
+  if (!(fields >> start_ticks) || !(std::ifstream("/proc/uptime") >> uptime)) return {};
+  if (state == "Z" || state == "X") return {};
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  return {static_cast<pid_t>(ppid), uptime - static_cast<double>(start_ticks) / ticks};
 }
 
 }  // namespace
@@ -356,17 +371,20 @@ void PoolClient::CheckHung(Clock::TimePoint now) {
   }
 }
 
-// Connected and configured, and no Hello within the timeout: the worker is stopped or stuck
-// (the socket is the pool's, so a connection is made whatever the worker does; a restarted
-// rank meets a worker that hung while no rank used it this way). Killed as hung, through
-// the pool's pid file, when the pid is a child of the pool's owner (this process, or the
-// agent that started it); its successor takes the connection from the socket's backlog, or
-// dies first and is connected to anew. Without a pid the not-served check fails the rank.
+// Connected and configured, and no Hello within the timeout from a worker that has lived at
+// least that long: it is stopped or stuck (the socket is the pool's, so a connection is made
+// whatever the worker does; a restarted rank meets a worker that hung while no rank used it
+// this way). Killed as hung, through the pool's pid file, when the pid is a child of the
+// pool's owner (this process, or the agent that started it); its successor takes the
+// connection from the socket's backlog, or dies first and is connected to anew. Without a
+// pid, or for a worker still starting, the not-served check decides as before.
 void PoolClient::KillSilentWorker(Conn& c, Clock::TimePoint now) {
   const pid_t pid = ReadWorkerPid(opts_.dir, c.id);
   if (pid <= 0) return;
-  const pid_t parent = ParentOf(pid);
-  if (parent != getpid() && parent != getppid()) return;
+  const ProcessFacts facts = FactsOf(pid);
+  if (facts.parent != getpid() && facts.parent != getppid()) return;
+  // A successor still starting (younger than the timeout) is not hung: left to the check.
+  if (facts.age_seconds < std::chrono::duration<double>(opts_.timeout).count()) return;
   c.hung_killed = true;
   c.hang_note = "hung: no answer in " + std::to_string(opts_.timeout.count() / 1000) +
                 " s to a new connection; killed with SIGKILL";
