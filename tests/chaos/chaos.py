@@ -597,7 +597,7 @@ class Chaos(object):
                                      str(self.args.steps), "--batch-size", "32"],
                             "env": [{"name": "POD_IP", "valueFrom": {
                                 "fieldRef": {"fieldPath": "status.podIP"}}}]}]}},
-                    "loader": {"workersPerRank": s["workers"], "timeoutSeconds": 5},
+                    "loader": {"workersPerRank": s["workers"], "timeoutSeconds": 10},
                     "restartPolicy": dict({"mode": s["mode"],
                                            "maxRestarts": s["maxRestarts"],
                                            "backoffSeconds": 1},
