@@ -149,7 +149,6 @@ class ForkScriptTest(unittest.TestCase):
 
 GUARD_PROBE = """\
 import json, sys
-
 sys.path.insert(0, %(shim)r)
 from spawnpoint_rank import _script
 
