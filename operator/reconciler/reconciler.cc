@@ -26,6 +26,9 @@ namespace {
 // When a write's answer contradicts the cache (AlreadyExists for a pod the cache lacks),
 // look again after this long even if no event comes.
 constexpr Clock::Duration kRecheckAfter = std::chrono::seconds(1);
+// How long after a peer's collective failure the pod of the rank that died may take to end
+// (its agent stops the rank's pools and writes its termination message first).
+constexpr auto kCollectiveSettle = std::chrono::seconds(10);
 }  // namespace
 
 Reconciler::Reconciler(Cluster* cluster, const WallClock* clock, ReconcilerOptions options,
@@ -200,11 +203,31 @@ void Reconciler::DeleteStalePods(Context& c) {
 bool Reconciler::FailureStep(Context& c) {
   std::vector<PodFailure> failures;
   const std::string trainer = TrainerContainerName(c.job);
+  bool others_run = false;
   for (const json* pod : c.CurrentPods()) {
-    if (PodPhase(*pod) != "Failed") continue;
+    const std::string phase = PodPhase(*pod);
+    others_run = others_run || (phase != "Failed" && phase != "Succeeded");
+    if (phase != "Failed") continue;
     failures.push_back(ClassifyPodFailure(*pod, trainer, c.job.spec.restart_policy));
   }
   if (failures.empty()) return false;
+  // A collective timeout or error is what a dying rank's peers see, and a peer's pod often
+  // ends first (its agent reports at once; the dying rank's agent may still be stopping):
+  // while every failure is such a one and another pod still runs, wait a moment after the
+  // first for the failure they are the consequences of (FirstFailure then names it).
+  if (others_run && std::all_of(failures.begin(), failures.end(), [](const PodFailure& f) {
+        return f.reason == "CollectiveTimeout" || f.reason == "CollectiveError";
+      })) {
+    std::optional<WallTime> first;
+    for (const PodFailure& f : failures) {
+      std::optional<WallTime> at = ParseTime(f.failed_at.empty() ? f.finished_at : f.failed_at);
+      if (at && (!first || *at < *first)) first = at;
+    }
+    if (first && c.now < *first + kCollectiveSettle) {
+      c.RequeueAfter(*first + kCollectiveSettle - c.now);
+      return true;
+    }
+  }
   ActOnFailure(c, FirstFailure(failures));
   return true;
 }

@@ -115,6 +115,51 @@ TEST_F(ReconcilerTest, RunningThenSucceeded) {
   EXPECT_FALSE(cluster_.HasService("job"));
 }
 
+// A peer's collective error is often the first pod to end when a rank dies (its agent reports
+// at once; the dying rank's agent first stops its pools): while every failure is a collective
+// one and another pod still runs, the operator waits a moment for the failure they are a
+// consequence of. Found by the chaos run (tests/chaos): an agent SIGTERMed in a Recreate job
+// failed it for good with its peer's CollectiveError, the operator deciding in between.
+TEST_F(ReconcilerTest, APeersCollectiveErrorWaitsForTheFailureItIsAConsequenceOf) {
+  StartRunning(MakeJob("job", 2, /*max_restarts=*/3, /*backoff_seconds=*/0));
+  const json collective = {{"rank", 1},
+                           {"nodeRank", 1},
+                           {"exitCode", 1},
+                           {"reason", "CollectiveError"},
+                           {"message", "a collective failed"},
+                           {"failedAt", "2024-05-01T10:00:00.000Z"}};
+  cluster_.FailPod("job-node-1", 1, "Error", collective.dump(), "2024-05-01T10:00:00Z");
+  ReconcileResult r = Reconcile();
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_EQ(Phase(), "Running") << "node 0's pod still runs: not yet";
+  ASSERT_TRUE(r.requeue_after.has_value());
+  clock_.Advance(std::chrono::seconds(2));
+  cluster_.FailPod("job-node-0", 143, "Error", "", "2024-05-01T10:00:01Z");
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Phase(), "Restarting");
+  EXPECT_EQ(Status()["lastFailure"]["node"], 0);
+  EXPECT_EQ(Status()["lastFailure"]["exitCode"], 143);
+  EXPECT_EQ(Status()["lastFailure"]["consequences"][0]["reason"], "CollectiveError");
+}
+
+// Only collective errors, the other pod running on: after the wait the earliest decides.
+TEST_F(ReconcilerTest, OnlyACollectiveErrorDecidesOnceTheWaitIsOver) {
+  StartRunning(MakeJob("job", 2, /*max_restarts=*/3, /*backoff_seconds=*/0));
+  const json collective = {{"rank", 1},
+                           {"nodeRank", 1},
+                           {"exitCode", 1},
+                           {"reason", "CollectiveError"},
+                           {"message", "a collective failed"},
+                           {"failedAt", "2024-05-01T10:00:00.000Z"}};
+  cluster_.FailPod("job-node-1", 1, "Error", collective.dump(), "2024-05-01T10:00:00Z");
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Phase(), "Running");
+  clock_.Advance(std::chrono::seconds(11));
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Phase(), "Failed");
+  EXPECT_EQ(Status()["lastFailure"]["reason"], "CollectiveError");
+}
+
 TEST_F(ReconcilerTest, RetryableFailureRestartsTheWholeGangNowThenAfterBackoff) {
   StartRunning(MakeJob("job", 2, /*max_restarts=*/3, /*backoff_seconds=*/2));
   cluster_.FailPod("job-node-1", 137, "OOMKilled");
