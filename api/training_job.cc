@@ -285,7 +285,10 @@ Status Decoder::DecodeTrainer(const json& container, const FieldPath& path,
 // "fieldRef metadata.name", "secretKeyRef s/k": what a valueFrom or envFrom entry reads.
 std::string DescribeSource(const json& source) {
   if (!source.is_object() || source.empty()) return Describe(source);
-  const auto& [kind, ref] = *source.items().begin();
+  // Not a structured binding of *items().begin(): that binds to a proxy that dies at once.
+  const auto first = source.begin();
+  const std::string& kind = first.key();
+  const json& ref = first.value();
   std::string what = kind;
   if (!ref.is_object()) return what;
   for (const char* key : {"fieldPath", "resource", "name", "path"}) {

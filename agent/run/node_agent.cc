@@ -398,8 +398,10 @@ int NodeAgent::WaitOutBackoff(milliseconds wait) {
 }
 
 void NodeAgent::Stop() {
-  gang_.reset();
+  // The coordinator first: closing this node's own connection to it first would have it
+  // decide on this node's loss as it goes, a verdict the other nodes would read late.
   gang_server_.reset();
+  gang_.reset();
   endpoint_.reset();  // it serves the status
   status_.reset();    // it reads the pools
   // The pools outlive every attempt; they end with the job.

@@ -146,6 +146,13 @@ int NodeAgent::RunInGang() {
       continue;  // say ready again
     }
     std::optional<json> m = AwaitGang({"start", "verdict"}, kJoinTimeout, &sig);
+    // A "restart" verdict here is of an attempt this node already left: the old coordinator
+    // decided it as it went away, after this node saw it go (its ranks were stopped then).
+    // The new attempt's start or the gang's end comes after it.
+    while (m && m->value("t", "") == "verdict" && m->value("decision", "") == "restart" &&
+           sig == 0) {
+      m = AwaitGang({"start", "verdict"}, kJoinTimeout, &sig);
+    }
     if (sig != 0) return terminated(sig, " at the gang's barrier");
     if (!m) {
       return given_up("the gang did not start within " +
