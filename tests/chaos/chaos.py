@@ -345,6 +345,7 @@ class Job(object):
         self.params = {}
         self.delete_deadline = None
         self.told = 0  # when leftovers were last logged
+        self.agent_lost = None  # (restarts then, when) after an agent-term, until it restarts
         self.shm_overlap = False  # a /dev/shm-full window fell in its life
 
 
@@ -526,6 +527,9 @@ class Chaos(object):
                    "worker-stop": signal.SIGSTOP, "agent-term": signal.SIGTERM}[kind]
             # The agent's wrapper execs it: the agent is the pod's first process.
             os.kill(pids[0], sig)
+            if kind == "agent-term":
+                with self.lock:
+                    job.agent_lost = (job.restarts, now)
             detail = "%s pid %d of %s" % (want, pids[0], pod)
         elif kind == "operator-kill":
             self.operator.kill()
@@ -656,14 +660,21 @@ class Chaos(object):
             self.check_deleted(job, now)
 
     def shm_quiet(self, job, now):
-        """Whether /dev/shm may fill now: every other job has run for a while. An agent
+        """Whether /dev/shm may fill now: every job has run for a while and no pod is about to
+        be recreated (an agent SIGTERMed: its pod comes back with a new agent). An agent
         starting under a full /dev/shm fails its pod for good (exit 1: the agent's check says
         spec.shmSize is too small), as it should on a real node, where /dev/shm is each pod's
         own emptyDir and empty when the pod starts; the local node's pods share this machine's
         instead. So only a rank restarted in place (its agent and pod stay) meets it."""
         with self.lock:
-            return all(o is job or o.state != "submitted" or (
-                o.running_since is not None and now - o.running_since > 3) for o in self.jobs)
+            for o in self.jobs:
+                if o.agent_lost and (o.restarts > o.agent_lost[0] or now - o.agent_lost[1] > 60):
+                    o.agent_lost = None  # its pod came back (a restart counted)
+            # Every job running for a while, none with a SIGTERMed agent whose pod (and a new
+            # agent) has yet to come back, the anchor job included.
+            return all(o.state != "submitted" or (
+                o.running_since is not None and now - o.running_since > 3 and not o.agent_lost)
+                for o in self.jobs)
 
     def finish(self, job):
         for f in job.faults:
