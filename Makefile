@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build test demo cluster-tools cluster-up cluster-down bench-launch bench-restart bench-loader bench-kube demo-cluster bench-operator bench-metrics bench-frameworks fuzz chaos agent-bundle images frameworks-env chart sync-chart-crds format clean
+.PHONY: deps configure build test demo cluster-tools cluster-up cluster-down bench-launch bench-restart bench-loader bench-kube demo-cluster bench-operator bench-metrics bench-frameworks fuzz chaos test-asan test-tsan test-repeat agent-bundle images frameworks-env chart sync-chart-crds format clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -18,6 +18,22 @@ build: configure
 
 test: build cluster-tools
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+# The whole suite under sanitizers, each in a build directory of its own (build-asan,
+# build-tsan): ASan + UBSan + LSan (any finding aborts), or TSan. A report from any process
+# fails the run; exclusions and their reasons are in scripts/sanitizer-tests.sh.
+# CTEST_ARGS passes more to ctest (e.g. CTEST_ARGS="-R Gang").
+test-asan: deps cluster-tools
+	bash scripts/sanitizer-tests.sh asan --jobs $(JOBS) -- $(CTEST_ARGS)
+
+test-tsan: deps cluster-tools
+	bash scripts/sanitizer-tests.sh tsan --jobs $(JOBS) -- $(CTEST_ARGS)
+
+# The process and timing tests N times each with a core kept busy (scripts/test-repeat.sh
+# says which); any failure fails it. Last line: test-repeat n=N tests=T runs=R failed=F ...
+N ?= 20
+test-repeat: build
+	bash scripts/test-repeat.sh --n $(N) --build-dir $(BUILD) --jobs $(JOBS)
 
 # The libFuzzer targets of tests/fuzz (ASan+UBSan, clang, in $(FUZZ_BUILD)), each run for
 # FUZZ_SECONDS from its seed corpus; last line `fuzz targets=N execs=N crashes=N`.
