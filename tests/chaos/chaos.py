@@ -17,7 +17,8 @@ and the exit code is 1 on any wrong phase, leak or status that went backwards.
 
 As root it runs in a mount namespace of its own whose /dev/shm is a private tmpfs of
 --shm-mb (a pod's memory-backed /dev/shm emptyDir): filling it nearly full then costs that
-much memory at most, and its leak check sees only this run's files. Standard library only.
+much memory at most, and its leak check sees only this run's files. Standard library only, and
+local_node.py's API client (with python3-yaml).
 """
 
 import argparse
@@ -31,7 +32,6 @@ import random
 import re
 import shutil
 import signal
-import ssl
 import subprocess
 import sys
 import threading
@@ -40,6 +40,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, os.pardir, "cluster"))
 import cluster_fixture  # noqa: E402
+from local_node import Api  # noqa: E402
 
 NS = "default"
 TJ_PATH = "/apis/spawnpoint.dev/v1alpha1/namespaces/%s/trainingjobs" % NS
@@ -196,53 +197,7 @@ def print_schedule(seed, seconds, jobs):
             log("    +%4.1fs running: %s%s" % (f["after"], f["kind"], extra))
 
 
-# --- the API server, read directly (never through the proxy) -------------------------------
-
-class Api(object):
-    def __init__(self, cluster):
-        code, out = cluster.kubectl("config", "view", "--raw", "--minify", "-o", "json")
-        if code != 0:
-            raise RuntimeError("kubectl config view: %s" % out)
-        cfg = json.loads(out)
-        server = cfg["clusters"][0]["cluster"]["server"]
-        user = cfg["users"][0]["user"]
-        m = re.match(r"https://([^:/]+):(\d+)", server)
-        self.host, self.port = m.group(1), int(m.group(2))
-        self.ctx = ssl.create_default_context(
-            cafile=cfg["clusters"][0]["cluster"]["certificate-authority"])
-        self.ctx.load_cert_chain(user["client-certificate"], user["client-key"])
-
-    def call(self, method, path, body=None, timeout=30):
-        conn = http.client.HTTPSConnection(self.host, self.port, context=self.ctx,
-                                           timeout=timeout)
-        try:
-            data = json.dumps(body).encode() if body is not None else None
-            conn.request(method, path, body=data, headers={
-                "Content-Type": "application/json", "Accept": "application/json"})
-            resp = conn.getresponse()
-            raw = resp.read()
-            return resp.status, (json.loads(raw) if raw else {})
-        finally:
-            conn.close()
-
-    def watch(self, path, resource_version, timeout_s=60):
-        conn = http.client.HTTPSConnection(self.host, self.port, context=self.ctx,
-                                           timeout=timeout_s + 30)
-        conn.request("GET", "%s?watch=1&resourceVersion=%s&timeoutSeconds=%d"
-                     % (path, resource_version, timeout_s))
-        resp = conn.getresponse()
-        try:
-            if resp.status != 200:
-                return
-            while True:
-                line = resp.readline()
-                if not line:
-                    return
-                if line.strip():
-                    yield json.loads(line)
-        finally:
-            conn.close()
-
+# --- the API server, read directly (never through the proxy): local_node.py's client ------
 
 # --- processes on the local node, through /proc ---------------------------------------------
 
@@ -378,7 +333,7 @@ class Chaos(object):
         self.cluster = cluster_fixture.Cluster(a.source_dir, nodes=2)
         self.node_pid = int(read(os.path.join(self.cluster.dir, "cp", "local-node.pid"),
                                  "r").strip())
-        self.api = Api(self.cluster)
+        self.api = Api(self.cluster.kubeconfig)
         self.cluster.apply_crd()
         proxy_kubeconfig = os.path.join(self.cluster.dir, "proxy.kubeconfig")
         self.proxy = self.cluster.start_process("fault-proxy", [
@@ -443,7 +398,7 @@ class Chaos(object):
                 for obj in listing.get("items", []):
                     self.observe(obj)
                 rv = listing["metadata"]["resourceVersion"]
-                for event in self.api.watch(TJ_PATH, rv):
+                for event in self.api.watch(TJ_PATH, rv, timeout_s=60):
                     if event.get("type") in ("ADDED", "MODIFIED"):
                         self.observe(event["object"])
                     elif event.get("type") == "ERROR":

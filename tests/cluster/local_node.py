@@ -115,12 +115,14 @@ class Api(object):
         finally:
             conn.close()
 
-    def watch(self, path, resource_version):
-        """Yields watch events until the stream ends."""
-        conn = self._conn(timeout=None)
+    def watch(self, path, resource_version, timeout_s=None):
+        """Yields watch events until the stream ends (after timeout_s when given)."""
+        conn = self._conn(timeout=None if timeout_s is None else timeout_s + 30)
         sep = "&" if "?" in path else "?"
-        conn.request("GET", "%s%swatch=1&allowWatchBookmarks=true&resourceVersion=%s"
-                     % (path, sep, resource_version))
+        query = "watch=1&allowWatchBookmarks=true&resourceVersion=%s" % resource_version
+        if timeout_s is not None:
+            query += "&timeoutSeconds=%d" % timeout_s
+        conn.request("GET", "%s%s%s" % (path, sep, query))
         resp = conn.getresponse()
         if resp.status != 200:
             raise RuntimeError("watch %s: HTTP %d" % (path, resp.status))

@@ -115,6 +115,17 @@ TEST_F(ReconcilerTest, RunningThenSucceeded) {
   EXPECT_FALSE(cluster_.HasService("job"));
 }
 
+// Node 1's pod ends with its rank's collective error (its termination message) at 10:00:00.
+void FailNode1WithACollectiveError(FakeCluster& cluster) {
+  const json collective = {{"rank", 1},
+                           {"nodeRank", 1},
+                           {"exitCode", 1},
+                           {"reason", "CollectiveError"},
+                           {"message", "a collective failed"},
+                           {"failedAt", "2024-05-01T10:00:00.000Z"}};
+  cluster.FailPod("job-node-1", 1, "Error", collective.dump(), "2024-05-01T10:00:00Z");
+}
+
 // A peer's collective error is often the first pod to end when a rank dies (its agent reports
 // at once; the dying rank's agent first stops its pools): while every failure is a collective
 // one and another pod still runs, the operator waits a moment for the failure they are a
@@ -122,13 +133,7 @@ TEST_F(ReconcilerTest, RunningThenSucceeded) {
 // failed it for good with its peer's CollectiveError, the operator deciding in between.
 TEST_F(ReconcilerTest, APeersCollectiveErrorWaitsForTheFailureItIsAConsequenceOf) {
   StartRunning(MakeJob("job", 2, /*max_restarts=*/3, /*backoff_seconds=*/0));
-  const json collective = {{"rank", 1},
-                           {"nodeRank", 1},
-                           {"exitCode", 1},
-                           {"reason", "CollectiveError"},
-                           {"message", "a collective failed"},
-                           {"failedAt", "2024-05-01T10:00:00.000Z"}};
-  cluster_.FailPod("job-node-1", 1, "Error", collective.dump(), "2024-05-01T10:00:00Z");
+  FailNode1WithACollectiveError(cluster_);
   ReconcileResult r = Reconcile();
   ASSERT_TRUE(r.status.ok());
   EXPECT_EQ(Phase(), "Running") << "node 0's pod still runs: not yet";
@@ -145,13 +150,7 @@ TEST_F(ReconcilerTest, APeersCollectiveErrorWaitsForTheFailureItIsAConsequenceOf
 // Only collective errors, the other pod running on: after the wait the earliest decides.
 TEST_F(ReconcilerTest, OnlyACollectiveErrorDecidesOnceTheWaitIsOver) {
   StartRunning(MakeJob("job", 2, /*max_restarts=*/3, /*backoff_seconds=*/0));
-  const json collective = {{"rank", 1},
-                           {"nodeRank", 1},
-                           {"exitCode", 1},
-                           {"reason", "CollectiveError"},
-                           {"message", "a collective failed"},
-                           {"failedAt", "2024-05-01T10:00:00.000Z"}};
-  cluster_.FailPod("job-node-1", 1, "Error", collective.dump(), "2024-05-01T10:00:00Z");
+  FailNode1WithACollectiveError(cluster_);
   ASSERT_TRUE(Reconcile().status.ok());
   EXPECT_EQ(Phase(), "Running");
   clock_.Advance(std::chrono::seconds(11));
