@@ -34,7 +34,7 @@ class TestProcess {
   pid_t pid() const { return pid_; }
   // Waits up to `timeout` for the exit; returns the shell exit code (128+signal), or -1 on
   // timeout (the process is then killed).
-  int Wait(std::chrono::milliseconds timeout);
+  int Wait(std::chrono::milliseconds timeout);  // (WaitUntil's deadline: see below)
   bool Running();
   std::string Stdout() const;
   std::string Stderr() const;
@@ -48,7 +48,12 @@ class TestProcess {
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& text);
 
-// Polls `condition` every 10 ms until it holds or `timeout` passes.
+// How many times longer the deadlines of WaitUntil and TestProcess::Wait are in a sanitizer
+// build (make test-asan, make test-tsan): 3 there, else 1. Deadlines, never expected times.
+int SanitizerSlowdown();
+
+// Polls `condition` every 10 ms until it holds or `timeout` (times SanitizerSlowdown())
+// passes.
 bool WaitUntil(const std::function<bool()>& condition, std::chrono::milliseconds timeout);
 
 // True if a process with this pid exists (zombies count as existing).
