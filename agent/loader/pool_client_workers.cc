@@ -464,13 +464,13 @@ void PoolClient::IoLoop() {
       if (c.state == ConnState::kAwaitRecord) HandleDeath(c, now);
       if (c.state == ConnState::kIdle && now >= c.retry_at) Connect(c, now);
       if (c.state != ConnState::kReady && now - c.down_since > ServiceTimeout()) {
-        FailLocked(Status(StatusCode::kUnavailable,
-                          "loader: worker " + std::to_string(c.id) + " at " + c.path +
-                              " has not served for " +
-                              std::to_string(ServiceTimeout().count() / 1000) + " s" +
-                              (c.connect_error.empty() ? "" : " (" + c.connect_error + ")") +
-                              "; is its pool's owner (the agent, or this program's pool thread) "
-                              "still running?"));
+        FailLocked(Status(
+            StatusCode::kUnavailable,
+            "loader: worker " + std::to_string(c.id) + " at " + c.path + " has not served for " +
+                std::to_string(ServiceTimeout().count() / 1000) + " s" +
+                (c.connect_error.empty() ? "" : " (" + c.connect_error + ")") + LastExitNote(c) +
+                "; is its pool's owner (the agent, or this program's pool thread) "
+                "still running?"));
       }
     }
     IssueTasks(now);
