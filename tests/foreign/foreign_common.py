@@ -4,7 +4,7 @@ A foreign test is a script in this folder that run_foreign_test.sh runs inside a
 by scripts/foreign-root.sh (CMakeLists.txt registers it, one line). There it sees:
   /opt/spawnpoint         the agent bundle, read-only (bin/spawnpoint-agent, the shim)
   /opt/spawnpoint-tests   this folder, read-only
-  /opt/spawnpoint-src     the source's agent/python and tests/python, read-only
+  /opt/spawnpoint-src     the source's agent/python, tests/python and tests/support, read-only
   /tmp                    a fresh, writable tmpfs (HOME and the working directory)
   SPAWNPOINT_FOREIGN_SUITE the root's Debian suite (bullseye, trixie)
 It exits 0 when it passed, 1 when it failed, 77 to skip. This module must load on every

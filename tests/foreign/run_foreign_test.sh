@@ -63,6 +63,7 @@ echo "in the $suite root: ${command[*]} $*"
 bash "$repo/scripts/in-root.sh" --bundle "$bundle" --ro-bind "$here:/opt/spawnpoint-tests" \
   --ro-bind "$repo/agent/python:/opt/spawnpoint-src/agent/python" \
   --ro-bind "$repo/tests/python:/opt/spawnpoint-src/tests/python" \
+  --ro-bind "$repo/tests/support:/opt/spawnpoint-src/tests/support" \
   --env SPAWNPOINT_FOREIGN_SUITE="$suite" --env PYTHONDONTWRITEBYTECODE=1 \
   --env PYTHONUNBUFFERED=1 "$root" -- "${command[@]}" "$@"
 rc=$?
