@@ -46,6 +46,7 @@ NS = "default"
 TJ_PATH = "/apis/spawnpoint.dev/v1alpha1/namespaces/%s/trainingjobs" % NS
 PRIVATE_ENV = "SPAWNPOINT_CHAOS_PRIVATE_SHM"
 FILL = "/dev/shm/chaos-fill"
+LOADER_UP = re.compile(r"loader rank=(\d+) epoch=")
 FINAL = re.compile(r"final rank=(\d+) loss=\S+ params=([0-9a-f]+)")
 TERMINAL = ("Succeeded", "Failed")
 # Phase moves the status may make (docs/trainingjob.md): forward, and Running <-> Restarting.
@@ -627,9 +628,23 @@ class Chaos(object):
                     o.agent_lost = None  # its pod came back (a restart counted)
             # Every job running for a while, none with a SIGTERMed agent whose pod (and a new
             # agent) has yet to come back, the anchor job included.
-            return all(o.state != "submitted" or (
-                o.running_since is not None and now - o.running_since > 3 and not o.agent_lost)
-                for o in self.jobs)
+            jobs = [o for o in self.jobs if o.state == "submitted"]
+            if not all(o.running_since is not None and now - o.running_since > 3 and
+                       not o.agent_lost for o in jobs):
+                return False
+        # And every rank's loader is up (its ring reserved): a job's first ranks start slowly
+        # on a busy machine or under a sanitizer, long after the pods run.
+        return all(len(self.loader_ranks(o)) >= 2 for o in jobs)
+
+    def loader_ranks(self, job):
+        """The ranks whose loader started, from the job's pod logs."""
+        pods = os.path.join(self.cluster.node_dir, "pods")
+        ranks = set()
+        for d in os.listdir(pods) if os.path.isdir(pods) else []:
+            if d.startswith("%s_%s-node-" % (NS, job.name)):
+                text = read(os.path.join(pods, d, "trainer.log"), "r") or ""
+                ranks.update(LOADER_UP.findall(text))
+        return ranks
 
     def finish(self, job):
         for f in job.faults:
