@@ -254,4 +254,7 @@ StatusOr<std::string> ResolveExecutable(const std::string& name, const std::stri
   return NotFound("command " + name + " not found in PATH=" + path_env);
 }
 
+// Through syscall(): glibc 2.36's <sys/pidfd.h> lacks C linkage, so C++ cannot link it.
+int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+
 }  // namespace spawnpoint::agent

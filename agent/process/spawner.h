@@ -48,4 +48,7 @@ std::unique_ptr<ProcessSpawner> MakeVforkSpawner();
 // returned as given. Errors name the command and the PATH searched.
 StatusOr<std::string> ResolveExecutable(const std::string& name, const std::string& path_env);
 
+// A pidfd for `pid` (readable once it exits), or -1 with errno set.
+int PidfdOpen(pid_t pid);
+
 }  // namespace spawnpoint::agent
