@@ -84,9 +84,14 @@ supp="$source_dir/tests/sanitizers"
 # the test made of the child's exit. The fatal signals stay the kernel's (handle_*=0): tests
 # make workers and ranks die of SIGSEGV, SIGBUS (a full /dev/shm) and SIGABRT on purpose and
 # check the signal; an instrumented access is checked before it could fault anyway.
-# Deadlines (never expected times) of the Python harnesses are 3 times longer, as the C++
-# ones are in these builds (tests/support/test_process.h: SanitizerSlowdown).
-export SPAWNPOINT_TEST_SLOWDOWN=3
+# Deadlines (never expected times) of the Python harnesses are 3 (ASan) or 6 (TSan) times
+# longer, as the C++ ones are in these builds (tests/support/test_process.h:
+# SanitizerSlowdown).
+if [ "$mode" = tsan ]; then
+  export SPAWNPOINT_TEST_SLOWDOWN=6
+else
+  export SPAWNPOINT_TEST_SLOWDOWN=3
+fi
 signals="handle_segv=0:handle_sigbus=0:handle_abort=0:handle_sigfpe=0:handle_sigill=0"
 asan="halt_on_error=1:detect_leaks=1:check_initialization_order=1:strict_init_order=1"
 asan="$asan:detect_stack_use_after_return=1:allocator_may_return_null=0"

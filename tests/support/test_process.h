@@ -49,7 +49,8 @@ std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& text);
 
 // How many times longer the deadlines of WaitUntil and TestProcess::Wait are in a sanitizer
-// build (make test-asan, make test-tsan): 3 there, else 1. Deadlines, never expected times.
+// build (make test-asan, make test-tsan): 3 under ASan, 6 under TSan, else 1. Deadlines, never
+// expected times.
 int SanitizerSlowdown();
 
 // Polls `condition` every 10 ms until it holds or `timeout` (times SanitizerSlowdown())
