@@ -10,9 +10,11 @@
 #include <filesystem>
 
 #include "agent/run/exit_codes.h"
+#include "agent/run/gang_stop_check.h"
 #include "agent/run/preflight.h"
 #include "agent/run/report.h"
 #include "agent/run/stall_monitor.h"
+#include "agent/supervisor/process_table.h"
 #include "api/restart_rule.h"
 
 namespace spawnpoint::agent {
@@ -269,10 +271,15 @@ StatusOr<GangResult> NodeAgent::RunAttempt(int restart) {
     go.on_failure = [this](const RankFailure& f) {
       ReportToGang({{"t", "exit"}, {"attempt", restart_}, {"ok", false}, {"failure", f.ToJson()}});
     };
+    auto stop = std::make_shared<GangStopCheck>(
+        clock_, [this] { return gang_->StopSeen(restart_); },
+        [](pid_t pid) { return ProcessIsExiting(pid); });
     go.check_health =
-        [this, stalls = std::move(go.check_health)](
+        [this, stop, stalls = std::move(go.check_health)](
             const std::vector<std::pair<int, pid_t>>& running) -> std::optional<RankFailure> {
-      if (gang_->StopSeen(restart_)) {
+      const GangStopCheck::Verdict verdict = stop->Check(running);
+      if (verdict == GangStopCheck::Verdict::kAwaitTheDying) return std::nullopt;
+      if (verdict == GangStopCheck::Verdict::kStop) {
         stopped_by_gang_ = true;
         ReportToGang({{"t", "exit"}, {"attempt", restart_}, {"ok", false}, {"stopped", true}});
         RankFailure f;
