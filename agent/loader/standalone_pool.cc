@@ -77,11 +77,7 @@ void StandalonePool::Run(Status* start_status, std::mutex* mu, std::condition_va
       if (fd >= 0) pidfds[pid] = fd;
     }
     std::vector<pollfd> fds{{wake_fd_, POLLIN, 0}};
-    std::vector<pid_t> order;
-    for (auto [pid, fd] : pidfds) {
-      fds.push_back({fd, POLLIN, 0});
-      order.push_back(pid);
-    }
+    for (auto [pid, fd] : pidfds) fds.push_back({fd, POLLIN, 0});
     int timeout = -1;
     if (auto next = pool_->TimeToNextRespawn()) timeout = static_cast<int>(next->count());
     // A pid whose pidfd could not be opened is checked by polling.

@@ -44,7 +44,7 @@ def main(build_dir=False, required=()):
 
 def wait_until(condition, deadline_s, interval_s=0.5):
     """Polls condition() until it holds (True) or deadline_s pass (False); the deadline times
-    SPAWNPOINT_TEST_SLOWDOWN (scripts/sanitizer-tests.sh sets 3: instrumented binaries)."""
+    SPAWNPOINT_TEST_SLOWDOWN (scripts/sanitizer-tests.sh sets 3 under ASan, 6 under TSan)."""
     import time
     end = time.monotonic() + deadline_s * float(os.environ.get("SPAWNPOINT_TEST_SLOWDOWN", "1"))
     while time.monotonic() < end:

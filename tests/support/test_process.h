@@ -34,7 +34,7 @@ class TestProcess {
   pid_t pid() const { return pid_; }
   // Waits up to `timeout` for the exit; returns the shell exit code (128+signal), or -1 on
   // timeout (the process is then killed).
-  int Wait(std::chrono::milliseconds timeout);  // (WaitUntil's deadline: see below)
+  int Wait(std::chrono::milliseconds timeout);  // `timeout` times SanitizerSlowdown()
   bool Running();
   std::string Stdout() const;
   std::string Stderr() const;
