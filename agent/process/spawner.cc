@@ -1,5 +1,6 @@
 #include "agent/process/spawner.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -69,39 +70,73 @@ const char* StepName(int step) {
   return "unknown step";
 }
 
-[[noreturn]] void ChildFail(ChildArgs* a, int step) {
-  a->child_errno = errno;
+// The child below runs on the agent's memory (CLONE_VM) while the agent's thread waits, so
+// it makes raw system calls only: no libc wrapper that keeps state in the agent's memory
+// (sigaction's, and every one a sanitizer intercepts: ThreadSanitizer's sigaction, dup2 and
+// _exit update its tables and locks, which the agent's threads then find corrupted), no
+// allocation, no locks. The functions are not instrumented for the same reason.
+#define SP_CHILD_CODE __attribute__((no_sanitize("thread", "address", "undefined")))
+
+// The kernel's own struct sigaction for rt_sigaction (x86_64 and arm64 layout), and the
+// kernel's signal set size: 64 signals.
+struct KernelSigaction {
+  void (*handler)(int);
+  unsigned long flags;
+  void (*restorer)();
+  unsigned long mask;
+};
+constexpr unsigned long kKernelSigsetSize = sizeof(unsigned long);
+constexpr int kKernelSignals = 64;
+
+SP_CHILD_CODE [[noreturn]] void ChildFail(ChildArgs* a, long result, int step) {
+  a->child_errno = static_cast<int>(-result);
   a->failed_step = step;
-  _exit(127);
+  for (;;) syscall(SYS_exit_group, 127);
 }
 
-// Runs in the child on its own stack, sharing memory with the suspended parent thread:
-// async-signal-safe system calls only, no allocation, no locks.
-int ChildMain(void* raw) {
+// syscall() returns -1 and sets errno; the child reports the errno it got.
+SP_CHILD_CODE long Sys(long result) { return result < 0 ? -errno : result; }
+
+// dup2(from, to), and when from == to, the descriptor kept across exec (dup2 would leave its
+// close-on-exec flag set; posix_spawn's adddup2 clears it the same way).
+SP_CHILD_CODE long KeepAs(int from, int to) {
+  if (from == to) return Sys(syscall(SYS_fcntl, from, F_SETFD, 0));
+  return Sys(syscall(SYS_dup3, from, to, 0));
+}
+
+// Runs in the child on its own stack, sharing memory with the suspended parent thread.
+SP_CHILD_CODE int ChildMain(void* raw) {
   auto* a = static_cast<ChildArgs*>(raw);
   // Handlers are the parent's copies: reset them so no agent code runs in the child, and
   // dispositions the agent ignores (SIGPIPE) do not leak into the job's processes.
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  for (int sig = 1; sig < NSIG; ++sig) {
-    struct sigaction old {};
-    if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler != SIG_DFL) {
-      sigaction(sig, &dfl, nullptr);
+  KernelSigaction dfl{};
+  dfl.handler = SIG_DFL;
+  for (int sig = 1; sig <= kKernelSignals; ++sig) {
+    KernelSigaction old{};
+    if (syscall(SYS_rt_sigaction, sig, nullptr, &old, kKernelSigsetSize) == 0 &&
+        old.handler != SIG_DFL) {
+      syscall(SYS_rt_sigaction, sig, &dfl, nullptr, kKernelSigsetSize);
     }
   }
-  if (a->new_process_group && setpgid(0, 0) != 0) ChildFail(a, kSetpgid);
+  long r = 0;
+  if (a->new_process_group && (r = Sys(syscall(SYS_setpgid, 0, 0))) < 0) {
+    ChildFail(a, r, kSetpgid);
+  }
   if (a->death_signal != 0) {
-    if (prctl(PR_SET_PDEATHSIG, a->death_signal) != 0) ChildFail(a, kDeathSignal);
-    if (getppid() != a->parent_pid) ChildFail(a, kParentGone);
+    if ((r = Sys(syscall(SYS_prctl, PR_SET_PDEATHSIG, a->death_signal, 0, 0, 0))) < 0) {
+      ChildFail(a, r, kDeathSignal);
+    }
+    if (syscall(SYS_getppid) != a->parent_pid) ChildFail(a, -ESRCH, kParentGone);
   }
-  if (a->cpus != nullptr && sched_setaffinity(0, a->cpus_size, a->cpus) != 0) {
-    ChildFail(a, kAffinity);
+  if (a->cpus != nullptr &&
+      (r = Sys(syscall(SYS_sched_setaffinity, 0, a->cpus_size, a->cpus))) < 0) {
+    ChildFail(a, r, kAffinity);
   }
-  if (a->stdin_fd >= 0 && dup2(a->stdin_fd, 0) < 0) ChildFail(a, kStdio);
-  if (a->stdout_fd >= 0 && dup2(a->stdout_fd, 1) < 0) ChildFail(a, kStdio);
-  if (a->stderr_fd >= 0 && dup2(a->stderr_fd, 2) < 0) ChildFail(a, kStdio);
+  if (a->stdin_fd >= 0 && (r = KeepAs(a->stdin_fd, 0)) < 0) ChildFail(a, r, kStdio);
+  if (a->stdout_fd >= 0 && (r = KeepAs(a->stdout_fd, 1)) < 0) ChildFail(a, r, kStdio);
+  if (a->stderr_fd >= 0 && (r = KeepAs(a->stderr_fd, 2)) < 0) ChildFail(a, r, kStdio);
   for (size_t i = 0; i < a->inherit_count; ++i) {
-    if (dup2(a->inherit[i].first, a->inherit[i].second) < 0) ChildFail(a, kStdio);
+    if ((r = KeepAs(a->inherit[i].first, a->inherit[i].second)) < 0) ChildFail(a, r, kStdio);
   }
   // Close what the agent did not mean to hand over (descriptors opened without
   // O_CLOEXEC by libraries); the fd table is the child's own copy.
@@ -114,12 +149,31 @@ int ChildMain(void* raw) {
     }
   }
   syscall(SYS_close_range, first, ~0U, 0);
-  if (a->working_dir != nullptr && chdir(a->working_dir) != 0) ChildFail(a, kChdir);
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-  execve(a->path, a->argv, a->envp);
-  ChildFail(a, kExec);
+  if (a->working_dir != nullptr && (r = Sys(syscall(SYS_chdir, a->working_dir))) < 0) {
+    ChildFail(a, r, kChdir);
+  }
+  unsigned long none = 0;
+  syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, nullptr, kKernelSigsetSize);
+  r = Sys(syscall(SYS_execve, a->path, a->argv, a->envp));
+  ChildFail(a, r, kExec);
+}
+
+// glibc's own clone(). ThreadSanitizer interposes clone() and treats every clone as a fork:
+// it locks its runtime before, and the child "after fork" resets the runtime's thread and
+// lock tables, which under CLONE_VM are the agent's own. The child here runs no
+// instrumented code, so it needs none of that; asking libc.so.6 by name skips the
+// interposer. In a build without sanitizers this is the clone() the call would reach anyway.
+using CloneFn = int (*)(int (*)(void*), void*, int, void*, ...);
+CloneFn LibcClone() {
+  static const CloneFn fn = [] {
+    CloneFn found = nullptr;
+    if (void* libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD)) {
+      found = reinterpret_cast<CloneFn>(dlsym(libc, "clone"));
+      dlclose(libc);
+    }
+    return found != nullptr ? found : &clone;
+  }();
+  return fn;
 }
 
 std::vector<char*> CStrings(const std::vector<std::string>& v) {
@@ -203,8 +257,8 @@ class VforkSpawner : public ProcessSpawner {
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     const int saved_errno = errno;
-    pid_t pid = clone(ChildMain, static_cast<char*>(stack) + kStackSize,
-                      CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
+    pid_t pid = LibcClone()(ChildMain, static_cast<char*>(stack) + kStackSize,
+                            CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
     const int clone_errno = errno;
     errno = saved_errno;
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
