@@ -1,9 +1,10 @@
 // ProcessSpawner: the seam through which the agent starts every process (ranks, node
 // agents, loader workers). The production implementation never forks: it uses a
-// vfork-style clone(CLONE_VM | CLONE_VFORK), exactly as glibc's posix_spawn does, whose
-// child makes only async-signal-safe system calls (setpgid, PR_SET_PDEATHSIG,
-// sched_setaffinity, dup2, chdir) before execve. A process holding a GPU context or
-// threads is therefore never duplicated. Spawn() is thread-safe, but call it from a
+// vfork-style clone(CLONE_VM | CLONE_VFORK), as glibc's posix_spawn does, whose child
+// makes only raw system calls (signal dispositions reset, setpgid, PR_SET_PDEATHSIG,
+// sched_setaffinity, dup3, chdir) before execve: no libc wrapper, no sanitizer's
+// interposer, touches the agent's memory. A process holding a GPU context or threads is
+// therefore never duplicated. Spawn() is thread-safe, but call it from a
 // thread that lives as long as the children: PR_SET_PDEATHSIG fires when the spawning
 // thread exits.
 #pragma once
