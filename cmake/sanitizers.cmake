@@ -20,6 +20,11 @@ function(spawnpoint_unsanitized target)
   endif()
 endfunction()
 
+# A test's own deadlines are SanitizerSlowdown() times longer in these builds
+# (tests/support/test_process.h: 3 under ASan, 6 under TSan); a ctest TIMEOUT that is not far
+# above the test's time in a plain build is multiplied by SPAWNPOINT_TEST_TIMEOUT_SCALE, so
+# that ctest does not kill a test its own deadlines still allow (and that would have said why).
+set(SPAWNPOINT_TEST_TIMEOUT_SCALE 1)
 if(NOT SPAWNPOINT_SANITIZE)
   return()
 endif()
@@ -30,8 +35,10 @@ if(NOT SPAWNPOINT_SANITIZE IN_LIST _allowed)
 endif()
 if(SPAWNPOINT_SANITIZE STREQUAL "thread")
   set(_sanitizers -fsanitize=thread)
+  set(SPAWNPOINT_TEST_TIMEOUT_SCALE 6)
 else()
   set(_sanitizers -fsanitize=address,undefined -fno-sanitize-recover=all -fno-sanitize=vptr)
+  set(SPAWNPOINT_TEST_TIMEOUT_SCALE 3)
 endif()
 add_compile_options(${_sanitizers} -fno-omit-frame-pointer)
 # -O1 and line tables only: half the compile time of -O2 -g (the tree is built twice in CI),
