@@ -6,6 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config clang-format
+  ccache  # CI's fresh clones reuse the machine's compiled objects (CMakeLists.txt, .ci/run)
   libtorch-dev libgloo-dev
   libcpprest-dev libssl-dev libboost-system-dev
   libyaml-cpp-dev nlohmann-json3-dev
