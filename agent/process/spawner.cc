@@ -162,9 +162,21 @@ SP_CHILD_CODE int ChildMain(void* raw) {
 // it locks its runtime before, and the child "after fork" resets the runtime's thread and
 // lock tables, which under CLONE_VM are the agent's own. The child here runs no
 // instrumented code, so it needs none of that; asking libc.so.6 by name skips the
-// interposer. In a build without sanitizers this is the clone() the call would reach anyway.
+// interposer. Only a TSan build asks: dlopen() of an object loaded at startup gives it a
+// search list that glibc allocates and never frees, and where ld.so runs as the program
+// (the agent bundle: `ld-linux.so --library-path lib bin/spawnpoint-agent`) LeakSanitizer
+// does not know the loader (AT_BASE is 0) and reports that list as a leak at every exit.
+// Elsewhere nothing interposes clone(), and the call reaches glibc's directly.
+#if defined(__SANITIZE_THREAD__)
+#define SP_CLONE_IS_INTERPOSED 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SP_CLONE_IS_INTERPOSED 1
+#endif
+#endif
 using CloneFn = int (*)(int (*)(void*), void*, int, void*, ...);
 CloneFn LibcClone() {
+#if defined(SP_CLONE_IS_INTERPOSED)
   static const CloneFn fn = [] {
     CloneFn found = nullptr;
     if (void* libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD)) {
@@ -174,6 +186,9 @@ CloneFn LibcClone() {
     return found != nullptr ? found : &clone;
   }();
   return fn;
+#else
+  return &clone;
+#endif
 }
 
 std::vector<char*> CStrings(const std::vector<std::string>& v) {
