@@ -195,7 +195,12 @@ int NodeAgent::RunInGang() {
       exit["failure"] = result->failure->ToJson();
     }
     // A failure was told as it happened (GangOptions::on_failure); a success is told now.
-    bool lost = !(reported_to_gang_ ? gang_->Connected() : gang_->Send(exit));
+    // Then the verdict, even when the coordinator is gone by now: it goes once the gang has
+    // ended (node 0's agent exits), maybe while this node was still stopping its ranks, and
+    // the verdict it sent first waits in the inbox, ahead of the "lost". A connection lost
+    // before any verdict shows there as "lost" too.
+    if (!reported_to_gang_) gang_->Send(exit);
+    bool lost = false;
     std::optional<json> verdict;
     while (!lost) {
       verdict = AwaitGang({"verdict"}, kJoinTimeout, &sig);

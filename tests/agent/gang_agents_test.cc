@@ -187,6 +187,31 @@ TEST_F(GangAgentsTest, TheJobsBudgetFailsTheGangWithMaxRestartsReachedAfterExact
   EXPECT_THAT(node0->Stderr(), HasSubstr("gang: failed: "));
 }
 
+// Node 1's rank fails (exit 3: not retryable) and leaves a child that ignores SIGTERM, so
+// node 1's agent is still stopping what its rank left (up to the grace period) when the gang's
+// verdict comes and node 0's agent, the coordinator, exits. Node 1 reads the verdict it was
+// sent before the connection closed: the job failed with rank 1's exit, not a lost coordinator
+// (which would have it wait two minutes to rejoin and then say NodeLost).
+TEST_F(GangAgentsTest, ANodeStillStoppingItsRanksWhenTheGangEndsReadsTheVerdict) {
+  WriteFile(dir_.File("job.yaml"),
+            Job("[/bin/sh, -c]",
+                "['if [ \"$RANK\" = 1 ]; then (trap \"\" TERM; exec sleep 60) & exit 3; fi; "
+                "exec sleep 60']",
+                3, 0));
+  auto node0 = Agent(0), node1 = Agent(1, {"--grace-period", "5"});
+  EXPECT_EQ(node0->Wait(kTimeout), 1) << node0->Stderr();
+  EXPECT_EQ(node1->Wait(kTimeout), 1) << node1->Stderr();
+  EXPECT_THAT(node1->Stderr(), Not(HasSubstr("went away"))) << node1->Stderr();
+  for (int n : {0, 1}) {
+    auto t = nlohmann::json::parse(
+        ReadFile(dir_.File("termination-" + std::to_string(n) + ".json")), nullptr, false);
+    ASSERT_TRUE(t.is_object()) << n;
+    EXPECT_EQ(t["reason"], "UserError") << n << ": " << t.dump();
+    EXPECT_EQ(t["restarts"], 0) << n;
+    EXPECT_EQ(t["rank"], 1) << n;
+  }
+}
+
 // Rank 1 dies; rank 0's allreduce then fails and it blocks SIGTERM: its agent SIGKILLs it
 // after the grace period and the gang restarts; the cause is the kill, not rank 0's error.
 TEST_F(GangAgentsTest, ARankThatBlocksSigtermAfterItsPeerDiedIsStoppedAndTheGangRestarts) {
