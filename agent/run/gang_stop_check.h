@@ -6,8 +6,12 @@
 // agent could reap it, and their collective errors reached the coordinator first. Stopping
 // then would report this node as merely "stopped" and the job's cause would be the peers'
 // collective error. So while a rank of ours is already exiting (or a zombie not yet
-// reaped), the stop waits, at most `dying_wait`, for the Gang to reap it: its failure then
-// goes to the coordinator with its own cause, within the coordinator's settling window.
+// reaped), or is a Python rank that printed an uncaught exception's traceback shortly before
+// the stop (CPython prints it, then finalizes: atexit handlers, torch's teardown, the loader
+// pool's shutdown, while its closed connections already fail its peers), the stop waits, at
+// most `dying_wait`, for the Gang to reap it: its failure then goes to the coordinator with
+// its own cause, within the coordinator's settling window. A traceback that was handled
+// (printed by the trainer, which goes on) only delays the stop by that wait.
 // Not thread-safe: one owner (the Gang's loop), one per attempt.
 #pragma once
 
@@ -16,6 +20,7 @@
 #include <chrono>
 #include <functional>
 #include <optional>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -28,6 +33,12 @@ class GangStopCheck {
   // Shorter than the coordinator's settling window (CoordinatorOptions::settle, 1 s), so
   // that the dying rank's failure is still weighed.
   static constexpr std::chrono::milliseconds kDyingWait{500};
+
+  // How long before the stop a traceback still marks its rank as failing by itself. A
+  // rank's finalization after its traceback takes well under a second (see
+  // agent/python/spawnpoint_rank/_exit.py for the longest part we add); twice that is left
+  // for a loaded machine.
+  static constexpr std::chrono::milliseconds kRecentTraceback{2000};
 
   // `stop_seen`: whether the coordinator has told this attempt to stop; `is_exiting`:
   // whether a process is past its user code (agent/supervisor/process_table.h).
@@ -43,12 +54,17 @@ class GangStopCheck {
   // `running`: the ranks still running, {rank, pid}.
   Verdict Check(const std::vector<std::pair<int, pid_t>>& running);
 
+  // The rank with `pid` began a Python traceback on its stderr now (StartsPythonTraceback,
+  // agent/supervisor/failure_cause.h).
+  void NoteTraceback(pid_t pid);
+
  private:
   Clock* const clock_;
   const std::function<bool()> stop_seen_;
   const std::function<bool(pid_t)> is_exiting_;
   const std::chrono::milliseconds dying_wait_;
   std::optional<Clock::TimePoint> stop_seen_at_;
+  std::unordered_map<pid_t, Clock::TimePoint> last_traceback_;  // per rank: bounded
 };
 
 }  // namespace spawnpoint::agent

@@ -138,7 +138,8 @@ bool LocalCluster::Refine(RankFailure& f) const {
   if (j.is_discarded() || !j.is_object() || !j.contains("rank")) return false;
   // The node agent exits 1 for any failed rank; the rank's own code decides the restart.
   RankFailure refined = RankFailure::FromJson(j);
-  refined.node_rank = f.node_rank;
+  // Every node agent's log names the gang's cause, which may be another node's rank.
+  if (!j.contains("nodeRank")) refined.node_rank = f.node_rank;
   refined.pid = f.pid;
   if (!j.contains("message")) refined.cause.message = f.cause.message;
   if (!j.contains("stack")) refined.stack = f.stack;

@@ -14,6 +14,7 @@
 #include "agent/run/preflight.h"
 #include "agent/run/report.h"
 #include "agent/run/stall_monitor.h"
+#include "agent/supervisor/failure_cause.h"
 #include "agent/supervisor/process_table.h"
 #include "api/restart_rule.h"
 
@@ -274,6 +275,9 @@ StatusOr<GangResult> NodeAgent::RunAttempt(int restart) {
     auto stop = std::make_shared<GangStopCheck>(
         clock_, [this] { return gang_->StopSeen(restart_); },
         [](pid_t pid) { return ProcessIsExiting(pid); });
+    go.on_stderr_line = [stop](pid_t pid, const std::string& line) {
+      if (StartsPythonTraceback(line)) stop->NoteTraceback(pid);
+    };
     go.check_health =
         [this, stop, stalls = std::move(go.check_health)](
             const std::vector<std::pair<int, pid_t>>& running) -> std::optional<RankFailure> {

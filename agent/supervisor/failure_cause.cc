@@ -90,7 +90,7 @@ std::string ExceptionType(const std::string& line) {
 // The exception line of the last traceback: the first unindented line after its header.
 std::optional<std::string> LastTracebackException(const std::vector<std::string>& lines) {
   for (size_t i = lines.size(); i-- > 0;) {
-    if (lines[i].rfind("Traceback (most recent call last):", 0) != 0) continue;
+    if (!StartsPythonTraceback(lines[i])) continue;
     for (size_t j = i + 1; j < lines.size(); ++j) {
       const std::string& l = lines[j];
       if (l.empty() || l[0] == ' ' || l[0] == '\t') continue;
@@ -104,6 +104,10 @@ std::optional<std::string> LastTracebackException(const std::vector<std::string>
 }  // namespace
 
 std::span<const CausePattern> CausePatterns() { return kPatterns; }
+
+bool StartsPythonTraceback(const std::string& line) {
+  return line.rfind("Traceback (most recent call last):", 0) == 0;
+}
 
 std::optional<TailMatch> MatchTail(const std::vector<std::string>& lines) {
   const std::vector<Compiled>& compiled = CompiledPatterns();
@@ -164,12 +168,26 @@ RankFailure PickRootCause(std::vector<RankFailure> failures) {
     if (key(i) < key(root)) root = i;
   }
   RankFailure out = failures[root];
+  // Each rank's failure once: the agents of a gang each report the gang's cause and its
+  // consequences (`agent run` on local nodes weighs all of them again).
+  auto same = [](const PeerFailure& a, const PeerFailure& b) {
+    return a.rank == b.rank && a.node_rank == b.node_rank && a.reason == b.reason;
+  };
+  const PeerFailure root_as_peer{out.rank, out.node_rank, out.status.ShellCode(),
+                                 ExitReasonName(out.cause.reason), out.cause.line};
+  auto add = [&](const PeerFailure& p) {
+    if (same(p, root_as_peer)) return;
+    for (const PeerFailure& q : out.consequences) {
+      if (same(p, q)) return;
+    }
+    out.consequences.push_back(p);
+  };
   for (size_t i = 0; i < failures.size(); ++i) {
     if (i == root) continue;
     const RankFailure& f = failures[i];
-    out.consequences.push_back(PeerFailure{f.rank, f.node_rank, f.status.ShellCode(),
-                                           ExitReasonName(f.cause.reason), f.cause.line});
-    for (const PeerFailure& p : f.consequences) out.consequences.push_back(p);
+    add(PeerFailure{f.rank, f.node_rank, f.status.ShellCode(), ExitReasonName(f.cause.reason),
+                    f.cause.line});
+    for (const PeerFailure& p : f.consequences) add(p);
   }
   return out;
 }

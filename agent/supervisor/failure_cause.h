@@ -39,6 +39,10 @@ inline constexpr size_t kMaxQuotedLineBytes = 300;
 // traceback; else nullopt.
 std::optional<TailMatch> MatchTail(const std::vector<std::string>& lines);
 
+// Whether `line` begins a Python traceback ("Traceback (most recent call last):" at its
+// start): what CPython prints for an uncaught exception before the interpreter finalizes.
+bool StartsPythonTraceback(const std::string& line);
+
 // The exit's cause refined by what the rank said: a rank that exited or crashed (UserError,
 // Crashed) by itself takes the tail's reason and quotes its line; a cause from outside the
 // rank (OOMKilled, Killed, Terminated, Stalled) or a SIGBUS stays, quoting a line only when

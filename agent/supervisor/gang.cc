@@ -42,14 +42,16 @@ struct OutputStream {
   int sink = 1;
   std::string prefix;
   std::string partial;
-  LogTail* tail = nullptr;  // the member's last lines of this stream
-  size_t member = 0;        // index into the gang's members
+  LogTail* tail = nullptr;                          // the member's last lines of this stream
+  size_t member = 0;                                // index into the gang's members
+  std::function<void(const std::string&)> on_line;  // GangOptions::on_stderr_line, bound
 
   static constexpr size_t kMaxLine = 64 * 1024;
 
   void Emit(const std::string& line) {
     WriteAll(sink, prefix + line + "\n");
     if (tail) tail->Add(line);
+    if (on_line) on_line(line);
   }
 
   // Returns false at end of stream.
@@ -306,6 +308,10 @@ GangResult Gang::Run(std::vector<GangMember> members) {
             std::tuple{err_pipe[0], options_.error_fd, &outputs[index].err}}) {
         fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
         streams.push_back(OutputStream{fd, sink, "[" + m.label + "] ", "", tail, index});
+        if (fd == err_pipe[0] && options_.on_stderr_line) {
+          streams.back().on_line = [&on_line = options_.on_stderr_line,
+                                    pid = *pid](const std::string& line) { on_line(pid, line); };
+        }
       }
     }
   }

@@ -64,6 +64,10 @@ struct GangOptions {
   // Called with the attempt's first failure as soon as it is recorded, before the other
   // members are stopped (the gang of nodes tells its coordinator at once).
   std::function<void(const RankFailure& failure)> on_failure;
+  // Called with each complete line a member writes on stderr (prefix_output members), as it
+  // is read, with the member's pid: the caller watches for what a line announces (a Python
+  // traceback: the rank is failing by itself, agent/run/gang_stop_check.h).
+  std::function<void(pid_t pid, const std::string& line)> on_stderr_line;
   Clock* clock = RealClock::Get();  // deadlines and intervals; must outlive Run()
   // A failed attempt's Run() returns once nothing of it can run user code again (every
   // member and every process of their groups has entered the kernel's exit, or is gone),

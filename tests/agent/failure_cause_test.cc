@@ -300,6 +300,21 @@ TEST(PickRootCauseTest, ConsequencesANodeReportedAreKept) {
   EXPECT_EQ(root.consequences[1].rank, 2);
 }
 
+// `agent run` on local nodes weighs its node agents' reports, and each names the gang's
+// cause with its consequences: every rank's failure is listed once, and never the cause's own.
+TEST(PickRootCauseTest, EachRanksFailureIsListedOnceAndTheCauseNotAsItsOwnConsequence) {
+  RankFailure from_node0 = Failed(1, 1, {1, 0}, ExitReason::kUserError, 1000);
+  from_node0.consequences.push_back({0, 0, 1, "CollectiveError", "gloo"});
+  RankFailure from_node1 = from_node0;
+  from_node1.failed_at_ms = 1100;
+  RankFailure root = PickRootCause({from_node1, from_node0});
+  EXPECT_EQ(root.rank, 1);
+  EXPECT_EQ(root.node_rank, 1);
+  ASSERT_EQ(root.consequences.size(), 1u);
+  EXPECT_EQ(root.consequences[0].rank, 0);
+  EXPECT_EQ(root.consequences[0].reason, "CollectiveError");
+}
+
 TEST(LogTailTest, KeepsTheLastLinesWithinItsBounds) {
   LogTail tail(/*max_lines=*/3, /*max_bytes=*/1000);
   for (int i = 0; i < 10; ++i) tail.Add("line " + std::to_string(i));

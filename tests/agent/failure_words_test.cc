@@ -2,7 +2,8 @@
 // a rank that prints a known failure and exits gives the cause, the quoted line and its last
 // lines in the termination log; a long or binary tail still makes one valid JSON object; and
 // on two local nodes a rank's kill, not the gloo error its peer prints after it, is the cause
-// that decides the restart, whichever node's agent reports first.
+// that decides the restart, whichever node's agent reports first; and a rank still finalizing
+// after its traceback when its peer's gloo error stops the gang is the cause, not "stopped".
 #include <signal.h>
 
 #include <algorithm>
@@ -272,6 +273,34 @@ INSTANTIATE_TEST_SUITE_P(Orders, KillThenGlooTest,
                            name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
                            return name;
                          });
+
+// Node 1's rank raises and prints its traceback, and is still finalizing when node 0's rank
+// fails with gloo's "Connection closed by peer" (as a peer does once the failing rank's
+// connections close). The gang's stop reaches node 1 then: its agent waits for the rank that
+// printed a traceback instead of stopping it, so the job's cause is the exception, and the
+// gloo error its consequence. Stopped at once, the rank would count as "stopped" and the
+// gloo error would be the cause.
+TEST(TracebackThenGlooTest, ARankFinalizingAfterItsTracebackIsTheCauseNotItsStoppedPeer) {
+  TempDir dir;
+  WriteFile(dir.File("job.yaml"),
+            Job(2, 1, "/usr/bin/python3", {TRACEBACK_THEN_GLOO_PY, dir.path()}, 1));
+  TestProcess agent({AGENT_BIN, "run", "-f", dir.File("job.yaml"), "--master-port", "0",
+                     "--grace-period", "20", "--status-file", dir.File("status.json")});
+  ASSERT_EQ(agent.Wait(kTimeout), 1) << agent.Stderr();
+  nlohmann::json status = nlohmann::json::parse(ReadFile(dir.File("status.json")), nullptr, false);
+  ASSERT_TRUE(status.is_object());
+  EXPECT_EQ(status["phase"], "Failed");
+  const nlohmann::json& last = status["lastFailure"];
+  EXPECT_EQ(last["rank"], 1) << last.dump();
+  EXPECT_EQ(last["nodeRank"], 1);
+  EXPECT_EQ(last["reason"], "UserError");
+  EXPECT_EQ(last["exitCode"], 1);
+  EXPECT_EQ(last["exception"], "RuntimeError");
+  EXPECT_THAT(last["line"].get<std::string>(), HasSubstr("the rank's own failure"));
+  ASSERT_TRUE(last.contains("consequences")) << last.dump();
+  EXPECT_EQ(last["consequences"][0]["rank"], 0);
+  EXPECT_EQ(last["consequences"][0]["reason"], "CollectiveError");
+}
 
 }  // namespace
 }  // namespace spawnpoint::testing

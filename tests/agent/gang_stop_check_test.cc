@@ -1,6 +1,7 @@
 // GangStopCheck on simulated time: the coordinator's stop stops the ranks at once, unless a
 // rank of this node is already dying by itself; then its own failure is waited for, for at
-// most the dying wait. One case with a real zombie, through the /proc reading the agent uses.
+// most the dying wait; so is a rank whose traceback came shortly before the stop. One case
+// with a real zombie, through the /proc reading the agent uses.
 #include "agent/run/gang_stop_check.h"
 
 #include <gtest/gtest.h>
@@ -75,6 +76,41 @@ TEST_F(GangStopCheckTest, TheDyingWaitRunsFromTheStopNotFromTheAttemptsStart) {
   stop_ = true;
   EXPECT_EQ(check.Check(ranks_), kAwait);
   clock_.Advance(GangStopCheck::kDyingWait);
+  EXPECT_EQ(kStop, check.Check(ranks_));
+}
+
+// A Python rank that printed an uncaught exception's traceback is finalizing, not yet exiting
+// in the kernel's sense: a traceback shortly before the stop (or after it) holds the stop.
+TEST_F(GangStopCheckTest, ATracebackShortlyBeforeTheStopIsWaitedForAsTheRanksOwnFailure) {
+  GangStopCheck check = Make();
+  check.NoteTraceback(1003);
+  clock_.Advance(GangStopCheck::kRecentTraceback);
+  stop_ = true;
+  EXPECT_EQ(check.Check(ranks_), kAwait);
+  clock_.Advance(GangStopCheck::kDyingWait - milliseconds(1));
+  EXPECT_EQ(check.Check(ranks_), kAwait);
+  clock_.Advance(milliseconds(1));
+  EXPECT_EQ(kStop, check.Check(ranks_)) << "a rank that never exits is stopped all the same";
+}
+
+TEST_F(GangStopCheckTest, ATracebackAfterTheStopWasSeenHoldsItToo) {
+  GangStopCheck check = Make();
+  stop_ = true;
+  dying_.insert(1003);
+  EXPECT_EQ(check.Check(ranks_), kAwait);
+  clock_.Advance(milliseconds(100));
+  check.NoteTraceback(1002);  // while the stop waits for rank 3, rank 2 fails too
+  EXPECT_EQ(check.Check({{2, 1002}}), kAwait) << "rank 3 is reaped; rank 2 is waited for";
+  clock_.Advance(GangStopCheck::kDyingWait - milliseconds(100));
+  EXPECT_EQ(kStop, check.Check({{2, 1002}})) << "the wait runs from the stop, once";
+}
+
+TEST_F(GangStopCheckTest, AnOldTracebackOrOneOfARankNoLongerRunningDoesNotHoldTheStop) {
+  GangStopCheck check = Make();
+  check.NoteTraceback(1002);  // handled long ago: the trainer went on
+  clock_.Advance(GangStopCheck::kRecentTraceback + milliseconds(1));
+  check.NoteTraceback(1009);  // a rank already reaped: its failure is the Gang's
+  stop_ = true;
   EXPECT_EQ(kStop, check.Check(ranks_));
 }
 
