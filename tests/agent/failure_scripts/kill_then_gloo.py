@@ -18,47 +18,7 @@ import subprocess
 import sys
 import time
 
-GLOO = ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] "
-        "Connection closed by peer [127.0.0.1]:29500")
-DEADLINE = time.monotonic() + 60
-
-
-def path(name):
-    return os.path.join(sys.argv[1], name)
-
-
-def wait_for(condition):
-    while not condition():
-        if time.monotonic() > DEADLINE:
-            sys.exit("timed out")
-        time.sleep(0.01)
-
-
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
-def write(name, text):
-    with open(path(name) + ".tmp", "w") as f:
-        f.write(text)
-    os.rename(path(name) + ".tmp", path(name))
-
-
-def read_pid(name):
-    wait_for(lambda: os.path.exists(path(name)))
-    with open(path(name)) as f:
-        return int(f.read())
-
-
-def fail_like_gloo(*_):
-    print("Traceback (most recent call last):", file=sys.stderr)
-    print('  File "train.py", line 12, in <module>', file=sys.stderr)
-    print(GLOO, file=sys.stderr, flush=True)
-    os._exit(1)
+from two_nodes import alive, fail_like_gloo, path, read_pid, wait_for, write
 
 
 HELPER = """

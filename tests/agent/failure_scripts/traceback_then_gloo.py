@@ -14,44 +14,16 @@ import os
 import sys
 import time
 
+from two_nodes import alive, fail_like_gloo, path, read_pid, wait_for, write
+
 EXCEPTION = "the rank's own failure, printed before its peer's"
-GLOO = ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] "
-        "Connection closed by peer [127.0.0.1]:29500")
 FINALIZING = 0.15
-DEADLINE = time.monotonic() + 60
-
-
-def path(name):
-    return os.path.join(sys.argv[1], name)
-
-
-def wait_for(condition):
-    while not condition():
-        if time.monotonic() > DEADLINE:
-            sys.exit("timed out")
-        time.sleep(0.01)
-
-
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
-def write(name, text):
-    with open(path(name) + ".tmp", "w") as f:
-        f.write(text)
-    os.rename(path(name) + ".tmp", path(name))
 
 
 def finalize():
     # CPython printed the traceback before it began to finalize, which runs this.
     write("traceback-printed", "")
-    wait_for(lambda: os.path.exists(path("rank0.pid")))
-    with open(path("rank0.pid")) as f:
-        rank0 = int(f.read())
+    rank0 = read_pid("rank0.pid")
     wait_for(lambda: not alive(rank0))
     time.sleep(FINALIZING)
 
@@ -64,10 +36,7 @@ def main():
         raise RuntimeError(EXCEPTION)
     wait_for(lambda: os.path.exists(path("traceback-printed")))
     write("rank0.pid", str(os.getpid()))
-    print("Traceback (most recent call last):", file=sys.stderr)
-    print('  File "train.py", line 12, in <module>', file=sys.stderr)
-    print(GLOO, file=sys.stderr, flush=True)
-    os._exit(1)
+    fail_like_gloo()
 
 
 main()
