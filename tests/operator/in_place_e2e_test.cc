@@ -9,7 +9,8 @@
 //  - `kubectl delete pod` of node 1, then of node 0 (the coordinator): only that pod is
 //    recreated, under the same name, the other keeps its UID, and the job Succeeds.
 //  - maxRestarts 2 and ranks that always fail: Failed with MaxRestartsReached after exactly 2
-//    restarts, the pods kept; also when the coordinator's pod is deleted between them.
+//    restarts, the pods kept; also when the coordinator's pod is deleted before the last
+//    attempt has failed (in the backoff before it, or during it).
 //  - restartPolicy.mode Recreate: the same death recreates both pods, as before.
 // Every pod gets an address of its own (local-node.spawnpoint.dev/own-pod-ip) and its agent
 // serves the status port there (a wrapper rewrites --metrics-addr), so the operator reads
@@ -304,11 +305,23 @@ TEST_F(InPlaceEndToEnd, ADeletedPodIsRecreatedAloneAndTheJobSucceeds) {
 // being replaced when `delete_coordinator`.
 void BudgetIsSpent(InPlaceEndToEnd* t, OperatorHarness& h, bool delete_coordinator) {
   const std::string job = delete_coordinator ? "budget-coord" : "budget";
-  // Each attempt fails at once; the second quick failure waits backoffSeconds (6 s), when the
-  // coordinator's pod is deleted.
-  // (Not `kill -9 $$`: the kubelet's expansion makes `$$` a `$`, in the job's variable too.)
-  t->ApplyJob(job, "[/usr/bin/python3, -c]",
-              "['import os, signal, time; time.sleep(1); os.kill(os.getpid(), signal.SIGKILL)']",
+  // Each rank kills itself a second after it starts. The budget's last attempt (restart 2)
+  // waits for the test's gate first: the coordinator's pod is deleted before that attempt can
+  // fail, whether it lands in the 6 s backoff before it (as a quick test's delete does) or
+  // once it has started (a loaded machine's). Without the gate a delete later than ~7 s came
+  // after the job had Failed, and nothing recreated the pod.
+  // (A file, not `kill -9 $$` in the manifest: the kubelet's expansion makes `$$` a `$`.)
+  const std::string gate = h.dir() + "/" + job + ".gate";
+  const std::string rank = h.dir() + "/" + job + "_rank.py";
+  spawnpoint::testing::WriteFile(rank, R"(import os, signal, sys, time
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+time.sleep(1)
+while attempt >= 2 and not os.path.exists(sys.argv[1]):
+    time.sleep(0.05)
+os.kill(os.getpid(), signal.SIGKILL)
+)");
+  if (!delete_coordinator) spawnpoint::testing::WriteFile(gate, "");
+  t->ApplyJob(job, "[/usr/bin/python3]", "['" + rank + "', '" + gate + "']",
               /*max_restarts=*/2,
               /*backoff_seconds=*/6, /*workers=*/0);
   ASSERT_TRUE(h.WaitFor([&] { return t->PodRunning(job + "-node-0"); }, seconds(60)));
@@ -328,9 +341,12 @@ void BudgetIsSpent(InPlaceEndToEnd* t, OperatorHarness& h, bool delete_coordinat
         seconds(60)))
         << t->Diagnose(job);
     uid0 = t->Uid(job + "-node-0");
+    spawnpoint::testing::WriteFile(gate, "");
   }
   ASSERT_EQ(t->WaitFinished(job), "Failed") << t->Diagnose(job);
   const json status = h.Job(job)["status"];
+  // Which of the two it was: the rank's own kill, or "the gang's coordinator was lost".
+  std::cout << "lastFailure " << status["lastFailure"].dump() << "\n";
   EXPECT_EQ(status["restarts"], 2) << status.dump(2);
   std::string reason;
   for (const auto& c : status["conditions"]) {
