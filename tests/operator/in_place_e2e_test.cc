@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <regex>
 
@@ -346,7 +347,7 @@ os.kill(os.getpid(), signal.SIGKILL)
   ASSERT_EQ(t->WaitFinished(job), "Failed") << t->Diagnose(job);
   const json status = h.Job(job)["status"];
   // Which of the two it was: the rank's own kill, or "the gang's coordinator was lost".
-  std::cout << "lastFailure " << status["lastFailure"].dump() << "\n";
+  std::printf("the budget's last attempt ended: %s\n", status["lastFailure"].dump().c_str());
   EXPECT_EQ(status["restarts"], 2) << status.dump(2);
   std::string reason;
   for (const auto& c : status["conditions"]) {
