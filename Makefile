@@ -3,15 +3,22 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build test demo cluster-tools cluster-up cluster-down bench-launch bench-restart bench-loader bench-kube demo-cluster bench-operator bench-metrics bench-frameworks fuzz chaos test-asan test-tsan test-repeat agent-bundle images frameworks-env chart sync-chart-crds format clean
+.PHONY: deps demo-deps configure build test demo demo-cpp cluster-tools cluster-up cluster-down bench-launch bench-restart bench-loader bench-kube demo-cluster bench-operator bench-metrics bench-frameworks fuzz chaos test-asan test-tsan test-repeat agent-bundle images frameworks-env chart sync-chart-crds format clean
 
 deps:
 	@bash scripts/install-deps.sh
 
-$(BUILD)/build.ninja:
-	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
+# Only what make demo needs (install-deps.sh --demo): no kubectl, helm or Go.
+demo-deps:
+	@bash scripts/install-deps.sh --demo
 
-configure: deps $(BUILD)/build.ninja
+# The full tree. A build directory that make demo configured for the agent alone
+# (SPAWNPOINT_AGENT_ONLY, CMakeLists.txt) is reconfigured to the full tree, its objects kept.
+configure: deps
+	@if [ ! -f $(BUILD)/build.ninja ] || grep -qx 'SPAWNPOINT_AGENT_ONLY:BOOL=ON' $(BUILD)/CMakeCache.txt; then \
+	  echo "cmake -S . -B $(BUILD) -G Ninja -DSPAWNPOINT_AGENT_ONLY=OFF $(CMAKE_FLAGS)"; \
+	  cmake -S . -B $(BUILD) -G Ninja -DSPAWNPOINT_AGENT_ONLY=OFF $(CMAKE_FLAGS); \
+	fi
 
 build: configure
 	ninja -C $(BUILD) -j $(JOBS)
@@ -53,8 +60,21 @@ chaos: build cluster-tools
 	CHAOS_SEED=$(CHAOS_SEED) CHAOS_SECONDS=$(CHAOS_SECONDS) /usr/bin/python3 tests/chaos/chaos.py \
 	  --source-dir . --build-dir $(BUILD)
 
-demo: build
-	bash scripts/demo.sh
+# The Python example (examples/python/demo.yaml): 2 CPU DDP ranks through the agent. Installs
+# and builds only what it runs: the agent and its Python shim (a fresh build directory is
+# configured for the agent alone; a full one is used as it is). README.md says how long.
+demo: demo-deps
+	@if [ ! -f $(BUILD)/build.ninja ]; then \
+	  echo "cmake -S . -B $(BUILD) -G Ninja -DSPAWNPOINT_AGENT_ONLY=ON $(CMAKE_FLAGS)"; \
+	  cmake -S . -B $(BUILD) -G Ninja -DSPAWNPOINT_AGENT_ONLY=ON $(CMAKE_FLAGS); \
+	fi
+	ninja -C $(BUILD) -j $(JOBS) spawnpoint-agent shim-bytecode
+	BUILD=$(BUILD) bash scripts/demo.sh python
+
+# The C++ example (examples/local-cpu.yaml): the libtorch DDP trainer and its loader workers.
+demo-cpp: configure
+	ninja -C $(BUILD) -j $(JOBS) spawnpoint-agent spawnpoint-example-trainer
+	BUILD=$(BUILD) bash scripts/demo.sh cpp
 
 # The pinned control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)
 # built into .tools/bin (once: several minutes; the `cluster` tests use it), and started on

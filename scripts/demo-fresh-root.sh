@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Times `make demo` on a fresh machine: a new Debian 12 root (mmdebstrap --variant=minbase,
+# plus git: nothing of the project's packages, no compiler, no CMake), this repository's HEAD
+# cloned into it, and `make demo` run there as root through chroot with an empty ccache. So
+# the figure includes apt installing everything the demo needs. Prints each line of make demo
+# with the seconds since it started, then one line:
+#   fresh-root demo: first rank line at S s, done at S s, exit C (make demo; apt S s)
+# The figure in README.md was made so. Needs root, mmdebstrap and the network (the Debian
+# mirror, PyPI for cloudpickle). The root (~1.5 GB once the demo ran) is deleted at the end
+# unless --keep DIR is given, where it is then left.
+#   scripts/demo-fresh-root.sh [--keep DIR] [--mirror URL]
+# --mirror (or env SPAWNPOINT_DEBIAN_MIRROR): default http://deb.debian.org/debian.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+keep=""
+mirror=${SPAWNPOINT_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --keep) [ $# -ge 2 ] || { echo "demo-fresh-root: --keep needs a directory" >&2; exit 2; }
+      keep=$2; shift 2 ;;
+    --mirror) [ $# -ge 2 ] || { echo "demo-fresh-root: --mirror needs a URL" >&2; exit 2; }
+      mirror=$2; shift 2 ;;
+    *) echo "demo-fresh-root: unknown argument $1 (usage: demo-fresh-root.sh [--keep DIR] [--mirror URL])" >&2
+      exit 2 ;;
+  esac
+done
+die() {
+  echo "demo-fresh-root: $*" >&2
+  exit 1
+}
+[ "$(id -u)" -eq 0 ] || die "needs root (mmdebstrap's root mode, chroot)"
+command -v mmdebstrap >/dev/null || die "mmdebstrap is not installed (apt-get install mmdebstrap)"
+[ -z "$keep" ] || [ ! -e "$keep" ] || die "--keep $keep exists already"
+
+work=$(mktemp -d /var/tmp/spawnpoint-demo-root.XXXXXX)
+root=$work/root
+cleanup() {
+  set +e
+  if [ -n "$keep" ]; then
+    mv "$root" "$keep" && echo "demo-fresh-root: the root is kept in $keep"
+  fi
+  rm -rf --one-file-system "$work"
+}
+trap cleanup EXIT
+
+echo "demo-fresh-root: building a Debian 12 minbase root with git from $mirror"
+mmdebstrap --quiet --variant=minbase --include=git bookworm "$root" \
+  "deb $mirror bookworm main" "deb $mirror bookworm-updates main" \
+  "deb ${mirror%/debian}/debian-security bookworm-security main" ||
+  die "mmdebstrap failed (is $mirror reachable?)"
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+git clone --quiet --no-hardlinks "$repo" "$root/root/spawnpoint"
+echo "demo-fresh-root: cloned $(git -C "$repo" rev-parse --short HEAD) into the root; running make demo"
+
+# In a private mount namespace, so that the mounts go with it: /proc, /sys and /dev (with
+# /dev/shm) as a machine has them. A clean environment, as a root login's.
+inner='mount -t proc proc "$1/proc" && mount --rbind /sys "$1/sys" && mount --rbind /dev "$1/dev" &&
+  exec chroot "$1" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    /bin/bash -c "cd /root/spawnpoint && CCACHE_DIR=\$(mktemp -d) make demo"'
+start=$EPOCHREALTIME
+first="" apt_done="" code=""
+set +e
+while IFS= read -r line; do
+  now=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+  printf '%7s %s\n' "$now" "$line"
+  case "$line" in
+    "[rank "*) [ -n "$first" ] || first=$now ;;
+    "install-deps: done"*) apt_done=$now ;;
+    "demo-fresh-root: make demo exited "*) code=${line##* } ;;
+  esac
+done < <(unshare --mount --propagation private bash -c "$inner" inner "$root" 2>&1
+  echo "demo-fresh-root: make demo exited $?")
+set -e
+end=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+echo "fresh-root demo: first rank line at ${first:-never} s, done at $end s, exit ${code:-?}" \
+  "(make demo; apt ${apt_done:-?} s)"
+[ "${code:-1}" = 0 ]
