@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Times `make demo` on a fresh machine: a new Debian 12 root (mmdebstrap --variant=minbase,
-# plus git: nothing of the project's packages, no compiler, no CMake), this repository's HEAD
-# cloned into it, and `make demo` run there as root through chroot with an empty ccache. So
-# the figure includes apt installing everything the demo needs. Prints each line of make demo
+# Times `make demo` on a fresh machine: a new Debian 12 root (mmdebstrap --variant=minbase
+# plus git and make, what it takes to type the command: no compiler, no CMake, nothing of the
+# project's packages), this repository's HEAD cloned into it, and `make demo` run there as
+# root through chroot with an empty ccache. So the figure includes apt installing everything
+# the demo needs. Prints each line of make demo
 # with the seconds since it started, then one line:
 #   fresh-root demo: first rank line at S s, done at S s, exit C (make demo; apt S s)
 # The figure in README.md was made so. Needs root, mmdebstrap and the network (the Debian
@@ -44,8 +45,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "demo-fresh-root: building a Debian 12 minbase root with git from $mirror"
-mmdebstrap --quiet --variant=minbase --include=git bookworm "$root" \
+echo "demo-fresh-root: building a Debian 12 minbase root with git and make from $mirror"
+mmdebstrap --quiet --variant=minbase --include=git,make bookworm "$root" \
   "deb $mirror bookworm main" "deb $mirror bookworm-updates main" \
   "deb ${mirror%/debian}/debian-security bookworm-security main" ||
   die "mmdebstrap failed (is $mirror reachable?)"
