@@ -51,6 +51,12 @@ mmdebstrap --quiet --variant=minbase --include=git,make bookworm "$root" \
   "deb ${mirror%/debian}/debian-security bookworm-security main" ||
   die "mmdebstrap failed (is $mirror reachable?)"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# This machine's local CAs (e.g. a TLS-inspecting proxy's), as a machine behind that proxy has
+# them: ca-certificates, installed by make demo, adds them to the root's bundle.
+if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+fi
 git clone --quiet --no-hardlinks "$repo" "$root/root/spawnpoint"
 echo "demo-fresh-root: cloned $(git -C "$repo" rev-parse --short HEAD) into the root; running make demo"
 
