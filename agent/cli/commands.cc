@@ -10,6 +10,7 @@
 #include "agent/run/node_facts.h"
 #include "agent/run/preflight.h"
 #include "agent/run/report.h"
+#include "agent/run/torchrun_input.h"
 #include "common/clock.h"
 
 namespace spawnpoint::agent {
@@ -17,9 +18,11 @@ namespace {
 
 // The job the options name. Everything LoadJob reads is the agent's input, so each of its
 // errors is bad input (exit 2): a missing or unreadable manifest file as much as a typo.
-// A command that started torchrun is said in one line, at plan and run time.
-StatusOr<api::TrainingJob> LoadInput(const AgentOptions& o) {
-  auto job = LoadJob(o);
+// A command that started torchrun is said in one line, at plan and run time. A torchrun
+// command line (`torchrun`) is its job and sets options of its own (agent/run/torchrun_input.h).
+StatusOr<api::TrainingJob> LoadInput(AgentOptions* o) {
+  if (!o->torchrun.empty()) return LoadTorchrunJob(o);
+  auto job = LoadJob(*o);
   if (!job.ok() && job.status().code() != StatusCode::kInvalidArgument) {
     return InvalidArgument(job.status().message());
   }
@@ -30,10 +33,10 @@ StatusOr<api::TrainingJob> LoadInput(const AgentOptions& o) {
 }
 
 // The job and this node as the options name them; nothing started.
-StatusOr<NodeFacts> LoadNode(const AgentOptions& o) {
+StatusOr<NodeFacts> LoadNode(AgentOptions* o) {
   SP_ASSIGN_OR_RETURN(api::TrainingJob job, LoadInput(o));
-  SP_ASSIGN_OR_RETURN(std::shared_ptr<devices::GpuBackend> backend, OpenGpuBackend(o, job));
-  return DiscoverNode(o, std::move(job), std::move(backend));
+  SP_ASSIGN_OR_RETURN(std::shared_ptr<devices::GpuBackend> backend, OpenGpuBackend(*o, job));
+  return DiscoverNode(*o, std::move(job), std::move(backend));
 }
 
 // How long plan waits for an interpreter to import torch (~1-2 s on an idle machine).
@@ -71,8 +74,9 @@ Status AddExecutables(const NodePlan& plan, ProcessSpawner* spawner,
 
 }  // namespace
 
-int PlanCommand(const AgentOptions& o) {
-  auto node = LoadNode(o);
+int PlanCommand(const AgentOptions& given) {
+  AgentOptions o = given;
+  auto node = LoadNode(&o);
   if (!node.ok()) return Fail(node.status());
   const int nnodes = NodeCount(o, node->job);
   const int port = o.master_port >= 0 ? o.master_port : node->job.spec.rendezvous_port;
@@ -108,8 +112,9 @@ int PlanCommand(const AgentOptions& o) {
   return 0;
 }
 
-int RunCommand(const AgentOptions& o, SignalWatcher* signals) {
-  auto job = LoadInput(o);
+int RunCommand(const AgentOptions& given, SignalWatcher* signals) {
+  AgentOptions o = given;
+  auto job = LoadInput(&o);
   if (!job.ok()) return Fail(job.status());
   auto backend = OpenGpuBackend(o, *job);
   if (!backend.ok()) return Fail(backend.status());

@@ -2,10 +2,12 @@
 
 #include "common/flags.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <iterator>
 #include <map>
 
 #include "metrics/server.h"
@@ -76,7 +78,42 @@ constexpr SecondsFlag kSecondsFlags[] = {
     {"--status-interval", &AgentOptions::status_interval},
 };
 
+// In `torchrun`, the agent's flags that torchrun has too (its dashed spellings) are
+// torchrun's, and the flags that name a manifest have no place.
+constexpr std::string_view kTorchrunOwnedFlags[] = {"--nnodes", "--node-rank", "--master-addr",
+                                                    "--master-port", "--max-restarts"};
+constexpr std::string_view kManifestFlags[] = {"-f", "--file", "--job-env"};
+// The agent's flags that take no value; --termination-log, --gpu-backend and --metrics-addr
+// are valued ones with rules of their own.
+constexpr std::string_view kSwitches[] = {"--full-env", "--dcgm-compatible-names"};
+constexpr std::string_view kSpecialValued[] = {"--termination-log", "--gpu-backend",
+                                               "--metrics-addr"};
+
+template <typename List>
+bool In(const List& list, std::string_view name) {
+  return std::find(std::begin(list), std::end(list), name) != std::end(list);
+}
+
+bool IsAgentFlag(std::string_view name) {
+  for (const StringFlag& f : kStringFlags) {
+    if (name == f.name) return true;
+  }
+  for (const IntFlag& f : kIntFlags) {
+    if (name == f.name) return true;
+  }
+  for (const SecondsFlag& f : kSecondsFlags) {
+    if (name == f.name) return true;
+  }
+  return name == "-f" || In(kSwitches, name) || In(kSpecialValued, name);
+}
+
 }  // namespace
+
+bool IsTorchrunAgentFlag(const std::string& arg) {
+  const std::string name = SplitFlag(arg).name;
+  if (name == "--plan" || name == "--spec") return true;
+  return IsAgentFlag(name) && !In(kTorchrunOwnedFlags, name) && !In(kManifestFlags, name);
+}
 
 std::string AgentUsage() {
   return R"(usage: spawnpoint-agent COMMAND [flags]
@@ -89,6 +126,16 @@ commands:
   plan -f FILE    print, as JSON, what run would start: argv, the program it execs
                   (resolved on PATH), environment, devices and CPU set per rank; warns
                   when a Python rank's interpreter cannot import torch; starts no rank
+  torchrun [FLAGS] [TORCHRUN FLAGS] SCRIPT [ARGS]
+                  run a torchrun command line as its job, no manifest: the one-word change
+                  from `torchrun ...` (docs/torchrun.md). The agent's own flags come first;
+                  --nnodes, --node-rank, --master-addr, --master-port and --max-restarts
+                  are torchrun's there. Ranks run $PYTHON_EXEC, else the interpreter on
+                  the first line of `torchrun` on PATH, else python3. Also:
+                    --plan               print run's plan (as plan does) instead of running
+                    --job NAME           the job's name (default: the script's)
+                    --spec KEY=VALUE     a spec field (docs/trainingjob.md), repeatable:
+                                         --spec loader.workersPerRank=2
   version         print the version
 
 flags:
@@ -131,17 +178,22 @@ exit codes:
   0      the job succeeded
   1      the job failed: a rank failed and was not restarted (the rank's own exit code,
          signal and cause are in the termination log and on the last line); or this
-         machine cannot run it (no GPU, an unhealthy GPU, /dev/shm too small)
-  2      bad input: flags, the manifest or its file, the trainer command; nothing started
+         machine cannot run it (no GPU, an unhealthy GPU, /dev/shm too small, the
+         rendezvous port in use); nothing started
+  2      bad input: flags, the manifest or its file, the trainer command or its script;
+         nothing started
   128+N  the agent itself was stopped by signal N (SIGTERM: 143, SIGINT: 130)
 )";
 }
 
 StatusOr<AgentOptions> ParseAgentArgs(const std::vector<std::string>& args) {
   AgentOptions o;
-  if (args.empty()) return InvalidArgument("missing command (run, plan, version); see --help");
+  if (args.empty()) {
+    return InvalidArgument("missing command (run, plan, torchrun, version); see --help");
+  }
   const std::string& cmd = args[0];
-  if (cmd == "run") {
+  const bool torchrun = cmd == "torchrun";
+  if (cmd == "run" || torchrun) {
     o.command = AgentCommand::kRun;
   } else if (cmd == "plan") {
     o.command = AgentCommand::kPlan;
@@ -152,7 +204,8 @@ StatusOr<AgentOptions> ParseAgentArgs(const std::vector<std::string>& args) {
     o.command = AgentCommand::kVersion;
     return o;
   } else {
-    return InvalidArgument("unknown command \"" + cmd + "\"; allowed: run, plan, version, help");
+    return InvalidArgument("unknown command \"" + cmd +
+                           "\"; allowed: run, plan, torchrun, version, help");
   }
 
   using Setter = std::function<Status(const std::string&, const std::string&)>;
@@ -197,9 +250,36 @@ StatusOr<AgentOptions> ParseAgentArgs(const std::vector<std::string>& args) {
     return Status::Ok();
   };
 
+  if (torchrun) {
+    valued["--spec"] = [&](const std::string&, const std::string& v) {
+      o.spec_sets.push_back(v);
+      return Status::Ok();
+    };
+  }
+
   for (size_t i = 1; i < args.size(); ++i) {
     const FlagArg arg = SplitFlag(args[i]);
     const std::string& flag = arg.name;
+    if (torchrun && flag != "-h" && flag != "--help") {
+      if (flag == "--plan") {
+        o.command = AgentCommand::kPlan;
+        continue;
+      }
+      if (In(kManifestFlags, flag)) {
+        return InvalidArgument(flag +
+                               ": torchrun makes the job from torchrun's flags, without a "
+                               "manifest; `run -f FILE` runs a manifest");
+      }
+      if (!IsTorchrunAgentFlag(flag)) {  // torchrun's flags (or the script) from here on
+        o.torchrun.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+        break;
+      }
+    }
+    if (!torchrun && flag == "--spec") {
+      return InvalidArgument(
+          "--spec is for torchrun (spawnpoint-agent torchrun --spec KEY=VALUE ...); a "
+          "manifest sets its fields under spec:");
+    }
     if (flag == "-h" || flag == "--help") {
       o.command = AgentCommand::kHelp;
       return o;
@@ -227,6 +307,18 @@ StatusOr<AgentOptions> ParseAgentArgs(const std::vector<std::string>& args) {
     }
     SP_ASSIGN_OR_RETURN(std::string value, FlagValue(arg, args, &i));
     SP_RETURN_IF_ERROR(it->second(flag, value));
+  }
+  if (torchrun) {
+    if (o.torchrun.empty()) {
+      return InvalidArgument(
+          "torchrun: expected torchrun's flags and the script after the agent's flags, e.g. "
+          "spawnpoint-agent torchrun --nproc_per_node 2 train.py");
+    }
+    if (!o.gang_addr.empty() && o.gang_token_file.empty()) {
+      return InvalidArgument(
+          "--gang needs --gang-token-file: the gang channel takes only the agents of the job");
+    }
+    return o;
   }
   if (o.file.empty() && o.job_env.empty()) {
     return InvalidArgument(cmd + ": -f FILE is required (or --job-env VAR)");
@@ -269,7 +361,13 @@ std::vector<std::string> ToArgs(const AgentOptions& o) {
       break;
   }
   const AgentOptions d;
-  std::vector<std::string> args = {o.command == AgentCommand::kRun ? "run" : "plan"};
+  std::vector<std::string> args;
+  if (o.torchrun.empty()) {
+    args.push_back(o.command == AgentCommand::kRun ? "run" : "plan");
+  } else {
+    args.push_back("torchrun");
+    if (o.command == AgentCommand::kPlan) args.push_back("--plan");
+  }
   for (const StringFlag& f : kStringFlags) {
     if (o.*f.field != d.*f.field) args.insert(args.end(), {f.name, o.*f.field});
   }
@@ -284,6 +382,8 @@ std::vector<std::string> ToArgs(const AgentOptions& o) {
   if (o.metrics_addr != d.metrics_addr) args.insert(args.end(), {"--metrics-addr", o.metrics_addr});
   if (o.full_env) args.push_back("--full-env");
   if (o.dcgm_compatible_names) args.push_back("--dcgm-compatible-names");
+  for (const std::string& set : o.spec_sets) args.insert(args.end(), {"--spec", set});
+  args.insert(args.end(), o.torchrun.begin(), o.torchrun.end());
   return args;
 }
 

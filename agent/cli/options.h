@@ -47,12 +47,21 @@ struct AgentOptions {
   // "": none (the operator recreates the gang, or this agent runs every node).
   std::string gang_addr;
   std::string gang_token_file;  // the job's token (Secret), required with --gang
+  // `torchrun`: the job is a torchrun command line instead of a manifest (run, or plan with
+  // --plan): torchrun's flags, the script and its arguments, as given after the agent's own
+  // flags (api/torchrun_job.h). Empty for run and plan.
+  std::vector<std::string> torchrun;
+  std::vector<std::string> spec_sets;  // torchrun: --spec KEY=VALUE, in order
 
   bool operator==(const AgentOptions&) const = default;
 };
 
 StatusOr<AgentOptions> ParseAgentArgs(const std::vector<std::string>& args);
 std::string AgentUsage();
+
+// Whether `arg` ("--status-file", "--metrics-addr=:9400") is one of the agent's own flags that
+// `torchrun` takes before torchrun's flags.
+bool IsTorchrunAgentFlag(const std::string& arg);
 
 // The arguments (command first, without the program) that ParseAgentArgs turns back into
 // `o`: the command and every flag whose value differs from the default.

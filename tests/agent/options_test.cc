@@ -67,6 +67,60 @@ TEST(AgentOptionsTest, JobEnvReplacesTheFile) {
   EXPECT_THAT(value.status().message(), HasSubstr("--job-env: missing value"));
 }
 
+// `torchrun`: the agent's own flags first, then torchrun's command line as given; the
+// flags torchrun has too (--nnodes, --master-port, ...) are torchrun's there.
+TEST(AgentOptionsTest, TorchrunTakesTheAgentsFlagsThenTorchrunsCommandLine) {
+  auto o = ParseAgentArgs({"torchrun", "--status-file", "/tmp/s.json", "--spec",
+                           "loader.workersPerRank=2", "--job=exp", "--nproc_per_node", "2",
+                           "--nnodes", "1", "train.py", "--status-file", "x"});
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  EXPECT_EQ(o->command, AgentCommand::kRun);
+  EXPECT_EQ(o->status_file, "/tmp/s.json");
+  EXPECT_EQ(o->job_name, "exp");
+  EXPECT_EQ(o->spec_sets, std::vector<std::string>{"loader.workersPerRank=2"});
+  EXPECT_EQ(o->torchrun, (std::vector<std::string>{"--nproc_per_node", "2", "--nnodes", "1",
+                                                   "train.py", "--status-file", "x"}));
+  EXPECT_EQ(o->nnodes, 0);
+
+  auto plan = ParseAgentArgs({"torchrun", "--plan", "--master-port", "0", "train.py"});
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(plan->command, AgentCommand::kPlan);
+  EXPECT_EQ(plan->master_port, -1);
+  EXPECT_EQ(plan->torchrun, (std::vector<std::string>{"--master-port", "0", "train.py"}));
+  auto script_first = ParseAgentArgs({"torchrun", "train.py", "--plan"});
+  ASSERT_TRUE(script_first.ok()) << script_first.status().message();
+  EXPECT_EQ(script_first->command, AgentCommand::kRun);
+  EXPECT_EQ(script_first->torchrun, (std::vector<std::string>{"train.py", "--plan"}));
+  EXPECT_EQ(ParseAgentArgs({"torchrun", "--help", "train.py"})->command, AgentCommand::kHelp);
+}
+
+TEST(AgentOptionsTest, TorchrunRefusesWhatHasNoPlaceThere) {
+  EXPECT_THAT(ParseAgentArgs({"torchrun"}).status().message(),
+              HasSubstr("torchrun: expected torchrun's flags and the script"));
+  EXPECT_THAT(ParseAgentArgs({"torchrun", "--plan"}).status().message(),
+              HasSubstr("torchrun: expected torchrun's flags and the script"));
+  EXPECT_THAT(ParseAgentArgs({"torchrun", "-f", "job.yaml", "train.py"}).status().message(),
+              HasSubstr("-f: torchrun makes the job from torchrun's flags, without a manifest"));
+  EXPECT_THAT(ParseAgentArgs({"torchrun", "--gang", "h:1", "train.py"}).status().message(),
+              HasSubstr("--gang needs --gang-token-file"));
+  EXPECT_THAT(ParseAgentArgs({"run", "-f", "x", "--spec", "a=1"}).status().message(),
+              HasSubstr("--spec is for torchrun"));
+  EXPECT_THAT(ParseAgentArgs({"run", "-f", "x", "--plan"}).status().message(),
+              HasSubstr("unknown flag \"--plan\" for run"));
+}
+
+TEST(AgentOptionsTest, TorchrunAgentFlagsAreTheAgentsOwnOnly) {
+  EXPECT_TRUE(IsTorchrunAgentFlag("--status-file"));
+  EXPECT_TRUE(IsTorchrunAgentFlag("--metrics-addr=:9400"));
+  EXPECT_TRUE(IsTorchrunAgentFlag("--spec"));
+  EXPECT_TRUE(IsTorchrunAgentFlag("--full-env"));
+  EXPECT_FALSE(IsTorchrunAgentFlag("--master-port"));
+  EXPECT_FALSE(IsTorchrunAgentFlag("--nnodes=2"));
+  EXPECT_FALSE(IsTorchrunAgentFlag("-f"));
+  EXPECT_FALSE(IsTorchrunAgentFlag("--nproc_per_node"));
+  EXPECT_FALSE(IsTorchrunAgentFlag("train.py"));
+}
+
 // ToArgs is how the local multi-node mode starts its node agents: parsing its output must
 // give back exactly the options it was given.
 TEST(AgentOptionsTest, ToArgsRoundTripsThroughParseAgentArgs) {
@@ -119,7 +173,31 @@ TEST(AgentOptionsTest, ToArgsRoundTripsThroughParseAgentArgs) {
   parsed({"run", "-f", "job.yaml", "--metrics-addr", "off", "--grace-period", "0"});
   parsed({"version"});
   parsed({"help"});
-  ASSERT_EQ(cases.size(), 7u);
+  parsed({"torchrun", "train.py"});
+  parsed({"torchrun",
+          "--plan",
+          "--job",
+          "exp",
+          "--spec",
+          "loader.workersPerRank=2",
+          "--spec=stallPolicy.timeoutSeconds=30",
+          "--metrics-addr",
+          "off",
+          "--status-file",
+          "/tmp/s.json",
+          "--gang",
+          "node0:29401",
+          "--gang-token-file",
+          "/tmp/token",
+          "--full-env",
+          "--nproc_per_node=2",
+          "--master-port",
+          "0",
+          "--",
+          "train.py",
+          "--status-file",
+          "x"});
+  ASSERT_EQ(cases.size(), 9u);
   for (const AgentOptions& o : cases) {
     std::vector<std::string> args = ToArgs(o);
     auto back = ParseAgentArgs(args);
@@ -135,6 +213,13 @@ TEST(AgentOptionsTest, ToArgsWritesOnlyWhatDiffersFromTheDefaults) {
   o.grace_period = std::chrono::milliseconds(2500);
   EXPECT_EQ(ToArgs(o),
             (std::vector<std::string>{"run", "--file", "job.yaml", "--grace-period", "2.500"}));
+  AgentOptions t;
+  t.command = AgentCommand::kPlan;
+  t.torchrun = {"--nproc_per_node", "2", "train.py"};
+  t.spec_sets = {"loader.workersPerRank=2"};
+  EXPECT_EQ(ToArgs(t),
+            (std::vector<std::string>{"torchrun", "--plan", "--spec", "loader.workersPerRank=2",
+                                      "--nproc_per_node", "2", "train.py"}));
 }
 
 // --help states the exit-code table (agent/run/exit_codes.h) and where the status
