@@ -21,11 +21,12 @@ inline constexpr std::chrono::seconds kMaxRestartBackoff{300};
 // accepts: the agent's, from the exit and the rank's last lines (agent/supervisor/exit_cause.h),
 // and the operator's for pods taken away (always retryable).
 inline constexpr std::string_view kFailureCauses[] = {
-    "UserError",       "OOMKilled",          "ShmExhausted",
-    "Killed",          "Terminated",         "Crashed",
-    "Stalled",         "GpuOutOfMemory",     "CollectiveTimeout",
-    "CollectiveError", "LoaderWorkerKilled", "ImportError",
-    "Evicted",         "Preempted",          "NodeLost"};
+    // The agent's.
+    "UserError", "OOMKilled", "ShmExhausted", "Killed", "Terminated", "Crashed", "Stalled",
+    "GpuOutOfMemory", "CollectiveTimeout", "CollectiveError", "LoaderWorkerKilled", "ImportError",
+    "PortInUse",
+    // The operator's.
+    "Evicted", "Preempted", "NodeLost"};
 
 // spec.restartPolicy's fields, and restartPolicy.mode's values indexed by RestartMode.
 inline constexpr std::string_view kRestartFields[] = {

@@ -19,8 +19,10 @@ struct Field;
 enum class StallAction { kReport, kRestart, kFail };
 
 struct StallPolicy {
-  // A rank silent this long after a step is stalled. nullopt ("auto"): the larger of 30 s
-  // and 10x the job's median step, once the job has made kAutoArmSteps steps.
+  // A rank silent this long after a step is stalled. nullopt ("auto"): from the first step
+  // on, a rank that makes no step, uses no CPU and waits in no collective while a peer has
+  // waited kPeerWaitSeconds for it in one; and, once the job has made kAutoArmSteps steps,
+  // one silent for the larger of 30 s and 10x the job's median step.
   std::optional<int> timeout_seconds;
   // A rank that has made no step this long after it started is stalled; 0: never.
   int startup_timeout_seconds = 0;
@@ -31,6 +33,7 @@ struct StallPolicy {
   static constexpr int kAutoFloorSeconds = 30;
   static constexpr int kAutoMedianFactor = 10;
   static constexpr int kAutoArmSteps = 20;
+  static constexpr int kPeerWaitSeconds = 30;
 };
 
 inline constexpr std::string_view kStallFields[] = {"timeoutSeconds", "startupTimeoutSeconds",

@@ -88,6 +88,8 @@ class Decoder : public FieldReader {
       : FieldReader(from_yaml, MisplacedFieldHint), document_(document), options_(options) {}
 
   Status Decode(const json& object, TrainingJob* job);
+  // After Decode: the path of each element of the trainer's command + args.
+  const std::vector<FieldPath>& trainer_argv_paths() const { return trainer_argv_paths_; }
 
  private:
   Status DecodeHeader(const json& object);
@@ -104,7 +106,16 @@ class Decoder : public FieldReader {
 
   const int document_;
   const ParseOptions options_;
+  std::vector<FieldPath> trainer_argv_paths_;
 };
+
+// TrainerContainer::argv_origins: each element's place, by `locate` ("" for none) and path.
+template <typename Locate>
+std::vector<std::string> ArgvOrigins(const std::vector<FieldPath>& paths, Locate locate) {
+  std::vector<std::string> out;
+  for (const FieldPath& p : paths) out.push_back(locate(p) + p.Dotted());
+  return out;
+}
 
 Status Decoder::Decode(const json& object, TrainingJob* job) {
   if (!object.is_object()) {
@@ -268,6 +279,12 @@ Status Decoder::DecodeTrainer(const json& container, const FieldPath& path,
   SP_RETURN_IF_ERROR(ReadStringList(Get(container, path, "command"), &trainer->command));
   SP_RETURN_IF_ERROR(ReadStringList(Get(container, path, "args"), &trainer->args));
   SP_RETURN_IF_ERROR(ReadString(Get(container, path, "workingDir"), &trainer->working_dir));
+  for (size_t i = 0; i < trainer->command.size(); ++i) {
+    trainer_argv_paths_.push_back((path / "command").Index(i));
+  }
+  for (size_t i = 0; i < trainer->args.size(); ++i) {
+    trainer_argv_paths_.push_back((path / "args").Index(i));
+  }
   if (trainer->command.empty() && trainer->args.empty()) {
     return Fail(path,
                 "the trainer container needs a command or args (command + args is what "
@@ -537,6 +554,11 @@ StatusOr<std::vector<TrainingJob>> ParseTrainingJobs(std::string_view text,
     }
     job.source =
         non_empty == 1 ? source : source + " (document " + std::to_string(document.number) + ")";
+    job.spec.trainer.argv_origins =
+        ArgvOrigins(decoder.trainer_argv_paths(), [&](const FieldPath& p) {
+          SourcePosition at = document.positions.Locate(p, /*at_key=*/false);
+          return source + ":" + std::to_string(at.line) + ":" + std::to_string(at.column) + ": ";
+        });
     jobs.push_back(std::move(job));
   }
   return jobs;
@@ -567,6 +589,8 @@ StatusOr<TrainingJob> TrainingJobFromJson(const json& object) {
   Decoder decoder(/*document=*/0, /*from_yaml=*/false);
   TrainingJob job;
   SP_RETURN_IF_ERROR(decoder.Decode(object, &job));
+  job.spec.trainer.argv_origins =
+      ArgvOrigins(decoder.trainer_argv_paths(), [](const FieldPath&) { return std::string(); });
   return job;
 }
 

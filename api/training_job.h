@@ -37,7 +37,10 @@ enum class RestartMode { kInPlace, kRecreate };
 struct LoaderSpec {
   std::optional<int> workers_per_rank;  // nullopt means "auto"
   int prefetch_factor = 2;
-  bool persistent_workers = true;
+  // persistent_workers=True for DataLoaders whose code did not choose; false (the default):
+  // the code's choice, as under torchrun (the agent's pool keeps its worker processes warm
+  // across epochs either way).
+  bool persistent_workers = false;
   bool pin_memory = true;
   int timeout_seconds = 120;
   uint64_t seed = 0;
@@ -92,6 +95,11 @@ struct TrainerContainer {
   // Set when command + args started torchrun (api/torchrun_command.h): command is then what
   // one rank runs, without torchrun, and args is empty; this says how it was written.
   std::optional<TorchrunLaunch> torchrun;
+  // Where each element of command + args was written (before a torchrun command is
+  // rewritten), as a located error names it: "job.yaml:14:16:
+  // spec.template.spec.containers[0].args[0]" from a manifest, the field path alone from an
+  // API object; empty for a job made in code.
+  std::vector<std::string> argv_origins;
 };
 
 struct TrainingJobSpec {

@@ -130,6 +130,33 @@ Status PoolSupervisor::Start() {
   return Status::Ok();
 }
 
+Status PoolSupervisor::Grow(int workers) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!started_ || stopping_) return FailedPrecondition("loader pool: not running");
+  while (static_cast<int>(workers_.size()) < workers) {
+    Worker w;
+    w.id = static_cast<int>(workers_.size());
+    w.socket_path = WorkerSocketPath(spec_.dir, w.id);
+    StatusOr<int> fd = ListenUnix(w.socket_path);
+    if (!fd.ok()) return fd.status().WithPrefix("loader pool");
+    w.listen_fd = *fd;
+    workers_.push_back(std::move(w));
+    // Spawned like a respawn: a failure is retried by Tick(), as for any worker.
+    Worker& added = workers_.back();
+    if (Status st = SpawnLocked(added); !st.ok()) {
+      added.respawn_at = Clock::now() + spec_.crash_loop_delay;
+      LogLocked(added, "cannot spawn: " + st.message() + "; retrying in " +
+                           std::to_string(spec_.crash_loop_delay.count()) + " ms");
+    }
+  }
+  return Status::Ok();
+}
+
+int PoolSupervisor::Size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(workers_.size());
+}
+
 Status PoolSupervisor::SpawnLocked(Worker& w, std::pair<int, int> gate) {
   CloseStreamsLocked(w);
   int out[2], err[2];

@@ -86,6 +86,12 @@ class PoolSupervisor {
   // REQUIRES: the spawning thread (PR_SET_PDEATHSIG kills a worker when the thread that
   // spawned it exits), as for the three methods below.
   Status Start();
+  // Adds workers until the pool has `workers` (fewer: nothing changes): their sockets and
+  // processes, started at once, as Start() makes them. On error the workers added so far
+  // stay (respawned like any other). REQUIRES: the spawning thread, after Start().
+  Status Grow(int workers);
+  // Workers the pool has now (spec().workers, or more after Grow).
+  int Size() const;
   // Records the exit of `pid` (wait_status as from waitpid) and respawns the worker; false
   // if `pid` is not one of this pool's current workers. REQUIRES: the spawning thread.
   bool OnChildExited(pid_t pid, int wait_status);

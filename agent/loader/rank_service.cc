@@ -54,7 +54,8 @@ StatusOr<std::unique_ptr<RankPoolService>> RankPoolService::Start(RankServiceOpt
   return service;
 }
 
-RankPoolService::RankPoolService(RankServiceOptions options) : opts_(std::move(options)) {}
+RankPoolService::RankPoolService(RankServiceOptions options)
+    : opts_(std::move(options)), pool_workers_(opts_.pool_workers) {}
 
 RankPoolService::~RankPoolService() {
   quit_ = true;
@@ -90,7 +91,7 @@ LoaderStats RankPoolService::Stats() const {
   if (current_ != nullptr) c = current_->Stats();
   AddRestarts(c, finished_);
   SetPoolFields(c, s);
-  s.pool_workers = opts_.pool_workers;  // the pool's, whatever a session uses
+  s.pool_workers = pool_workers_;  // the pool's, whatever a session uses
   return s;
 }
 
@@ -219,11 +220,33 @@ void RankPoolService::Open(const nlohmann::json& b) {
                   nullptr);
   }
   const int64_t workers = Int(b, "numWorkers", 0);
-  if (workers < 1 || workers > opts_.pool_workers) {
+  int pool_workers = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pool_workers = pool_workers_;
+  }
+  if (workers > pool_workers && workers <= opts_.max_workers && opts_.grow) {
+    // PyTorch would start exactly this many workers; fewer would build other batches on
+    // each worker, and so draw other random numbers.
+    Log("the DataLoader asks for " + std::to_string(workers) + " workers, the pool has " +
+        std::to_string(pool_workers) + ": it grows to " + std::to_string(workers) +
+        " (a rank's pool may grow to " + std::to_string(opts_.max_workers) + ")");
+    if (Status grown = opts_.grow(static_cast<int>(workers)); !grown.ok()) {
+      return refuse(
+          "workers",
+          "the pool could not grow to " + std::to_string(workers) + " workers: " + grown.message(),
+          nullptr);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    pool_workers = pool_workers_ = static_cast<int>(workers);
+  }
+  if (workers < 1 || workers > pool_workers) {
     return refuse("workers",
                   "the DataLoader asks for " + std::to_string(workers) +
                       " workers; the agent's pool for this rank has " +
-                      std::to_string(opts_.pool_workers) + " (loader.workersPerRank)",
+                      std::to_string(pool_workers) + " and may grow to " +
+                      std::to_string(std::max(pool_workers, opts_.max_workers)) +
+                      " (loader.workersPerRank, and the CPUs of the node)",
                   nullptr);
   }
   PoolClientOptions o;

@@ -2,7 +2,8 @@
 // in the agent on the rank's behalf, so the rank side stays pure Python and loads in any
 // trainer image. The rank connects to <pool dir>/service.sock and, per DataLoader iterator,
 // opens a session: the service starts a PoolClient over the first numWorkers workers of the
-// pool (strict round robin, so batch b is built by worker b % numWorkers as in PyTorch),
+// pool (strict round robin, so batch b is built by worker b % numWorkers as in PyTorch;
+// a DataLoader asking for more workers than the pool has grows it, up to max_workers),
 // sends the ring's descriptor, issues the sample indices the rank submits, and sends every
 // built batch back in the order submitted as a slot of the ring (protocol.h lists the
 // messages). One session at a time: opening another stops the current one (the workers keep
@@ -40,6 +41,11 @@ namespace spawnpoint::loader {
 struct RankServiceOptions {
   std::string dir;       // the rank's pool directory (contract.h)
   int pool_workers = 0;  // workers the pool runs; a session may use fewer
+  // A session asking for more workers than the pool has (up to this many) grows the pool
+  // through `grow`, which returns once the pool has that many workers (their sockets exist;
+  // the processes may still be starting). 0 or no `grow`: never grows.
+  int max_workers = 0;
+  std::function<Status(int workers)> grow;
   int rank = 0;
   int world_size = 1;
   std::string shm_dir = "/dev/shm";
@@ -120,6 +126,7 @@ class RankPoolService {
   std::optional<ThroughputMeter> meter_;
   int64_t epoch_ = -1;
   int64_t sessions_ = 0;
+  int pool_workers_ = 0;      // opts_.pool_workers, or more once the pool grew
   PoolClientStats finished_;  // restarts of sessions already over
   PoolClient* current_ = nullptr;
 };

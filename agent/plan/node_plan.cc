@@ -65,6 +65,11 @@ std::optional<PoolPlan> PlanPool(const PlanRequest& request,
   // the DataLoader uses them all: no knee to pick.
   pool.auto_workers = !loader.workers_per_rank.has_value() && !python;
   pool.workers = loader.workers_per_rank ? *loader.workers_per_rank : std::min(8, cpus);
+  // PyTorch starts exactly the workers a DataLoader asks for, and which worker builds a
+  // batch decides its random draws: a Python pool grows to what the code asks, within the
+  // node's CPUs (at least 8 per rank, as torch would fork them anyway).
+  pool.max_workers =
+      python ? std::max({pool.workers, 8, static_cast<int>(request.cpus.AllCpus().size())}) : 0;
   if (python) {
     pool.argv = {command[0], "-m", "spawnpoint_rank.worker"};
   } else {
@@ -130,32 +135,43 @@ bool IsPythonCommand(const std::vector<std::string>& argv) {
 }
 
 std::string PythonScriptOf(const std::vector<std::string>& argv) {
-  if (!IsPythonCommand(argv)) return "";
+  const std::optional<size_t> i = PythonScriptIndex(argv);
+  return i ? argv[*i] : "";
+}
+
+std::optional<size_t> PythonScriptIndex(const std::vector<std::string>& argv) {
+  if (!IsPythonCommand(argv)) return std::nullopt;
   for (size_t i = 1; i < argv.size(); ++i) {
     const std::string& arg = argv[i];
-    if (arg == "--") return i + 1 < argv.size() && argv[i + 1] != "-" ? argv[i + 1] : "";
-    if (arg.size() < 2 || arg[0] != '-') return arg == "-" ? "" : arg;
+    if (arg == "--") {
+      if (i + 1 < argv.size() && argv[i + 1] != "-") return i + 1;
+      return std::nullopt;
+    }
+    if (arg.size() < 2 || arg[0] != '-') {
+      if (arg == "-") return std::nullopt;
+      return i;
+    }
     // --check-hash-based-pycs MODE takes a value; --help and the like run nothing.
     if (arg[1] == '-') {
       if (arg == "--check-hash-based-pycs") {
         ++i;
         continue;
       }
-      return "";
+      return std::nullopt;
     }
     // A cluster of one-letter options ("-uB"); -c and -m end the options and run no script,
     // -W and -X take the rest of the cluster or the next argument as their value.
     for (size_t j = 1; j < arg.size(); ++j) {
       const char c = arg[j];
-      if (c == 'c' || c == 'm') return "";
+      if (c == 'c' || c == 'm') return std::nullopt;
       if (c == 'W' || c == 'X') {
         if (j + 1 == arg.size()) ++i;
         break;
       }
-      if (c == 'h' || c == 'V' || c == '?') return "";
+      if (c == 'h' || c == 'V' || c == '?') return std::nullopt;
     }
   }
-  return "";
+  return std::nullopt;
 }
 
 std::vector<std::string> RankPlan::EnvList() const {
@@ -330,6 +346,7 @@ nlohmann::json NodePlanToJson(const NodePlan& plan, bool full_env) {
                             {"dir", r.pool->dir}};
       if (r.pool->python) {
         rank["loaderPool"]["python"] = true;
+        rank["loaderPool"]["maxWorkers"] = r.pool->max_workers;
         rank["loaderPool"]["service"] = r.pool->service_socket;
         rank["loaderPool"]["preload"] = PreloadOf(*r.pool);
       }

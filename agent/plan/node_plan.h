@@ -44,7 +44,10 @@ struct PlanRequest {
 
 // The loader worker pool the agent runs for one rank (persistent across rank restarts).
 struct PoolPlan {
-  int workers = 0;            // processes spawned
+  int workers = 0;  // processes spawned
+  // Python pools: a DataLoader asking for more workers grows the pool up to this many
+  // (at least `workers`): max(8, CPUs of the node).
+  int max_workers = 0;
   bool auto_workers = false;  // the rank's Loader picks how many to use (the knee); C++ only
   std::vector<std::string> argv;
   std::vector<std::string> env;  // the rank's, without its identity (it must never rendezvous)
@@ -61,6 +64,8 @@ bool IsPythonCommand(const std::vector<std::string>& argv);
 // The script a Python command runs ("python -u -W ignore train.py --lr 1" -> "train.py"), as
 // the interpreter's own option parsing finds it; "" for -c, -m, stdin or no script.
 std::string PythonScriptOf(const std::vector<std::string>& argv);
+// Where in `argv` that script is; nullopt when PythonScriptOf says "".
+std::optional<size_t> PythonScriptIndex(const std::vector<std::string>& argv);
 
 struct RankPlan {
   int rank = 0;

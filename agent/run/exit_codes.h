@@ -13,10 +13,10 @@ inline constexpr int kExitSucceeded = 0;
 // 1: the job failed: a rank failed and is not restarted (its code is not retryable, the
 // restart budget is spent, or the operator restarts a gang spanning nodes); or this
 // machine cannot run the job (no GPU for gpusPerNode > 0, an unhealthy GPU, /dev/shm too
-// small), nothing started.
+// small, node 0's rendezvous port in use: PortInUse), nothing started.
 inline constexpr int kExitJobFailed = 1;
 // 2: bad input: flags, the manifest (a missing or unreadable file included), the trainer
-// command; one line names it; nothing started.
+// command or its Python script; one line names it; nothing started.
 inline constexpr int kExitBadInput = 2;
 // 128 + N: the agent itself was stopped by signal N (SIGTERM: 143, SIGINT: 130); its ranks
 // were stopped first.

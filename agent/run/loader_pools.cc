@@ -12,6 +12,9 @@ namespace {
 
 using std::chrono::milliseconds;
 
+// How long a DataLoader's iter() waits for its pool to grow before it is told it cannot.
+constexpr milliseconds kGrowthLimit{30'000};
+
 // The statistics a rank's loader last wrote, or a discarded value.
 nlohmann::json ReadStats(const PoolPlan& pool) {
   std::ifstream in(loader::StatsPath(pool.dir));
@@ -51,13 +54,17 @@ Status LoaderPools::Start(const NodePlan& plan, ProcessSpawner* spawner,
       return s.WithPrefix("rank " + std::to_string(r.rank) + " loader workers");
     }
     pools_.push_back(std::move(pool));
+    auto growth = std::make_shared<Growth>();
+    growth_.push_back(growth);
     if (r.pool->python) {
-      auto service =
-          loader::RankPoolService::Start({.dir = r.pool->dir,
-                                          .pool_workers = r.pool->workers,
-                                          .rank = r.rank,
-                                          .world_size = plan.world_size,
-                                          .log = [](const std::string& line) { Say(line); }});
+      auto service = loader::RankPoolService::Start(
+          {.dir = r.pool->dir,
+           .pool_workers = r.pool->workers,
+           .max_workers = r.pool->max_workers,
+           .grow = [growth](int workers) { return growth->Wait(workers, kGrowthLimit); },
+           .rank = r.rank,
+           .world_size = plan.world_size,
+           .log = [](const std::string& line) { Say(line); }});
       if (!service.ok()) {
         Stop(milliseconds(1000));
         return service.status().WithPrefix("rank " + std::to_string(r.rank) + " loader service");
@@ -80,9 +87,11 @@ Status LoaderPools::Start(const NodePlan& plan, ProcessSpawner* spawner,
 }
 
 void LoaderPools::Stop(milliseconds grace) {
-  services_.clear();  // their sessions let go of the workers first
+  for (auto& g : growth_) g->Cancel();  // a service waiting for its pool gives up
+  services_.clear();                    // their sessions let go of the workers first
   for (auto& p : pools_) p->StopAndReap(grace);
   pools_.clear();
+  growth_.clear();
 }
 
 bool LoaderPools::OnChildExited(pid_t pid, int wait_status) {
@@ -102,7 +111,44 @@ std::vector<pid_t> LoaderPools::Pids() const {
 }
 
 void LoaderPools::Tick() {
-  for (auto& p : pools_) p->Tick();
+  for (size_t i = 0; i < pools_.size(); ++i) {
+    pools_[i]->Tick();
+    if (i < growth_.size()) growth_[i]->Serve(pools_[i].get());
+  }
+}
+
+Status LoaderPools::Growth::Wait(int workers, milliseconds limit) {
+  std::unique_lock<std::mutex> lock(mu_);
+  want_ = std::max(want_, workers);
+  const bool done =
+      cv_.wait_for(lock, limit, [&] { return have_ >= workers || !error_.ok() || cancelled_; });
+  if (cancelled_) return Unavailable("the agent is stopping");
+  if (!error_.ok()) return error_;
+  if (!done) {
+    return Unavailable("the agent did not grow the pool within " +
+                       std::to_string(limit.count() / 1000) + " s");
+  }
+  return Status::Ok();
+}
+
+void LoaderPools::Growth::Serve(loader::PoolSupervisor* pool) {
+  int want = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_ || want_ <= have_ || !error_.ok()) return;
+    want = want_;
+  }
+  Status st = pool->Grow(want);
+  std::lock_guard<std::mutex> lock(mu_);
+  have_ = pool->Size();
+  if (!st.ok()) error_ = st;
+  cv_.notify_all();
+}
+
+void LoaderPools::Growth::Cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = true;
+  cv_.notify_all();
 }
 
 std::string LoaderPools::Summary(const NodePlan& plan) const {

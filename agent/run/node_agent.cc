@@ -157,6 +157,13 @@ void NodeAgent::StartStatus(NodeStatusOptions o) {
 
 int NodeAgent::Run() {
   if (Status s = BecomeSubreaper(); !s.ok()) Say("warning: " + s.message());
+  // Node 0 hosts the rendezvous (rank 0's store): a port taken by another job or process
+  // fails now, naming its holder, not as rank 0's EADDRINUSE after every rank started.
+  if (node_rank_ == 0) {
+    if (std::optional<std::string> busy = RendezvousPortInUse(port_, getpid())) {
+      return FailAgent(FailedPrecondition(*busy), ExitReasonName(ExitReason::kPortInUse));
+    }
+  }
   if (Status s = StartPools(); !s.ok()) return FailAgent(s);
   start_ = clock_->Now();
   restart_ = options_.restart_count;
@@ -381,17 +388,22 @@ void NodeAgent::Report(const AttemptDecision& d, int up, int total) {
   }
 }
 
-int NodeAgent::FailAgent(const Status& status) {
+int NodeAgent::FailAgent(const Status& status, const std::string& reason) {
   const int code = Fail(status);
-  // Bad input stays bad; anything else (a port taken, /dev/shm full) may pass on a new pod.
-  const bool retryable = code != kExitBadInput;
-  nlohmann::json msg = {{"reason", "AgentError"},
-                        {"exitCode", code},
-                        {"message", "the agent failed: " + status.message()},
-                        {"retryable", retryable},
-                        {"restarts", restart_}};
+  // Bad input stays bad; anything else (/dev/shm full) may pass on a new pod. A port in use
+  // usually stays in use (a second job on the port, a server left running): retried only when
+  // restartPolicy.retryOn names it.
+  const bool agent_error = reason == "AgentError";
+  const bool retryable =
+      agent_error ? code != kExitBadInput : api::IsRetryableFailure(policy_, code, reason);
+  nlohmann::json msg = {
+      {"reason", reason},
+      {"exitCode", code},
+      {"message", agent_error ? "the agent failed: " + status.message() : status.message()},
+      {"retryable", retryable},
+      {"restarts", restart_}};
   if (status_) {
-    status_->OnRankFailure(-1, "AgentError", msg);
+    status_->OnRankFailure(-1, reason, msg);
     status_->OnPhase(AgentPhaseName(AgentPhase::kFailed), 0, 0, restart_);
   }
   WriteTerminationLog(options_, msg);

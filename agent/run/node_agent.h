@@ -77,8 +77,9 @@ class NodeAgent {
   // The one writer of what was decided: status file, endpoint, console, termination log.
   void Report(const AttemptDecision& decision, int up = 0, int total = 0);
   // The agent itself cannot go on (its pools, its gang channel): said, and, as reason
-  // AgentError, in the termination log and the status document. Returns the exit code.
-  int FailAgent(const Status& status);
+  // AgentError, in the termination log and the status document. Returns the exit code. A
+  // preflight's own reason (PortInUse) is retryable as restartPolicy says of exit code 1.
+  int FailAgent(const Status& status, const std::string& reason = "AgentError");
   // Waits out a restart backoff on the clock; a termination signal (returned) ends it.
   // REQUIRES: the SignalWatcher's thread.
   int WaitOutBackoff(std::chrono::milliseconds wait);

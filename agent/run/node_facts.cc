@@ -138,6 +138,8 @@ StatusOr<api::TrainingJob> LoadJob(const AgentOptions& o) {
   SP_ASSIGN_OR_RETURN(std::vector<api::TrainingJob> jobs, ReadJobs(o));
   SP_ASSIGN_OR_RETURN(api::TrainingJob job, PickJob(o, std::move(jobs)));
   ResolveTorchrunInterpreter(&job);
+  std::error_code ec;
+  SP_RETURN_IF_ERROR(CheckScript(job.spec.trainer, std::filesystem::current_path(ec).string()));
   return job;
 }
 

@@ -18,7 +18,8 @@
 namespace spawnpoint::agent {
 
 // The job the options name (-f FILE or --job-env VAR, and --job NAME); InvalidArgument
-// for anything wrong with it. A bare `torchrun` in its command gets the interpreter of
+// for anything wrong with it, a Python script that is not there included (CheckScript,
+// agent/run/preflight.h). A bare `torchrun` in its command gets the interpreter of
 // torchrun's shebang line when torchrun is readable here (api/torchrun_command.h).
 StatusOr<api::TrainingJob> LoadJob(const AgentOptions& o);
 

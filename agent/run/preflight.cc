@@ -1,8 +1,11 @@
 #include "agent/run/preflight.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +15,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+
+#include "agent/supervisor/port_holder.h"
 
 namespace spawnpoint::agent {
 
@@ -45,6 +50,134 @@ Status CheckSharedMemory(const api::TrainingJobSpec& spec, int ranks, int cpus_p
       ": batches would die with SIGBUS (\"Bus error\"). Fix: set spec.shmSize (the operator "
       "mounts that much memory at /dev/shm), or run the container with --shm-size, or lower "
       "loader.workersPerRank/prefetchFactor");
+}
+
+namespace {
+
+// Whether bind() and listen() on the wildcard address of `family` at `port` work: 0, else the
+// errno of the first that failed (EAFNOSUPPORT where the family is not there).
+int TryListen(int family, int port) {
+  const int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  const int on = 1, off = 0;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+  int rc = 0;
+  if (family == AF_INET6) {
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
+    sockaddr_in6 addr{};
+    addr.sin6_family = AF_INET6;
+    addr.sin6_addr = in6addr_any;
+    addr.sin6_port = htons(static_cast<uint16_t>(port));
+    rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  } else {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  }
+  if (rc == 0) rc = listen(fd, 1);
+  const int error = rc == 0 ? 0 : errno;
+  close(fd);
+  return error;
+}
+
+}  // namespace
+
+std::optional<std::string> RendezvousPortInUse(int port, pid_t self, const std::string& proc_root) {
+  if (port <= 0 || port > 65535) return std::nullopt;
+  const int v6 = TryListen(AF_INET6, port);
+  if (v6 == 0) return std::nullopt;
+  if (v6 != EADDRINUSE && v6 != EAFNOSUPPORT && v6 != EADDRNOTAVAIL) return std::nullopt;
+  const int v4 = TryListen(AF_INET, port);
+  if (v4 != EADDRINUSE) return std::nullopt;
+  PortListeners listeners = FindPortListeners(port, proc_root);
+  if (!listeners.holders.empty() &&
+      std::all_of(listeners.holders.begin(), listeners.holders.end(),
+                  [&](const PortHolder& h) { return h.pid == self; })) {
+    return std::nullopt;
+  }
+  const std::string holders = DescribePortHolders(listeners);
+  return "port " + std::to_string(port) +
+         ", the job's rendezvous port (MASTER_PORT), is already in use on this node" +
+         (holders.empty() ? "" : ", " + holders) +
+         ": rank 0 could not listen there, so nothing was started. Stop that process, or give "
+         "this job another port: spec.rendezvous.port, or --master-port (0 picks a free one)";
+}
+
+namespace {
+
+// The script the trainer's command runs and the element of command + args (as written) that
+// names it; nullopt when it runs none that is certainly a file.
+std::optional<std::pair<std::string, size_t>> ScriptOf(const api::TrainerContainer& t) {
+  if (t.torchrun) {
+    const api::TorchrunLaunch& l = *t.torchrun;
+    if (l.module || l.no_python || l.original.size() < l.program_args.size() + 1) {
+      return std::nullopt;
+    }
+    // The script's own arguments end the command; before them the script, or the `--` after
+    // it that torchrun drops.
+    size_t i = l.original.size() - l.program_args.size() - 1;
+    if (l.original[i] == "--" && i > 0 && l.original[i - 1] == l.program) --i;
+    if (l.original[i] != l.program) return std::nullopt;
+    return std::make_pair(l.program, i);
+  }
+  std::vector<std::string> argv = t.command;
+  argv.insert(argv.end(), t.args.begin(), t.args.end());
+  size_t skip = 0;  // `env NAME=value ... python3 train.py`
+  if (!argv.empty() && std::filesystem::path(argv[0]).filename() == "env") {
+    for (skip = 1; skip < argv.size() && argv[skip].find('=') != std::string::npos; ++skip) {
+    }
+  }
+  const std::vector<std::string> rest(argv.begin() + static_cast<std::ptrdiff_t>(skip), argv.end());
+  const std::optional<size_t> at = PythonScriptIndex(rest);
+  if (!at || rest[*at].empty()) return std::nullopt;
+  return std::make_pair(rest[*at], *at + skip);
+}
+
+// "; Python files there: a.py, b.py" (five at most), or "".
+std::string PythonFilesIn(const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (auto it = std::filesystem::directory_iterator(dir, ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    if (it->path().extension() == ".py") names.push_back(it->path().filename().string());
+  }
+  if (names.empty()) return "";
+  std::sort(names.begin(), names.end());
+  std::string out = "; Python files there: ";
+  for (size_t i = 0; i < names.size() && i < 5; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > 5) out += ", ...";
+  return out;
+}
+
+}  // namespace
+
+Status CheckScript(const api::TrainerContainer& trainer, const std::string& cwd) {
+  const auto script = ScriptOf(trainer);
+  if (!script) return Status::Ok();
+  const auto& [name, element] = *script;
+  namespace fs = std::filesystem;
+  // An absolute workingDir replaces cwd; a relative one goes under it.
+  const fs::path dir =
+      trainer.working_dir.empty() ? fs::path(cwd) : cwd / fs::path(trainer.working_dir);
+  const fs::path path = fs::path(name).is_absolute() ? fs::path(name) : dir / name;
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0 || (errno != ENOENT && errno != ENOTDIR)) return Status::Ok();
+  // Located where a manifest wrote it; a command line's job has no origins.
+  const bool located = element < trainer.argv_origins.size();
+  std::string what = (located ? trainer.argv_origins[element] + ": " : std::string()) +
+                     "the script \"" + name + "\" does not exist";
+  if (!fs::path(name).is_absolute()) {
+    what += " in " + dir.lexically_normal().string() +
+            (!trainer.working_dir.empty() ? " (the container's workingDir)"
+             : located ? " (the agent's working directory: the container sets no workingDir)"
+                       : " (the agent's working directory)");
+  }
+  return InvalidArgument(what +
+                         ": every rank would exit 2 (\"can't open file\"), so nothing was "
+                         "started" +
+                         PythonFilesIn(path.parent_path()));
 }
 
 StatusOr<std::string> ResolveRankExecutable(const RankPlan& rank) {

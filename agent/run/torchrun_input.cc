@@ -4,11 +4,13 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <string_view>
 
 #include "agent/devices/gpu_backend.h"
 #include "agent/devices/topology.h"
 #include "agent/process/spawner.h"
+#include "agent/run/preflight.h"
 #include "agent/run/report.h"
 #include "api/torchrun_job.h"
 
@@ -67,6 +69,11 @@ StatusOr<api::TrainingJob> LoadTorchrunJob(AgentOptions* o) {
   o->master_addr = built->master_addr;
   o->master_port = built->master_port;
   api::TrainingJob job = std::move(built->job);
+  // The script must be there (bad input, not every rank's exit 2); the manifest's field
+  // paths would mean nothing on a command line.
+  job.spec.trainer.argv_origins.clear();
+  std::error_code ec;
+  SP_RETURN_IF_ERROR(CheckScript(job.spec.trainer, std::filesystem::current_path(ec).string()));
   Say(job.name + ": " + job.spec.trainer.torchrun->Summary(api::RanksPerNode(job.spec)));
   Say(job.name + ": " + built->summary);
   return job;

@@ -51,13 +51,15 @@ const char* ExitReasonName(ExitReason reason) {
       return "LoaderWorkerKilled";
     case ExitReason::kImportError:
       return "ImportError";
+    case ExitReason::kPortInUse:
+      return "PortInUse";
   }
   return "Unknown";
 }
 
 std::optional<ExitReason> ExitReasonFromName(const std::string& name) {
-  for (int r = static_cast<int>(ExitReason::kSucceeded);
-       r <= static_cast<int>(ExitReason::kImportError); ++r) {
+  for (int r = static_cast<int>(ExitReason::kSucceeded); r <= static_cast<int>(kLastExitReason);
+       ++r) {
     if (name == ExitReasonName(static_cast<ExitReason>(r))) return static_cast<ExitReason>(r);
   }
   return std::nullopt;

@@ -37,7 +37,9 @@ enum class ExitReason {
   kCollectiveError,     // an NCCL/gloo error: usually a peer went away
   kLoaderWorkerKilled,  // "DataLoader worker (pid N) is killed by signal"
   kImportError,         // a module or shared library that would not load
+  kPortInUse,           // EADDRINUSE: a port the rank would listen on is held by another process
 };
+inline constexpr ExitReason kLastExitReason = ExitReason::kPortInUse;  // for loops over them
 
 const char* ExitReasonName(ExitReason reason);  // "OOMKilled", "ShmExhausted", "UserError", ...
 // The reason named `name` (ExitReasonName's spelling); nullopt for any other text.

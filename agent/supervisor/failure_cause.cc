@@ -11,8 +11,12 @@ namespace spawnpoint::agent {
 namespace {
 
 // The table. Order matters where lines name two things: a worker killed by a bus error is
-// shared memory, a gloo timeout is a timeout before it is a gloo error.
+// shared memory, a gloo timeout is a timeout before it is a gloo error. The shim's own stop
+// comes first: it is why the rank exited, whatever it printed before.
 constexpr CausePattern kPatterns[] = {
+    // agent/python/spawnpoint_rank/_report.py's fatal(): the shim ended the rank itself.
+    {ExitReason::kUserError, "the shim stopped the rank", R"(^spawnpoint-shim: fatal: )", nullptr,
+     nullptr},
     {ExitReason::kGpuOutOfMemory, "GPU out of memory",
      R"((CUDA|HIP)( error)?:? out of memory|OutOfMemoryError|hipErrorOutOfMemory|)"
      R"(cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED)",
@@ -28,6 +32,14 @@ constexpr CausePattern kPatterns[] = {
     {ExitReason::kLoaderWorkerKilled, "a DataLoader worker died",
      R"(DataLoader worker \(pid(\(s\))? [^)]*\) (is killed by signal|exited unexpectedly))",
      nullptr, "its own memory limit or a crash in the dataset code are the usual causes"},
+    // EADDRINUSE in c10d's words (torch 1.13-2.3: "failed to bind to [::]:29500 (errno: 98 -
+    // Address already in use)"; 2.4+ on libuv: "port: 29500, ... name: EADDRINUSE, message:
+    // address already in use"), gloo's and NCCL's ("bind: Address already in use"), Python's
+    // ("OSError: [Errno 98] Address already in use").
+    {ExitReason::kPortInUse, "port in use", R"([Aa]ddress already in use|EADDRINUSE)", nullptr,
+     "another process on this node listens on it: stop it, or move to a free port "
+     "(spec.rendezvous.port or --master-port for the job's own; a script that sets "
+     "MASTER_PORT or a port of its own must change it)"},
     {ExitReason::kCollectiveTimeout, "a collective timed out",
      R"(Watchdog caught collective operation timeout|[Tt]imed out waiting \d+ ?ms for|)"
      R"(collective operation timeout)",
@@ -87,6 +99,51 @@ std::string ExceptionType(const std::string& line) {
   return std::regex_search(type, kLooksLike) ? type : "";
 }
 
+// Which of `lines` a program quoted rather than said: a traceback's frame lines
+// (`  File "x.py", line 3, in f`, also inside an exception group's `  | ` margin), the lines
+// indented under them (the source and its ^^^/~~~ marks), and the source line that
+// warnings.showwarning prints under "x.py:3: UserWarning: ...".
+std::vector<bool> QuotedSource(const std::vector<std::string>& lines) {
+  static const std::regex kFrame(R"(^([ \t|+]*)File "[^"]*", line \d+)");
+  static const std::regex kWarning(R"(^\S.*:\d+: \w*Warning: )");
+  std::vector<bool> quoted(lines.size(), false);
+  std::string frame_margin;  // what precedes "File" on the last frame line; "" after none
+  bool in_frame = false;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string& l = lines[i];
+    std::smatch m;
+    if (std::regex_search(l, m, kFrame)) {
+      quoted[i] = true;
+      frame_margin = m[1].str();
+      in_frame = true;
+      continue;
+    }
+    // Under a frame: its margin, then two more spaces at least.
+    const size_t n = frame_margin.size();
+    if (in_frame && l.size() > n + 2 && l.compare(0, n, frame_margin) == 0 && l[n] == ' ' &&
+        l[n + 1] == ' ') {
+      quoted[i] = true;
+      continue;
+    }
+    in_frame = false;
+    if (i > 0 && !quoted[i - 1] && std::regex_search(lines[i - 1], kWarning) &&
+        l.rfind("  ", 0) == 0) {
+      quoted[i] = true;
+    }
+  }
+  return quoted;
+}
+
+// The port a PortInUse line names: "bind to [::]:29500", "port: 29500"; 0 if none.
+int PortNamed(const std::string& line) {
+  static const std::regex kBindTo(R"(bind to \S*:(\d{1,5})\b)");
+  static const std::regex kPort(R"(\bport:? (\d{1,5})\b)");
+  std::smatch m;
+  if (!std::regex_search(line, m, kBindTo) && !std::regex_search(line, m, kPort)) return 0;
+  const int port = std::stoi(m[1].str());
+  return port > 0 && port <= 65535 ? port : 0;
+}
+
 // The exception line of the last traceback: the first unindented line after its header.
 std::optional<std::string> LastTracebackException(const std::vector<std::string>& lines) {
   for (size_t i = lines.size(); i-- > 0;) {
@@ -111,8 +168,10 @@ bool StartsPythonTraceback(const std::string& line) {
 
 std::optional<TailMatch> MatchTail(const std::vector<std::string>& lines) {
   const std::vector<Compiled>& compiled = CompiledPatterns();
+  const std::vector<bool> quoted = QuotedSource(lines);
   for (size_t row = 0; row < compiled.size(); ++row) {
     for (size_t i = lines.size(); i-- > 0;) {
+      if (quoted[i]) continue;
       const std::string line = Trim(lines[i]);
       if (!std::regex_search(line, compiled[row].pattern)) continue;
       if (compiled[row].also && !std::regex_search(line, *compiled[row].also)) continue;
@@ -122,6 +181,13 @@ std::optional<TailMatch> MatchTail(const std::vector<std::string>& lines) {
       m.exception = ExceptionType(line);
       m.message = std::string(kPatterns[row].what) + ": \"" + m.line + "\"";
       if (kPatterns[row].advice) m.advice = kPatterns[row].advice;
+      if (m.reason == ExitReason::kPortInUse) {
+        m.port = PortNamed(line);
+        if (m.port > 0) {
+          m.message = std::string(kPatterns[row].what) + ": port " + std::to_string(m.port) +
+                      ": \"" + m.line + "\"";
+        }
+      }
       return m;
     }
   }
@@ -134,6 +200,14 @@ std::optional<TailMatch> MatchTail(const std::vector<std::string>& lines) {
     return m;
   }
   return std::nullopt;
+}
+
+void AddPortHolders(TailMatch* match, const std::string& holders) {
+  if (match->reason != ExitReason::kPortInUse || match->port <= 0 || holders.empty()) return;
+  const std::string port = ": port " + std::to_string(match->port);
+  const size_t at = match->message.find(port);
+  if (at == std::string::npos) return;
+  match->message.insert(at + port.size(), ", " + holders);
 }
 
 ExitCause RefineWithTail(const ExitCause& exit, const ExitStatus& status,

@@ -1,7 +1,9 @@
 // What a rank's last lines say about its failure, beyond the exit code: one table of
-// patterns (GPU out of memory, collective timeouts and errors, a DataLoader worker killed,
-// shared memory exhausted, a failed import) and, for Python, the exception of the last
-// traceback; the line it was read from is quoted. Pure functions; thread-safe.
+// patterns (the shim stopping the rank, GPU out of memory, collective timeouts and errors, a
+// DataLoader worker killed, shared memory exhausted, a failed import, a port in use) and, for
+// Python, the exception of the last traceback; the line it was read from is quoted. Patterns
+// read what the program printed, never the source lines a traceback or a warning quotes.
+// Pure functions; thread-safe.
 #pragma once
 
 #include <optional>
@@ -15,6 +17,9 @@ namespace spawnpoint::agent {
 
 // One row of the table: a line matching `pattern` (ECMAScript; and `also`, when set, on the
 // same line) means `reason`. Rows are tried in order: the first that matches any line wins.
+// Lines a Python traceback quotes (`  File "x.py", line 3, in f`, the source under it and its
+// ^^^ marks) and the source line under a warning are never matched: "timeout" in a quoted
+// `store = _create_c10d_store(..., timeout)` is no collective timeout.
 struct CausePattern {
   ExitReason reason;
   const char* what;     // how the message says it: "GPU out of memory"
@@ -31,6 +36,7 @@ struct TailMatch {
   std::string exception;  // "RuntimeError" when `line` is a Python exception's
   std::string message;    // "GPU out of memory: \"CUDA error: out of memory\""
   std::string advice;     // what to do, when the row says: "raise spec.shmSize"
+  int port = 0;           // kPortInUse: the port the line names; 0 when it names none
 };
 inline constexpr size_t kMaxQuotedLineBytes = 300;
 
@@ -38,6 +44,11 @@ inline constexpr size_t kMaxQuotedLineBytes = 300;
 // matches, quoting its last matching line; else the exception line of the last Python
 // traceback; else nullopt.
 std::optional<TailMatch> MatchTail(const std::vector<std::string>& lines);
+
+// A PortInUse match's message, naming who holds its port: `holders` as
+// DescribePortHolders (agent/supervisor/port_holder.h) says it ("held by pid 4242
+// (python3)"); nothing changes for another reason or an empty `holders`.
+void AddPortHolders(TailMatch* match, const std::string& holders);
 
 // Whether `line` begins a Python traceback ("Traceback (most recent call last):" at its
 // start): what CPython prints for an uncaught exception before the interpreter finalizes.

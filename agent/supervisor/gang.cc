@@ -15,6 +15,7 @@
 
 #include "agent/supervisor/failure_cause.h"
 #include "agent/supervisor/log_tail.h"
+#include "agent/supervisor/port_holder.h"
 #include "agent/supervisor/process_table.h"
 
 namespace spawnpoint::agent {
@@ -110,6 +111,10 @@ void AddLastWords(const MemberOutput& output, RankFailure& f) {
   f.log_stream = use_err ? "stderr" : "stdout";
   std::optional<TailMatch> match = MatchTail(output.err.Lines());
   if (!match) match = MatchTail(output.out.Lines());
+  // Now, while the holder of a port the rank could not bind still holds it.
+  if (match && match->port > 0) {
+    AddPortHolders(&*match, DescribePortHolders(FindPortListeners(match->port)));
+  }
   f.cause = RefineWithTail(f.cause, f.status, match);
 }
 

@@ -138,6 +138,21 @@ const Row kRows[] = {
      "./trainer: error while loading shared libraries: libtorch.so: cannot open shared object "
      "file: No such file or directory",
      ""},
+    {"PortInUse",
+     {"Traceback (most recent call last):", "  File \"train.py\", line 5, in <module>",
+      "    store = _create_c10d_store(master_addr, master_port, rank, world_size, timeout)",
+      "RuntimeError: The server socket has failed to listen on any local network address. The "
+      "server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use)."},
+     ExitReason::kPortInUse,
+     "RuntimeError: The server socket has failed to listen on any local network address. The "
+     "server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).",
+     "RuntimeError"},
+    // agent/python/spawnpoint_rank/_report.py's fatal(): the shim stopped the rank itself.
+    {"ShimStopped",
+     {"spawnpoint-shim: fatal: t.py:3 starts a spawn process at the script's top level"},
+     ExitReason::kUserError,
+     "spawnpoint-shim: fatal: t.py:3 starts a spawn process at the script's top level",
+     ""},
     {"LastTraceback",
      {"Traceback (most recent call last):", "  File \"a.py\", line 3, in <module>",
       "KeyError: 'first'", "",
@@ -386,8 +401,8 @@ TEST(RetryOnTest, CausesAndCodesReplaceTheDefault) {
   EXPECT_TRUE(api::IsRetryableFailure(p, 3, "UserError"));
   EXPECT_TRUE(api::IsRetryableFailure(p, 42, "UserError"));
   // Every cause the agent reports is one retryOn accepts.
-  for (int r = static_cast<int>(ExitReason::kUserError);
-       r <= static_cast<int>(ExitReason::kImportError); ++r) {
+  for (int r = static_cast<int>(ExitReason::kUserError); r <= static_cast<int>(kLastExitReason);
+       ++r) {
     const std::string name = ExitReasonName(static_cast<ExitReason>(r));
     EXPECT_NE(std::find(std::begin(api::kFailureCauses), std::end(api::kFailureCauses), name),
               std::end(api::kFailureCauses))

@@ -13,6 +13,7 @@
 #include "agent/devices/gpu_backend.h"
 #include "agent/loader/contract.h"
 #include "agent/plan/node_plan.h"
+#include "agent/run/rank_changes.h"
 #include "tests/fakes/fake_sysfs.h"
 #include "tests/support/test_process.h"
 
@@ -410,6 +411,8 @@ TEST(LoaderPoolPlanTest, PythonPoolUnderAutoHasMinOfEightAndCpusWorkersAndNoKnee
   ASSERT_TRUE(r.pool.has_value()) << r.pool_skipped;
   EXPECT_TRUE(r.pool->python);
   EXPECT_EQ(r.pool->workers, 2);  // min(8, 2 CPUs)
+  // A DataLoader asking for more grows it, to max(8, the node's 4 CPUs) at most.
+  EXPECT_EQ(r.pool->max_workers, 8);
   EXPECT_FALSE(r.pool->auto_workers) << "the rank's DataLoader uses every worker";
   EXPECT_THAT(r.pool->env, Contains("SPAWNPOINT_LOADER_PRELOAD=torch,__main__"));
   EXPECT_THAT(r.pool->env, Contains("SPAWNPOINT_LOADER_MAIN=train.py"));
@@ -417,6 +420,11 @@ TEST(LoaderPoolPlanTest, PythonPoolUnderAutoHasMinOfEightAndCpusWorkersAndNoKnee
   EXPECT_EQ(r.env.at("SPAWNPOINT_LOADER_WORKERS"), "auto");
   EXPECT_EQ(r.env.count("SPAWNPOINT_LOADER_AUTO_WORKERS"), 0u);
   EXPECT_THAT(Names(r.pool->env), Not(Contains("SPAWNPOINT_LOADER_AUTO_WORKERS")));
+
+  // A pool the job makes larger than that may grow no further than its own size.
+  plan = PlanWithPools({.loader = "{workersPerRank: 12}"}, job);
+  ASSERT_TRUE(plan.ranks[0].pool.has_value());
+  EXPECT_EQ(plan.ranks[0].pool->max_workers, 12);
 
   // Nothing to preload: the variable is there, empty.
   plan = PlanWithPools({.loader = "{preloadModules: []}"}, job);
@@ -541,6 +549,42 @@ TEST(LoaderPoolPlanTest, CppPoolsAreUnchanged) {
   EXPECT_EQ(plan.ranks[0].env.count("SPAWNPOINT_LOADER_SERVICE"), 0u);
 }
 
+// What the agent says once at start about what it changes in the ranks (rank_changes.h).
+TEST(RankChangesTest, SaysPinningThreadsStartMethodLoaderDefaultsAndTheStallRule) {
+  api::TrainingJob job;
+  NodePlan plan = PlanWithPools({}, job);
+  std::vector<std::string> lines = RankChanges(plan, job);
+  ASSERT_EQ(lines.size(), 4u) << ::testing::PrintToString(lines);
+  EXPECT_EQ(lines[0],
+            "each rank is pinned to its CPUs (rank 0: 0-1, rank 1: 2-3), with "
+            "OMP_NUM_THREADS=2 (its CPUs; torchrun sets 1); its loader workers run on the same "
+            "CPUs");
+  EXPECT_THAT(lines[1], HasSubstr("default start method is spawn"));
+  EXPECT_THAT(lines[2], HasSubstr("one the code leaves at num_workers=0 gets 2 workers from the "
+                                  "agent's pool (loader.workersPerRank auto) unless its dataset "
+                                  "draws from the random streams"));
+  EXPECT_THAT(lines[2], HasSubstr("grows the pool (up to 8 per rank)"));
+  EXPECT_THAT(lines[2], HasSubstr("persistent_workers as the code says"));
+  EXPECT_THAT(lines[3], HasSubstr("while its peers wait 30 s for it in a collective"));
+
+  plan = PlanWithPools({.loader = "{workersPerRank: 0, persistentWorkers: true}",
+                        .extra_env = "{name: OMP_NUM_THREADS, value: '4'}"},
+                       job);
+  lines = RankChanges(plan, job);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_THAT(lines[0], HasSubstr("OMP_NUM_THREADS=4 as the job or the environment sets it"));
+  EXPECT_THAT(
+      lines[2],
+      HasSubstr("num_workers as the code says, on torch's own workers (loader.workersPerRank: 0)"));
+  EXPECT_THAT(lines[2], HasSubstr("persistent_workers=True where the code sets none"));
+
+  // Not Python: pinning and the stall rule only.
+  plan = PlanWithPools({.command = "/opt/trainer", .embeds_loader = true}, job);
+  lines = RankChanges(plan, job);
+  ASSERT_EQ(lines.size(), 2u) << ::testing::PrintToString(lines);
+  EXPECT_THAT(lines[1], HasSubstr("is named with its stack (stallPolicy: action Report)"));
+}
+
 TEST(LoaderPoolPlanTest, PlanJsonShowsThePythonPool) {
   api::TrainingJob job;
   NodePlan plan =
@@ -553,6 +597,7 @@ TEST(LoaderPoolPlanTest, PlanJsonShowsThePythonPool) {
                             {"argv", {"/usr/bin/python3", "-m", "spawnpoint_rank.worker"}},
                             {"dir", dir},
                             {"python", true},
+                            {"maxWorkers", 8},
                             {"service", dir + "/service.sock"},
                             {"preload", {"torch", "numpy"}}}));
   EXPECT_EQ(j["ranks"][1]["env"]["SPAWNPOINT_LOADER_SERVICE"], dir + "/service.sock");
@@ -566,8 +611,10 @@ TEST_F(PlanCliTest, PrintsAPythonRanksLoaderPool) {
       "spec:\n  loader: {workersPerRank: 2, preloadModules: [torch, numpy]}\n"
       "  template:\n    spec:\n      containers:\n      - name: trainer\n        image: x\n"
       "        command: [python3, train.py]\n");
-  testing::TestProcess p({AGENT_BIN, "plan", "-f", dir_.File("job.yaml"), "--gpu-backend", "none",
-                          "--node-rank", "0"});
+  testing::WriteFile(dir_.File("train.py"), "\n");  // plan checks that the script is there
+  testing::TestProcess p(
+      {AGENT_BIN, "plan", "-f", dir_.File("job.yaml"), "--gpu-backend", "none", "--node-rank", "0"},
+      {}, dir_.path());
   ASSERT_EQ(p.Wait(milliseconds(30'000)), 0) << p.Stderr();
   auto pool = nlohmann::json::parse(p.Stdout())["ranks"][0]["loaderPool"];
   EXPECT_EQ(pool["python"], true) << pool.dump();
@@ -580,7 +627,7 @@ TEST_F(PlanCliTest, PrintsAPythonRanksLoaderPool) {
   // An agent without the shim says why the rank gets none.
   testing::TestProcess bare(
       {AGENT_BIN, "plan", "-f", dir_.File("job.yaml"), "--gpu-backend", "none", "--node-rank", "0"},
-      {{"SPAWNPOINT_PYTHON_SHIM_DIR", ""}});
+      {{"SPAWNPOINT_PYTHON_SHIM_DIR", ""}}, dir_.path());
   ASSERT_EQ(bare.Wait(milliseconds(30'000)), 0) << bare.Stderr();
   EXPECT_EQ(nlohmann::json::parse(bare.Stdout())["ranks"][0]["loaderPool"],
             nlohmann::json({{"skipped", "no Python shim shipped with this agent"}}));
@@ -598,9 +645,10 @@ class PlanInterpreterTest : public ::testing::Test {
         "spec:\n  procsPerNode: 2\n  template:\n    spec:\n      containers:\n"
         "      - name: trainer\n        command: [" +
             command + "]\n");
+    testing::WriteFile(dir_.File("train.py"), "\n");  // plan checks that the script is there
     return testing::TestProcess({AGENT_BIN, "plan", "-f", dir_.File("job.yaml"), "--gpu-backend",
                                  "none", "--node-rank", "0"},
-                                {{"PATH", path}});
+                                {{"PATH", path}}, dir_.path());
   }
   testing::TempDir dir_;
 };

@@ -72,6 +72,7 @@ class TorchrunCliTest : public ::testing::Test {
 
 TEST_F(TorchrunCliTest, PlanShowsTheRankArgvWithoutTorchrunForEveryForm) {
   const std::string torchrun = FakeTorchrun();
+  WriteFile(dir_.File("train.py"), "\n");  // plan checks that the script is there
   const std::string path_env =
       "        env: [{name: PATH, value: '" + dir_.File("bin") + ":/usr/bin:/bin'}]\n";
   struct Case {

@@ -77,7 +77,7 @@ TEST(TrainingJob, MinimalManifestGetsEveryDefault) {
   EXPECT_EQ(s.trainer.working_dir, "");
   EXPECT_EQ(s.loader.workers_per_rank, std::nullopt);
   EXPECT_EQ(s.loader.prefetch_factor, 2);
-  EXPECT_TRUE(s.loader.persistent_workers);
+  EXPECT_FALSE(s.loader.persistent_workers);
   EXPECT_TRUE(s.loader.pin_memory);
   EXPECT_EQ(s.loader.timeout_seconds, 120);
   EXPECT_EQ(s.loader.seed, 0u);
@@ -190,7 +190,7 @@ TEST(TrainingJob, ToJsonFillsDefaults) {
     "gpuAssignment": "shared", "backend": "auto",
     "template": {"spec": {"containers": [{"name": "trainer", "image": "ghcr.io/example/mnist:1.0",
                                           "command": ["python", "train.py"]}]}},
-    "loader": {"workersPerRank": "auto", "prefetchFactor": 2, "persistentWorkers": true,
+    "loader": {"workersPerRank": "auto", "prefetchFactor": 2, "persistentWorkers": false,
                "pinMemory": true, "timeoutSeconds": 120, "seed": 0, "startMethod": "spawn",
                "workerCommand": [], "pythonPool": true,
                "preloadModules": ["torch", "__main__"]},
@@ -403,8 +403,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"  restartPolicy:\n    retryOn: [Killed, Kiled]\n",
                 "job.yaml:12:23: spec.restartPolicy.retryOn[1]: must be one of UserError, "
                 "OOMKilled, ShmExhausted, Killed, Terminated, Crashed, Stalled, GpuOutOfMemory, "
-                "CollectiveTimeout, CollectiveError, LoaderWorkerKilled, ImportError, Evicted, "
-                "Preempted, NodeLost; got \"Kiled\" (did you mean \"Killed\"?)"},
+                "CollectiveTimeout, CollectiveError, LoaderWorkerKilled, ImportError, PortInUse, "
+                "Evicted, Preempted, NodeLost; got \"Kiled\" (did you mean \"Killed\"?)"},
         BadCase{"  restartPolicy:\n    mode: inplace\n",
                 "job.yaml:12:11: spec.restartPolicy.mode: must be one of InPlace, Recreate; got "
                 "\"inplace\" (did you mean \"InPlace\"?)"},

@@ -281,6 +281,23 @@ def case_fallback(args):
     print("fallback: done")
 
 
+def case_grow(args):
+    # More workers than the pool started with: the service grows it, and worker w builds
+    # batch b % 3 == w with torch's seeds, as stock DataLoader's third worker does.
+    make = lambda: loader(Augmented(24), num_workers=3)  # noqa: E731
+    want, _ = epochs(make, stock=True)
+    got, served = epochs(make)
+    check(served == "_PoolDataLoaderIter", "the pool did not serve the loader: %s" % served)
+    compare("3 workers on a pool of 2", got, want)
+    print("grow: %d epochs identical" % len(got))
+
+
+def case_fallback4(args):
+    many = DataLoader(Augmented(8), batch_size=4, num_workers=4)
+    check(len(list(many)) == 2, "4 workers")
+    print("fallback4: done")
+
+
 def case_pids(args):
     dl = DataLoader(Pids(8), batch_size=2, num_workers=2, persistent_workers=True)
     pids = sorted({int(p) for b in dl for p in b["pid"]})

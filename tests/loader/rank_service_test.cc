@@ -3,6 +3,8 @@
 // RankPoolService run in this process, as the agent runs them, and python_rank.py beside this
 // file is the rank: it iterates DataLoaders through the shim's hooks and checks each case
 // against stock DataLoader in the same process. Skipped when /usr/bin/python3 has no torch.
+#include <atomic>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -52,11 +54,22 @@ class RankServiceTest : public ::testing::Test {
     auto pool = StandalonePool::Start(spec);
     ASSERT_TRUE(pool.ok()) << pool.status().ToString();
     pool_ = std::move(pool).value();
-    auto service = RankPoolService::Start(
-        {.dir = pool_->dir(), .pool_workers = 2, .log = [this](const std::string& line) {
-           std::lock_guard<std::mutex> lock(log_mu_);
-           log_ += line + "\n";
-         }});
+    RankServiceOptions options{
+        .dir = pool_->dir(), .pool_workers = 2, .log = [this](const std::string& line) {
+          std::lock_guard<std::mutex> lock(log_mu_);
+          log_ += line + "\n";
+        }};
+    if (GrowsTo() > 0) {
+      options.max_workers = GrowsTo();
+      // The agent grows a pool on the thread that spawned it (LoaderPools::Tick); here the
+      // service's thread does, which outlives every worker it adds (it is joined after the
+      // pool has been stopped and reaped).
+      options.grow = [this](int workers) {
+        ++grow_calls_;
+        return pool_->pool().Grow(workers);
+      };
+    }
+    auto service = RankPoolService::Start(std::move(options));
     ASSERT_TRUE(service.ok()) << service.status().ToString();
     service_ = std::move(service).value();
   }
@@ -78,9 +91,13 @@ class RankServiceTest : public ::testing::Test {
     return "rank stdout:\n" + stdout_ + "\nrank stderr:\n" + stderr_ + "\nservice:\n" + log_;
   }
 
+  // Workers the pool may grow to; 0: it never grows.
+  virtual int GrowsTo() const { return 0; }
+
   testing::TempDir dir_;
   std::unique_ptr<StandalonePool> pool_;
   std::unique_ptr<RankPoolService> service_;
+  std::atomic<int> grow_calls_{0};
   std::string stdout_, stderr_;
   std::mutex log_mu_;
   std::string log_;
@@ -119,6 +136,27 @@ TEST_F(RankServiceTest, CrashLoopFailsTheIterationWithTheWorkersExitAndStderr) {
 TEST_F(RankServiceTest, NonPersistentWorkersGetTheDatasetEachEpochAndEqualStock) {
   ASSERT_EQ(RunRank("nonpersistent"), 0) << Report();
   EXPECT_GE(service_->sessions(), 2);  // one iterator, so one session, per epoch
+}
+
+class GrowingRankServiceTest : public RankServiceTest {
+ protected:
+  int GrowsTo() const override { return 3; }
+};
+
+TEST_F(GrowingRankServiceTest, ADataLoaderAskingForMoreWorkersGrowsThePoolAndEqualsStock) {
+  ASSERT_EQ(RunRank("grow"), 0) << Report();
+  EXPECT_EQ(grow_calls_.load(), 1) << Report();  // the second epoch finds 3 workers
+  EXPECT_EQ(pool_->pool().Size(), 3);
+  EXPECT_THAT(Report(), HasSubstr("asks for 3 workers, the pool has 2: it grows to 3"));
+  EXPECT_EQ(service_->Stats().pool_workers, 3);
+}
+
+TEST_F(GrowingRankServiceTest, ADataLoaderAskingForMoreThanThePoolMayGrowToFallsBack) {
+  ASSERT_EQ(RunRank("fallback4"), 0) << Report();
+  EXPECT_EQ(grow_calls_.load(), 0) << Report();
+  EXPECT_THAT(stderr_, HasSubstr("asks for 4 workers; the agent's pool for this rank has 2 and "
+                                 "may grow to 3"))
+      << Report();
 }
 
 TEST_F(RankServiceTest, WhatThePoolCannotServeFallsBackSayingWhy) {

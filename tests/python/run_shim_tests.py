@@ -51,12 +51,13 @@ def main():
     import test_quickstart
     import test_rank_side
     import test_shim
+    import test_torchrun_parity
 
     suite = unittest.TestSuite()
     for name in args.tests:  # a class of any of these modules, by its name
         modules = (test_rank_side, test_libuv, test_exit, test_batch_codec, test_loader_worker,
                    test_pool_agent, test_lightning, test_fork_scripts, test_quickstart,
-                   test_progress)
+                   test_progress, test_torchrun_parity)
         module = next((m for m in modules if hasattr(m, name.split(".")[0])), test_shim)
         suite.addTest(unittest.defaultTestLoader.loadTestsFromName(name, module))
     started = time.monotonic()

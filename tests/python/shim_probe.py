@@ -176,6 +176,7 @@ def run_args():
         lambda: _describe(DataLoader(ds, prefetch_factor=2, timeout=0)))
     add("pin_memory_untouched", {"workers": 2, "pin_memory": 1}, lambda: _describe(DataLoader(ds)))
     add("job_not_persistent", {"workers": 2, "persistent_workers": 0}, lambda: _describe(DataLoader(ds)))
+    add("job_persistent", {"workers": 2, "persistent_workers": 1}, lambda: _describe(DataLoader(ds)))
     add("auto_small", {"workers": "auto", "cpus": 3}, lambda: _describe(DataLoader(ds)))
     add("auto_large", {"workers": "auto", "cpus": 20}, lambda: _describe(DataLoader(ds)))
     add("auto_affinity", {"workers": "auto"},

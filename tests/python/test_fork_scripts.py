@@ -110,9 +110,13 @@ class ForkScriptTest(unittest.TestCase):
     def test_no_guard_script_on_torchs_own_workers_fails_with_one_line(self):
         code, output, out = self.agent("no_guard.py", pool=False)
         self.assertEqual(code, 1, output)
-        lines = [line for line in output.splitlines() if ADVICE in line]
+        lines = [line for line in output.splitlines()
+                 if ADVICE in line and not line.startswith("[spawnpoint]")]
         self.assertEqual(len(lines), 2, output)  # one per rank
         self.assertIn("no_guard.py:48 starts DataLoader workers", lines[0])
+        # The agent's verdict quotes the shim's line, not "exited with code 1".
+        self.assertIn('reason UserError: the shim stopped the rank: "spawnpoint-shim: fatal: '
+                      'no_guard.py:48 starts DataLoader workers', output)
         self.assertNotIn("Address already in use", output)
         self.assertNotIn("Traceback", output)
         self.assertEqual(self.results(out), {})

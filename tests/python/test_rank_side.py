@@ -48,7 +48,7 @@ class RankEnvTest(unittest.TestCase):
 
     def test_nothing_set(self):
         self.assertEqual(RankEnv.from_environ({}, no_cpus), RankEnv(
-            rank=0, local_rank=0, world_size=1, loader_workers=None, persistent_workers=True,
+            rank=0, local_rank=0, world_size=1, loader_workers=None, persistent_workers=False,
             prefetch_factor=None, timeout_s=None, debug=False, problems=()))
 
     def test_blanks_are_stripped_and_empty_is_unset(self):
@@ -78,7 +78,7 @@ class RankEnvTest(unittest.TestCase):
              L + "WORKERS='-1': not an integer >= 0 or auto"),
             ({L + "WORKERS": "auto", L + "CPUS": "0"}, "loader_workers", 6,
              L + "CPUS='0': not a positive integer"),
-            ({L + "PERSISTENT_WORKERS": "maybe"}, "persistent_workers", True,
+            ({L + "PERSISTENT_WORKERS": "maybe"}, "persistent_workers", False,
              L + "PERSISTENT_WORKERS='maybe': not 0 or 1"),
             ({L + "PREFETCH_FACTOR": "0"}, "prefetch_factor", None,
              L + "PREFETCH_FACTOR='0': not a number >= 1"),
@@ -144,8 +144,8 @@ class RankEnvTest(unittest.TestCase):
 
 
 JOB = RankEnv(loader_workers=2, prefetch_factor=3, timeout_s=30.0)
-ALL_FROM_JOB = {"num_workers": 2, "multiprocessing_context": "spawn", "persistent_workers": True,
-                "prefetch_factor": 3}
+# What the job fills in by default: persistence is left to the code, as under torchrun.
+ALL_FROM_JOB = {"num_workers": 2, "multiprocessing_context": "spawn", "prefetch_factor": 3}
 
 
 class LoaderPolicyTest(unittest.TestCase):
@@ -164,7 +164,7 @@ class LoaderPolicyTest(unittest.TestCase):
             self.assertEqual(kwargs, ALL_FROM_JOB, explicit)
             self.assertEqual(policy.debug_line(notes), (
                 "set num_workers=0->2 (job), multiprocessing_context='spawn', "
-                "persistent_workers=True, prefetch_factor=3 (job)"))
+                "prefetch_factor=3 (job)"))
             self.assertEqual(policy.warnings_in(notes), [])
 
     def test_the_codes_own_choices_are_kept(self):
@@ -179,9 +179,9 @@ class LoaderPolicyTest(unittest.TestCase):
 
     def test_code_workers_without_a_job(self):
         kwargs, notes = self.decide(RankEnv(), {"num_workers": 2})
-        self.assertEqual(kwargs, {"multiprocessing_context": "spawn", "persistent_workers": True})
-        self.assertEqual(policy.debug_line(notes), "set multiprocessing_context='spawn', "
-                         "persistent_workers=True; kept: num_workers=2")
+        self.assertEqual(kwargs, {"multiprocessing_context": "spawn"})
+        self.assertEqual(policy.debug_line(notes), "set multiprocessing_context='spawn'; "
+                         "kept: num_workers=2")
 
     def test_never_for_an_iterable_dataset(self):
         kwargs, notes = self.decide(iterable=True)
@@ -198,9 +198,16 @@ class LoaderPolicyTest(unittest.TestCase):
         self.assertEqual(policy.debug_line(notes),
                          "unchanged; kept: num_workers=0 (daemonic process: no children allowed)")
 
-    def test_the_job_can_turn_persistence_off(self):
-        kwargs, _ = self.decide(RankEnv(loader_workers=2, persistent_workers=False))
+    def test_persistence_is_the_codes_unless_the_job_turns_it_on(self):
+        kwargs, _ = self.decide(RankEnv(loader_workers=2))
         self.assertEqual(kwargs, {"num_workers": 2, "multiprocessing_context": "spawn"})
+        kwargs, notes = self.decide(RankEnv(loader_workers=2, persistent_workers=True))
+        self.assertEqual(kwargs, {"num_workers": 2, "multiprocessing_context": "spawn",
+                                  "persistent_workers": True})
+        self.assertIn("persistent_workers=True (job)", policy.debug_line(notes))
+        kwargs, _ = self.decide(RankEnv(loader_workers=2, persistent_workers=True),
+                                {"persistent_workers": False})
+        self.assertNotIn("persistent_workers", kwargs)
 
     def test_explicit_fork_is_honoured_with_a_warning_note(self):
         fork_object = types.SimpleNamespace(_name="fork")  # like get_context("fork")

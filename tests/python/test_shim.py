@@ -277,29 +277,30 @@ class LoaderArgsTest(ShimTestCase):
 
     def test_job_workers_when_the_code_left_zero(self):
         # The job's timeoutSeconds (30 here) is never passed: 0 is torch's own default.
+        # Persistence stays the code's (torch's default False), as under torchrun.
         self.assertLoader("job_workers", batch_size=4, num_workers=2, context="spawn",
-                          persistent_workers=True, prefetch_factor=3, timeout=0)
+                          persistent_workers=False, prefetch_factor=3, timeout=0)
         self.assertLoader("job_workers_explicit_zero", num_workers=2, context="spawn",
-                          persistent_workers=True)
+                          persistent_workers=False)
 
     def test_positional_arguments(self):
         # DataLoader(ds, 2, False, None, None, 3): num_workers=3 is the code's choice.
         self.assertLoader("positional_workers", batch_size=2, num_workers=3, context="spawn",
-                          persistent_workers=True)
+                          persistent_workers=False)
         # Positional 0 workers and a positional timeout=7.5 the shim must keep.
         self.assertLoader("positional_zero_workers", batch_size=2, num_workers=2,
-                          context="spawn", persistent_workers=True, timeout=7.5)
+                          context="spawn", persistent_workers=False, timeout=7.5)
 
-    def test_code_workers_get_spawn_and_persistence_without_job(self):
+    def test_code_workers_get_spawn_without_job(self):
         self.assertLoader("code_workers_without_job", num_workers=2, context="spawn",
-                          persistent_workers=True, prefetch_factor=2, timeout=0)
+                          persistent_workers=False, prefetch_factor=2, timeout=0)
 
     def test_explicit_fork_is_honoured_with_a_warning(self):
         for name in ("explicit_fork", "explicit_fork_context_object"):
             value, warnings = self.value(name), self.scenario(name)["warnings"]
             self.assertEqual(value["context"], "fork", name)
             self.assertEqual(value["num_workers"], 2, name)
-            self.assertTrue(value["persistent_workers"], name)
+            self.assertFalse(value["persistent_workers"], name)
             self.assertEqual(len(warnings), 1, name)
             self.assertEqual(warnings[0]["category"], "RuntimeWarning")
             self.assertIn("'fork'", warnings[0]["message"])
@@ -315,9 +316,11 @@ class LoaderArgsTest(ShimTestCase):
         # The job's SPAWNPOINT_LOADER_PIN_MEMORY=1 does not turn it on behind the code's back.
         self.assertLoader("pin_memory_untouched", num_workers=2, pin_memory=False)
 
-    def test_job_can_turn_persistence_off(self):
+    def test_job_can_turn_persistence_on(self):
         self.assertLoader("job_not_persistent", num_workers=2, context="spawn",
                           persistent_workers=False)
+        self.assertLoader("job_persistent", num_workers=2, context="spawn",
+                          persistent_workers=True)
 
     def test_auto_workers(self):
         self.assertLoader("auto_small", num_workers=3)
@@ -351,7 +354,7 @@ class LoaderArgsTest(ShimTestCase):
 
     def test_subclass_calling_super(self):
         self.assertLoader("subclass", batch_size=2, num_workers=2, context="spawn",
-                          persistent_workers=True)
+                          persistent_workers=False)
 
     def test_unpicklable_dataset_with_job_workers_falls_back_to_the_main_process(self):
         self.assertEqual(self.value("unpicklable_job_workers"), [0, 10, 20, 30])
@@ -376,7 +379,7 @@ class LoaderArgsTest(ShimTestCase):
         built = len(self.report["scenarios"]) - 2 + 1
         self.assertEqual(len(lines), built, "\n".join(lines))
         self.assertIn("set num_workers=0->2 (job), multiprocessing_context='spawn', "
-                      "persistent_workers=True, prefetch_factor=3 (job)",
+                      "prefetch_factor=3 (job)",
                       self.stderr)
         self.assertIn("kept: num_workers=2, multiprocessing_context='fork'", self.stderr)
 
@@ -410,12 +413,13 @@ class WorkersTest(WorkerAssertions, ShimTestCase):
         proc = self.run_python([PROBE, "workers", json.dumps({"loaders": loaders})], **kwargs)
         return last_json_line(proc), proc
 
-    def test_num_workers_2_are_spawned_and_persistent(self):
+    def test_num_workers_2_are_spawned_and_persistent_when_the_job_says(self):
         chained = self.make_chained()
         log, _ = self.chain_log()
         result, proc = self.run_probe(
             [{"kwargs": {"batch_size": None, "num_workers": 2}, "samples": 4, "epochs": 2}],
-            pythonpath=(SHIM_DIR, chained), env={"CHAIN_LOG": log, "SPAWNPOINT_SHIM_DEBUG": "1"})
+            pythonpath=(SHIM_DIR, chained), env={"CHAIN_LOG": log, "SPAWNPOINT_SHIM_DEBUG": "1",
+                                                 "SPAWNPOINT_LOADER_PERSISTENT_WORKERS": "1"})
         loader = result["loaders"][0]
         self.assertEqual((loader["context"], loader["persistent_workers"]), ("spawn", True))
         first, second = loader["epochs"]
@@ -437,8 +441,8 @@ class WorkersTest(WorkerAssertions, ShimTestCase):
         debug = [l for l in proc.stderr.splitlines() if l.startswith("spawnpoint-shim:")
                  and not l.startswith(LIBUV_NOTE)]
         self.assertEqual(debug, ["spawnpoint-shim: DataLoader(ProbeDataset) in pid %d: set "
-                                 "multiprocessing_context='spawn', persistent_workers=True; "
-                                 "kept: num_workers=2" % result["pid"]])
+                                 "multiprocessing_context='spawn', persistent_workers=True "
+                                 "(job); kept: num_workers=2" % result["pid"]])
 
     def test_explicit_fork_and_explicit_non_persistence_are_respected(self):
         result, proc = self.run_probe([
@@ -447,7 +451,8 @@ class WorkersTest(WorkerAssertions, ShimTestCase):
             # The code chose non-persistent workers: honoured, still spawned. Workers from
             # the job (the code left num_workers at 0).
             {"kwargs": {"batch_size": None, "persistent_workers": False}, "samples": 2},
-        ], env={"SPAWNPOINT_LOADER_WORKERS": "1", "PROBE_INNER_LOADER": "1"})
+        ], env={"SPAWNPOINT_LOADER_WORKERS": "1", "PROBE_INNER_LOADER": "1",
+                "SPAWNPOINT_LOADER_PERSISTENT_WORKERS": "1"})
         forked, fresh = result["loaders"]
         self.assertEqual((forked["context"], forked["persistent_workers"]), ("fork", True))
         for sample in samples(forked):
@@ -498,6 +503,7 @@ spec:
   loader:
     workersPerRank: 2
     timeoutSeconds: 60
+    persistentWorkers: true  # asked for here (the default is the code's choice)
     pythonPool: false  # the shim's own defaults; test_pool_agent.py covers the pool
   restartPolicy: {maxRestarts: 0}
 """
@@ -539,7 +545,7 @@ class AgentTest(WorkerAssertions, ShimTestCase):
         with open(samples(loader)[0]["shim_file"]) as shipped, open(SHIM_FILE) as source:
             self.assertEqual(shipped.read(), source.read(), "the agent ships a stale shim")
         self.assertIn("set num_workers=0->2 (job), multiprocessing_context='spawn', "
-                      "persistent_workers=True, prefetch_factor=2 (job)",
+                      "persistent_workers=True (job), prefetch_factor=2 (job)",
                       proc.stderr + proc.stdout)
 
 

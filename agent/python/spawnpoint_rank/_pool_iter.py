@@ -34,6 +34,17 @@ iterator.
 
 When the trainer keeps so many batches alive that the workers would run out of slots, batches
 are copied out of the ring instead (said once on stderr) until it lets go of some.
+
+The trainer's random streams stay as torch leaves them. The iterator draws what torch's own
+draws (the base seed; the sampler's indices, at the points torch draws them); when the
+service refuses the loader, what it drew is put back before torch's iterator draws it again.
+A loader whose workers came from the job (the code asked for num_workers=0) is watched: if
+its first batch drew from the global random streams (worker.py's watch_streams), it would
+have drawn from the trainer's own streams in the trainer's process, so it goes back there:
+the drawn indices are fetched in the trainer's process as _SingleProcessDataLoaderIter
+fetches them, and the loader keeps num_workers=0 from then on (said once). Such a loader
+draws its first indices at the first batch, as torch's single-process iterator does, not at
+iter().
 """
 
 import itertools
@@ -41,6 +52,7 @@ import os
 import pickle
 import sys
 import time
+import weakref
 
 from . import _byvalue, _pool, _script, env, policy
 from ._report import report_once
@@ -49,6 +61,17 @@ _COPY_NOTE = (
     "spawnpoint: the trainer keeps %d batches of this DataLoader alive (the agent's shared-"
     "memory ring has %d slots, %d of them needed by the workers): batches are copied out of "
     "the ring while it does, which costs a copy per batch but never overwrites a kept one")
+_IN_PROCESS_NOTE = (
+    "spawnpoint: the DataLoader of %s draws from the random streams (torch, random or numpy) "
+    "while it builds batches, and the code asked for num_workers=0: it stays in the trainer's "
+    "process, as under torchrun (the job's loader workers would draw from seeds of their own "
+    "and change the trainer's results). Pass num_workers=N to the DataLoader to give it "
+    "workers.")
+_LATE_DRAWS_NOTE = (
+    "spawnpoint: the DataLoader of %s drew from the random streams (torch, random or numpy) in "
+    "its workers after its first batch; the code asked for num_workers=0 and the job's workers "
+    "build its batches with seeds of their own, so the trainer's results may differ from "
+    "torchrun's. Pass num_workers to the DataLoader to choose.")
 _counter = itertools.count()
 _classes = {}
 _MAX_SPECULATION_MISSES = 2  # wrong predictions in a row before an iterator stops predicting
@@ -78,9 +101,11 @@ def pool_iterator(loader):
         svc = _pool.service()
     except OSError as err:
         return None, "the agent's loader service at %s does not answer (%s)" % (svc_path, err)
+    info = loader.__dict__.get("_spawnpoint_shim") or {}
+    watch = bool(info.get("workers_from_job"))  # the code asked for none: see the docstring
     parts = {"dataset": loader.dataset, "collate_fn": loader.collate_fn,
              "worker_init_fn": loader.worker_init_fn, "num_workers": loader.num_workers,
-             "auto_collation": loader._auto_collation}
+             "auto_collation": loader._auto_collation, "watch_streams": watch}
     try:
         # Pickled once: these bytes go to the workers (the base seed beside them, as the
         # iterator draws it). By value where cloudpickle can: then the workers never import
@@ -97,21 +122,53 @@ def pool_iterator(loader):
     cls = _classes.get(dlmod)
     if cls is None:
         cls = _classes[dlmod] = _make_class(dlmod)
+    drawn = _Draws(loader)
     try:
-        return cls(loader, svc, payload, by_value), None
+        return cls(loader, svc, payload, by_value, watch), None
     except _pool.ServiceError as err:
         if err.kind in ("workers", "protocol", "gone"):
+            # torch's own iterator draws its base seed and its first indices again.
+            drawn.put_back()
             return None, str(err)
         raise
+
+
+class _Draws(object):
+    """The states of the generators a DataLoader iterator draws from when it starts (torch's
+    global one, the loader's, its sampler's), to put back what an iterator that is not used
+    after all drew from them."""
+
+    def __init__(self, loader):
+        torch = sys.modules["torch"]
+        self._states = [(None, torch.get_rng_state())]
+        for owner in (loader, getattr(loader, "sampler", None),
+                      getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
+            generator = getattr(owner, "generator", None)
+            if isinstance(generator, torch.Generator) and all(
+                    g is not generator for g, _ in self._states):
+                self._states.append((generator, generator.get_state()))
+
+    def put_back(self):
+        torch = sys.modules["torch"]
+        for generator, state in self._states:
+            if generator is None:
+                torch.set_rng_state(state)
+            else:
+                generator.set_state(state)
 
 
 def _make_class(dlmod):
     base = dlmod._BaseDataLoaderIter
 
     class _PoolDataLoaderIter(base):
-        def __init__(self, loader, svc, payload, by_value):
+        def __init__(self, loader, svc, payload, by_value, watch=False):
             base.__init__(self, loader)  # draws the base seed from loader.generator
             self._svc = svc
+            self._lazy = watch             # workers from the job: draws as in-process
+            self._watch = watch            # and may go back there at batch 0
+            self._fetcher = None           # the in-process fetcher once it has
+            self._loader = weakref.ref(loader)
+            self._deferred = None          # (first_iter,) of a start put off to batch 0
             self._prefetch = max(1, int(getattr(loader, "prefetch_factor", None) or 2))
             # An overdue batch's worker is replaced (never the rank failed, as torch's
             # timeout= does): after the code's timeout=, else the job's timeoutSeconds.
@@ -134,7 +191,17 @@ def _make_class(dlmod):
             self._send_idx = 0
             self._rcvd_idx = 0
             self._outstanding = {}  # batch -> indices, submitted and not yet yielded
+            self._raw = {}          # batch -> the index as the sampler gave it
             self._ready = {}        # batch -> Ready message received ahead of its turn
+            if self._fetcher is not None:  # in the trainer's process (see the docstring)
+                return
+            if self._lazy:  # the single-process iterator draws at the first batch
+                self._deferred = (first_iter,)
+                return
+            self._start(first_iter)
+
+        def _start(self, first_iter):
+            """Draws the epoch's first batches and submits them (or confirms a prediction)."""
             self._consumed = [0, 0, 0.0]  # batches, samples, seconds waited: for the stats
             self._exhausted = False
             self._predicted = False  # this epoch's prediction of the next was made
@@ -213,6 +280,7 @@ def _make_class(dlmod):
                 return None
             indices = [int(i) for i in index] if self._auto_collation else [int(index)]
             self._outstanding[self._send_idx] = indices
+            self._raw[self._send_idx] = index
             self._send_idx += 1
             return indices
 
@@ -277,6 +345,21 @@ def _make_class(dlmod):
                     svc.send(_pool.SUBMIT, dict(run, session=session, epoch=self._epoch))
 
         def _next_data(self):
+            if self._fetcher is not None:
+                return self._next_in_process()
+            if self._deferred is not None:
+                (first_iter,), self._deferred = self._deferred, None
+                try:
+                    self._start(first_iter)
+                except _pool.ServiceError as err:
+                    if err.kind not in ("workers", "protocol", "gone"):
+                        raise
+                    # The code asked for no workers: its own process is stock behaviour.
+                    report_once("spawnpoint: a DataLoader of %s runs in the trainer's process, "
+                                "as the code asked (num_workers=0), not on the agent's pool: %s"
+                                % (type(self._dataset).__name__, err))
+                    self._go_in_process()
+                    return self._next_in_process()
             if self._rcvd_idx >= self._send_idx:
                 if not self._persistent_workers:
                     self._shutdown()
@@ -286,6 +369,11 @@ def _make_class(dlmod):
                 if not self._own_session() and self._rcvd_idx not in self._ready:
                     self._open()
                 ready, ring = self._wait_for(self._rcvd_idx)
+                if self._watch:
+                    self._decide_where(ready)
+            if self._fetcher is not None:
+                return self._next_in_process()
+            with self._svc.lock:
                 # A batch of an earlier session is read from that session's ring.
                 held = ring.held()
                 window = self._prefetch * self._num_workers
@@ -302,6 +390,56 @@ def _make_class(dlmod):
                 indices = self._draw()
                 self._submit([indices] if indices is not None else [])
                 self._predict_next()
+            if self._pin_memory:
+                data = _pin(data, getattr(self, "_pin_memory_device", None))
+            return data
+
+        def _decide_where(self, ready):
+            """At batch 0 of a loader whose workers came from the job: stays on the pool, or,
+            when building the batch drew from the worker's global streams, goes back to the
+            trainer's process (the module docstring). REQUIRES: the service's lock."""
+            self._watch = False
+            info = _shim_info(self._loader())
+            drew = os.path.exists(self._pickle + ".draws")
+            if info is not None and info.get("drawing_checked"):
+                if drew:  # it drew only after an earlier epoch's first batch
+                    report_once(_LATE_DRAWS_NOTE % type(self._dataset).__name__)
+                return
+            if info is not None:
+                info["drawing_checked"] = True
+            if not drew:
+                return
+            report_once(_IN_PROCESS_NOTE % type(self._dataset).__name__)
+            self._svc.released(self._session, int(ready["slot"]))
+            self._shutdown()
+            self._svc.active = None
+            self._go_in_process()
+
+        def _go_in_process(self):
+            """From now on batches are built here, and the loader's later iterators are
+            torch's single-process one."""
+            info = _shim_info(self._loader())
+            dlmod = sys.modules["torch.utils.data.dataloader"]
+            self._fetcher = dlmod._DatasetKind.create_fetcher(
+                self._dataset_kind, self._dataset, self._auto_collation, self._collate_fn,
+                self._drop_last)
+            loader = self._loader()
+            if loader is not None:  # its next iterators are torch's single-process one
+                if info is not None:
+                    info["workers_from_job"] = 0
+                loader.num_workers = 0
+
+        def _next_in_process(self):
+            """The next batch built here, as _SingleProcessDataLoaderIter builds it: first the
+            batches already drawn from the sampler, in order, then the sampler's next."""
+            batch = self._rcvd_idx
+            if batch in self._raw:
+                index = self._raw.pop(batch)
+                self._outstanding.pop(batch, None)
+            else:
+                index = self._next_index()  # StopIteration ends the epoch
+            self._rcvd_idx += 1
+            data = self._fetcher.fetch(index)
             if self._pin_memory:
                 data = _pin(data, getattr(self, "_pin_memory_device", None))
             return data
@@ -347,13 +485,19 @@ def _make_class(dlmod):
                     pass
 
         def __del__(self):
-            try:
-                os.unlink(self._pickle)
-            except (AttributeError, OSError):
-                pass
+            for suffix in ("", ".draws"):
+                try:
+                    os.unlink(self._pickle + suffix)
+                except (AttributeError, OSError):
+                    pass
 
     _PoolDataLoaderIter.__name__ = "_PoolDataLoaderIter"
     return _PoolDataLoaderIter
+
+
+def _shim_info(loader):
+    """What the shim noted on a DataLoader it built (_dataloader.py), or None."""
+    return None if loader is None else loader.__dict__.get("_spawnpoint_shim")
 
 
 def _inner_sampler(it):

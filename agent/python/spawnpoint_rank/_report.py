@@ -37,10 +37,12 @@ def warn(message, stacklevel):
 
 
 def fatal(message):
-    """Ends the process with exit code 1 after one stderr line, 'spawnpoint: <message>': for
-    a mistake whose own failure would be misleading (a port clash, workers that never start).
-    SystemExit, so atexit handlers run and no traceback is printed; the trainer's `except
-    Exception` does not catch it."""
-    sys.stderr.write("spawnpoint: %s\n" % message)
+    """Ends the process with exit code 1 after one stderr line, 'spawnpoint-shim: fatal:
+    <message>': for a mistake whose own failure would be misleading (a port clash, workers
+    that never start). The agent quotes that line as the rank's cause
+    (agent/supervisor/failure_cause.cc matches its start: keep it). SystemExit, so atexit
+    handlers run and no traceback is printed; the trainer's `except Exception` does not
+    catch it."""
+    sys.stderr.write("spawnpoint-shim: fatal: %s\n" % message)
     sys.stderr.flush()
     raise SystemExit(1)

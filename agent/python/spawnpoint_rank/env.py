@@ -12,7 +12,7 @@ The variables (set by the agent, spawnpoint's node_plan):
   RANK, LOCAL_RANK, WORLD_SIZE         as torchrun sets them; unset: 0, 0, 1
   SPAWNPOINT_LOADER_WORKERS            integer >= 0 or "auto" (= min(CPUs, 8), at least 1)
   SPAWNPOINT_LOADER_CPUS               the rank's CPUs, for "auto" (unset: the affinity mask)
-  SPAWNPOINT_LOADER_PERSISTENT_WORKERS 1/true/yes/on (default) or 0/false/no/off
+  SPAWNPOINT_LOADER_PERSISTENT_WORKERS 1/true/yes/on or 0/false/no/off (default)
   SPAWNPOINT_LOADER_PREFETCH_FACTOR    integer >= 1; unset: torch's default
   SPAWNPOINT_LOADER_TIMEOUT_SECONDS    seconds > 0; unset: no timeout
   SPAWNPOINT_SHIM_DEBUG=1              one stderr line per DataLoader (anything else: off)
@@ -62,7 +62,7 @@ class RankEnv(object):
     local_rank: int = 0
     world_size: int = 1
     loader_workers: Optional[int] = None   # None: the job sets no count; "auto" is resolved
-    persistent_workers: bool = True
+    persistent_workers: bool = False  # True: persistent_workers=True where the code is silent
     prefetch_factor: Optional[int] = None  # None: torch's default
     timeout_s: Optional[float] = None      # None: no timeout
     debug: bool = False
@@ -81,7 +81,7 @@ class RankEnv(object):
             rank = 0
         return cls(rank=rank, local_rank=local_rank, world_size=world_size,
                    loader_workers=parser.workers(cpus),
-                   persistent_workers=parser.flag(_PERSISTENT, True),
+                   persistent_workers=parser.flag(_PERSISTENT, False),
                    prefetch_factor=parser.number(_PREFETCH, int, 1, False),
                    timeout_s=parser.number(_TIMEOUT, float, 0, True),
                    debug=parser.value(_DEBUG) == "1",

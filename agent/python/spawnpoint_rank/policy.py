@@ -49,8 +49,11 @@ def loader_defaults(env: RankEnv, explicit: Mapping[str, Any], iterable: bool, d
     The policy: the job's worker count replaces a num_workers left at 0, never for an
     IterableDataset (each worker would replay the stream) nor in a daemonic process. With
     workers (the code's or the job's): multiprocessing_context='spawn' unless the code chose
-    one (an explicit fork is honoured with a warning); persistent_workers=True unless the code
-    chose or the job turned it off; the job's prefetch_factor unless the code passed one. The
+    one (an explicit fork is honoured with a warning); persistent_workers=True only where the
+    job turned it on (loader.persistentWorkers) and the code did not choose: persistence
+    changes which random numbers the trainer and the workers draw from the second epoch on,
+    so the default keeps the code's, as under torchrun; the job's prefetch_factor unless the
+    code passed one. The
     job's timeout is never passed (torch would make a slow batch kill the rank): the agent's
     pool replaces a worker whose batch is overdue by it (job_timeout_s).
     """
@@ -90,7 +93,7 @@ def loader_defaults(env: RankEnv, explicit: Mapping[str, Any], iterable: bool, d
             notes.append(KEPT + "persistent_workers=%r" % (explicit["persistent_workers"],))
         elif env.persistent_workers:
             kwargs["persistent_workers"] = True
-            notes.append(SET + "persistent_workers=True")
+            notes.append(SET + "persistent_workers=True (job)")
 
     if "prefetch_factor" in accepted:
         if "prefetch_factor" in explicit:

@@ -22,6 +22,13 @@ DataLoader (iterator, when workers are not persistent), holding the dict
                    Configure's numWorkers
   auto_collation   bool, default True: batches of indices (False: batch_size=None, one
                    index per task, no collation)
+  watch_streams    bool, default False: the code asked for num_workers=0 and the job gave
+                   the loader its workers. The worker then compares the global random
+                   streams before and after each batch it builds; the first time the dataset
+                   or collate_fn drew from them, it creates PATH + ".draws" (before it
+                   answers), which tells the rank that in its own process the loader would
+                   have drawn from the trainer's streams (_pool_iter.py keeps such a loader
+                   in the trainer's process, as under torchrun).
 (drop_last, the sampler and the batch sampler stay with the rank: it sends sample indices.)
 A new file (by path, mtime and size) is loaded and the worker set up for it exactly as
 torch's _worker_loop sets up worker `workerId` (one thread; seeds base_seed + id for random
@@ -172,6 +179,9 @@ class LoaderSpec(object):
         self.num_workers = int(spec.get("num_workers") or fallback_workers)
         self.base_seed = int(spec.get("base_seed", 0))
         self.size = len(self.dataset)
+        # Where to say that the loader draws from the global streams (watch_streams), until
+        # it has been said.
+        self.draw_marker = key[0] + ".draws" if spec.get("watch_streams") else None
         self.init_error = None
         self.saved = None  # (streams, worker info) while another loader is served
         self.epoch_start = None  # (epoch, streams as its first batch here found them)
@@ -211,6 +221,21 @@ class LoaderSpec(object):
 
     def fetch(self, indices):
         """The collated batch of these sample indices, as _MapDatasetFetcher builds it."""
+        if self.draw_marker is None:
+            return self._fetch(indices)
+        before = capture_streams()
+        try:
+            return self._fetch(indices)
+        finally:
+            if not streams_equal(before, capture_streams()):
+                marker, self.draw_marker = self.draw_marker, None
+                try:
+                    with open(marker, "w"):
+                        pass
+                except OSError as e:
+                    log("worker %d: cannot create %s: %s" % (self.worker_id, marker, e))
+
+    def _fetch(self, indices):
         if self.init_error is not None:
             error, self.init_error = self.init_error, None
             raise error
@@ -281,6 +306,18 @@ def capture_streams():
     numpy = sys.modules.get("numpy")
     return (random.getstate(), torch.get_rng_state(),
             numpy.random.get_state() if numpy is not None else None)
+
+
+def streams_equal(a, b):
+    """Whether two capture_streams() results are the same streams at the same point."""
+    import torch
+    if a[0] != b[0] or not torch.equal(a[1], b[1]):
+        return False
+    if a[2] is None or b[2] is None:
+        return a[2] is None and b[2] is None
+    numpy = sys.modules["numpy"]
+    return (a[2][0] == b[2][0] and numpy.array_equal(a[2][1], b[2][1])
+            and tuple(a[2][2:]) == tuple(b[2][2:]))
 
 
 def restore_streams(streams):
