@@ -5,7 +5,9 @@
 # root through chroot with an empty ccache. So the figure includes apt installing everything
 # the demo needs. Prints each line of make demo
 # with the seconds since it started, then one line:
-#   fresh-root demo: first rank line at S s, done at S s, exit C (make demo; apt S s)
+#   fresh-root demo: first rank line at S s, done at S s, exit C (make demo; apt done at S s;
+#   CPU user+sys S s; N CPUs, load L L L)
+# (the CPU time is what make demo's processes used: on a busy machine, the wall times grow).
 # The figure in README.md was made so. Needs root, mmdebstrap and the network (the Debian
 # mirror, PyPI for cloudpickle). The root (~1.5 GB once the demo ran) is deleted at the end
 # unless --keep DIR is given, where it is then left.
@@ -51,6 +53,9 @@ mmdebstrap --quiet --variant=minbase --include=git,make bookworm "$root" \
   "deb ${mirror%/debian}/debian-security bookworm-security main" ||
   die "mmdebstrap failed (is $mirror reachable?)"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# As Debian's installer leaves it: the host name resolves (gloo warns otherwise).
+printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n' "$(cat "$root/etc/hostname" 2>/dev/null || hostname)" \
+  >"$root/etc/hosts"
 # This machine's local CAs (e.g. a TLS-inspecting proxy's), as a machine behind that proxy has
 # them: ca-certificates, installed by make demo, adds them to the root's bundle.
 if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
@@ -65,9 +70,10 @@ echo "demo-fresh-root: cloned $(git -C "$repo" rev-parse --short HEAD) into the 
 inner='mount -t proc proc "$1/proc" && mount --rbind /sys "$1/sys" && mount --rbind /dev "$1/dev" &&
   exec chroot "$1" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    /bin/bash -c "cd /root/spawnpoint && CCACHE_DIR=\$(mktemp -d) make demo"'
+    /bin/bash -c "cd /root/spawnpoint && CCACHE_DIR=\$(mktemp -d) make demo; rc=\$?;
+      times >/tmp/times; echo demo-fresh-root: cpu \$(tail -n 1 /tmp/times); exit \$rc"'
 start=$EPOCHREALTIME
-first="" apt_done="" code=""
+first="" apt_done="" code="" cpu=""
 set +e
 while IFS= read -r line; do
   now=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
@@ -76,11 +82,14 @@ while IFS= read -r line; do
     "[rank "*) [ -n "$first" ] || first=$now ;;
     "install-deps: done"*) apt_done=$now ;;
     "demo-fresh-root: make demo exited "*) code=${line##* } ;;
+    "demo-fresh-root: cpu "*) cpu=$(awk '{ split($3, u, /m|s/); split($4, s, /m|s/)
+        printf "%.0f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' <<<"$line") ;;
   esac
 done < <(unshare --mount --propagation private bash -c "$inner" inner "$root" 2>&1
   echo "demo-fresh-root: make demo exited $?")
 set -e
 end=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
 echo "fresh-root demo: first rank line at ${first:-never} s, done at $end s, exit ${code:-?}" \
-  "(make demo; apt ${apt_done:-?} s)"
+  "(make demo; apt done at ${apt_done:-?} s; CPU user+sys ${cpu:-?} s; $(nproc) CPUs," \
+  "load $(cut -d' ' -f1-3 /proc/loadavg))"
 [ "${code:-1}" = 0 ]
