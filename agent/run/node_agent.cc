@@ -12,6 +12,7 @@
 #include "agent/run/exit_codes.h"
 #include "agent/run/gang_stop_check.h"
 #include "agent/run/preflight.h"
+#include "agent/run/rank_changes.h"
 #include "agent/run/report.h"
 #include "agent/run/stall_monitor.h"
 #include "agent/supervisor/failure_cause.h"
@@ -135,6 +136,9 @@ Status NodeAgent::StartPools() {
       (plan_->ranks_per_node == 1 ? " rank of " : " ranks of ") +
       std::to_string(plan_->world_size) + ", backend " + plan_->backend + ", GPUs: " +
       node_.gpu_backend + ", rendezvous " + plan_->master_addr + ":" + std::to_string(port_));
+  for (const std::string& line : RankChanges(*plan_, node_.job)) {
+    Say(node_.job.name + ": " + line);
+  }
   SP_RETURN_IF_ERROR(pools_.Start(*plan_, spawner_, options_.memory_events));
   StartStatus(NodeStatusOptionsFor(*plan_, options_.dcgm_compatible_names, node_.backend.get(),
                                    pools_.list()));
