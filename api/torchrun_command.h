@@ -3,8 +3,8 @@
 // or `python -m torch.distributed.launch`); under spawnpoint the agent is the launcher, so
 // such a command is turned into what torchrun would run in each rank slot
 // (`python3 -u train.py args...`), and torchrun's flags are checked against the manifest
-// (api/torchrun_spec.h). The table of flags and what each means here is in README.md,
-// "Coming from torchrun / PyTorchJob".
+// (api/torchrun_spec.h). The table of flags and what each means here is in
+// docs/kubernetes.md, "Coming from torchrun / PyTorchJob".
 // Pure functions; thread-safe.
 #pragma once
 

@@ -1,7 +1,7 @@
 // Internal to api/: a trainer command that starts torchrun, reconciled with the manifest
 // while a TrainingJob is decoded, so the agent (plan, run, pods) and the operator (pod
 // count, InvalidSpec) see the same job. What each torchrun flag means here is the table in
-// README.md, "Coming from torchrun / PyTorchJob": a value the manifest does not fix is taken
+// docs/kubernetes.md, "Coming from torchrun / PyTorchJob": a value the manifest does not fix is taken
 // into the spec, one that agrees is noted, one that contradicts it is an error located at
 // the command or args element that holds it, the launcher-only ones are ignored with the
 // reason. Pure functions; thread-safe (the FieldReader passed in is the caller's).

@@ -2,7 +2,7 @@
 // agent's own exit. A rank's exit code is never passed through: a rank that exits 2 (an
 // argparse error) must not read as the agent's "bad input". The failing rank's own code,
 // signal and cause are in the termination log (--termination-log, JSON) and on the agent's
-// last line. README.md ("Exit codes") and `spawnpoint-agent --help` show this table.
+// last line. docs/running.md ("Exit codes") and `spawnpoint-agent --help` show this table.
 // Constants only; thread-safe.
 #pragma once
 

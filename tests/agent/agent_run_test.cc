@@ -312,7 +312,7 @@ TEST_F(AgentRunTest, TwoLocalNodesRunFourRanksAndReportTheFailingRank) {
   ExpectAllGone();
 }
 
-// The exit-code table (agent/run/exit_codes.h, README "Exit codes"): the agent's own bad
+// The exit-code table (agent/run/exit_codes.h, docs/running.md "Exit codes"): the agent's own bad
 // input exits 2 and starts nothing; a rank's exit 2 (an argparse error) is a failed job,
 // exit 1, with the rank's code and cause in the termination log and on the last line.
 TEST_F(AgentRunTest, AMissingManifestFileIsBadInput) {

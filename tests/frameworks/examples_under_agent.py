@@ -1,4 +1,4 @@
-"""The README's framework examples as a user runs them (ctest: frameworks_example_lightning):
+"""docs/python.md's framework examples as a user runs them (ctest: frameworks_example_lightning):
 
     python examples_under_agent.py lightning
 

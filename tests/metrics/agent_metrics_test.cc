@@ -137,7 +137,7 @@ TEST(AgentMetricsTest, GpuJobMetricsCarryTheGpuValuesAndPassPromtool) {
   if (!promtool) GTEST_SKIP() << "promtool not installed: scripts/install-deps.sh installs it";
   EXPECT_EQ(promtool->code, 0) << promtool->output << "\n" << text;
   EXPECT_EQ(promtool->output, "");
-  EXPECT_EQ(agent.Stop(), 143) << agent.Stderr();  // 128 + SIGTERM, as the README says
+  EXPECT_EQ(agent.Stop(), 143) << agent.Stderr();  // 128 + SIGTERM, as docs/running.md says
 }
 
 // Grafana dashboard 12239 selects DCGM_FI_DEV_* by instance and gpu, in DCGM's units.
