@@ -156,6 +156,7 @@ StatusOr<ProgressSnapshot> ProgressFile::Read() const {
     s.attach_ns = static_cast<int64_t>(Load<uint64_t>(data_, L::kAttachNs));
     s.source = static_cast<StepSource>(Load<uint32_t>(data_, L::kSource));
     s.writer_pid = static_cast<pid_t>(Load<uint32_t>(data_, L::kWriterPid));
+    s.waiting_since_ns = static_cast<int64_t>(Load<uint64_t>(data_, L::kWaitingSinceNs));
     const uint64_t n = std::min<uint64_t>(s.steps, kDurationRing);
     s.recent_us.resize(n);
     s.recent_wait_us.resize(n);
@@ -239,6 +240,11 @@ void ProgressWriter::Count(StepSource source, int64_t now_ns) {
 void ProgressWriter::AddWait(int64_t ns) {
   std::lock_guard<std::mutex> lock(mu_);
   wait_ns_ += std::max<int64_t>(0, ns);
+}
+
+void ProgressWriter::SetWaitingSince(int64_t since_ns) {
+  Field<uint64_t>(data_, L::kWaitingSinceNs)
+      .store(static_cast<uint64_t>(std::max<int64_t>(0, since_ns)), std::memory_order_relaxed);
 }
 
 uint64_t ProgressWriter::steps() const {
@@ -350,6 +356,10 @@ void AddCollectiveWait(int64_t ns) {
   if (ProgressWriter* w = ProcessWriterOrNull()) w->AddWait(ns);
 }
 
+void SetCollectiveWaitingSince(int64_t since_ns) {
+  if (ProgressWriter* w = ProcessWriterOrNull()) w->SetWaitingSince(since_ns);
+}
+
 void ResetProcessWriterForTest() {
   ProcessWriter& p = Process();
   std::lock_guard<std::mutex> lock(p.mu);
@@ -364,7 +374,12 @@ namespace spawnpoint {
 
 void Step() { progress::CountStep(progress::StepSource::kExplicit); }
 
-PeerWait::PeerWait() : start_ns_(progress::MonotonicNs()) {}
-PeerWait::~PeerWait() { progress::AddCollectiveWait(progress::MonotonicNs() - start_ns_); }
+PeerWait::PeerWait() : start_ns_(progress::MonotonicNs()) {
+  progress::SetCollectiveWaitingSince(start_ns_);
+}
+PeerWait::~PeerWait() {
+  progress::SetCollectiveWaitingSince(0);
+  progress::AddCollectiveWait(progress::MonotonicNs() - start_ns_);
+}
 
 }  // namespace spawnpoint

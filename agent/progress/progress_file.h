@@ -33,6 +33,7 @@ struct ProgressSnapshot {
   std::vector<uint32_t> recent_us;       // the latest min(steps, 256) durations, oldest first
                                          // (fewer only under a racing writer: ProgressFile::Read)
   std::vector<uint32_t> recent_wait_us;  // the same steps' waits for peers (same length)
+  int64_t waiting_since_ns = 0;          // waiting for peers in a collective since; 0: not
 };
 
 // A mapped record. Movable, not copyable; unmaps on destruction.
@@ -87,6 +88,9 @@ class ProgressWriter {
   // Adds `ns` to the time the step in flight waited for peers in collectives; the next
   // counted step takes it (capped at its duration) into the waits ring.
   void AddWait(int64_t ns);
+  // The rank has waited for its peers in a collective since `since_ns` (0: it does not
+  // wait now). One store; any thread.
+  void SetWaitingSince(int64_t since_ns);
   uint64_t steps() const;
 
  private:
@@ -113,6 +117,9 @@ void CountStep(StepSource source);
 // Adds `ns` waited for peers in a collective to this process's step in flight (same record
 // and rules as CountStep). Thread-safe.
 void AddCollectiveWait(int64_t ns);
+// Marks this process as waiting for its peers since `since_ns` (0: no more), in the same
+// record. Thread-safe.
+void SetCollectiveWaitingSince(int64_t since_ns);
 
 // Tests only: forgets the process-wide writer, so the next CountStep attaches (or not)
 // again from the environment. Not thread-safe against concurrent CountStep calls.

@@ -19,7 +19,7 @@
 namespace spawnpoint::progress {
 
 inline constexpr char kProgressMagic[8] = {'S', 'P', 'P', 'R', 'O', 'G', '1', '\0'};
-inline constexpr uint32_t kProgressVersion = 2;  // 2: the waits ring
+inline constexpr uint32_t kProgressVersion = 3;  // 2: the waits ring; 3: waiting since
 inline constexpr size_t kProgressFileSize = 4096;
 inline constexpr size_t kDurationRing = 256;  // the latest steps' durations kept
 
@@ -35,16 +35,19 @@ enum class StepSource : uint32_t {
 
 // Byte offsets in the file.
 struct ProgressLayout {
-  static constexpr size_t kMagic = 0;         // char[8]
-  static constexpr size_t kVersion = 8;       // u32
-  static constexpr size_t kWriterPid = 12;    // u32: the rank's pid, set when it attaches
-  static constexpr size_t kSteps = 16;        // u64: steps completed
-  static constexpr size_t kLastStepNs = 24;   // u64: CLOCK_MONOTONIC ns at the latest step's end
-  static constexpr size_t kFirstStepNs = 32;  // u64: CLOCK_MONOTONIC ns at the first step's end
-  static constexpr size_t kSource = 40;       // u32: StepSource of the counted steps
-  static constexpr size_t kAttachNs = 48;     // u64: CLOCK_MONOTONIC ns when the rank attached
-  static constexpr size_t kDurations = 64;    // u32[kDurationRing]: microseconds, step n at
-                                              // index (n - 1) % kDurationRing
+  static constexpr size_t kMagic = 0;            // char[8]
+  static constexpr size_t kVersion = 8;          // u32
+  static constexpr size_t kWriterPid = 12;       // u32: the rank's pid, set when it attaches
+  static constexpr size_t kSteps = 16;           // u64: steps completed
+  static constexpr size_t kLastStepNs = 24;      // u64: CLOCK_MONOTONIC ns at the latest step's end
+  static constexpr size_t kFirstStepNs = 32;     // u64: CLOCK_MONOTONIC ns at the first step's end
+  static constexpr size_t kSource = 40;          // u32: StepSource of the counted steps
+  static constexpr size_t kAttachNs = 48;        // u64: CLOCK_MONOTONIC ns when the rank attached
+  static constexpr size_t kWaitingSinceNs = 56;  // u64: CLOCK_MONOTONIC ns since when the rank
+                                                 // has been waiting for its peers in a
+                                                 // collective; 0 while it is not
+  static constexpr size_t kDurations = 64;       // u32[kDurationRing]: microseconds, step n at
+                                                 // index (n - 1) % kDurationRing
   static constexpr size_t kWaits =
       kDurations + 4 * kDurationRing;  // u32[kDurationRing]:
                                        // microseconds of step n spent waiting for
@@ -59,5 +62,11 @@ static_assert(ProgressLayout::kEnd <= kProgressFileSize);
 // rank measured it (never more than the duration; 0 where nothing measures it). The
 // duration minus the wait is the rank's own work for the step: in synchronous training
 // every rank's durations are alike, so that difference is what tells a straggler.
+//
+// waiting_since is live, not per step: the writer sets it when the rank starts to wait for
+// its peers (a blocking collective is entered; DDP's backward has computed a gradient, so
+// the rank waits for the allreduce unless it computes another) and clears it when the wait
+// ends. A rank that makes no step while a peer has long been waiting for it is the one the
+// others wait on (agent/run/stall_watch.h).
 
 }  // namespace spawnpoint::progress

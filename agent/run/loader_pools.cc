@@ -110,6 +110,13 @@ std::vector<pid_t> LoaderPools::Pids() const {
   return pids;
 }
 
+std::vector<pid_t> LoaderPools::PidsOf(int rank) const {
+  for (const auto& p : pools_) {
+    if (p->spec().rank == rank) return p->Pids();
+  }
+  return {};
+}
+
 void LoaderPools::Tick() {
   for (size_t i = 0; i < pools_.size(); ++i) {
     pools_[i]->Tick();

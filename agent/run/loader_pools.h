@@ -41,6 +41,7 @@ class LoaderPools {
   // (deferred respawns, and the growth the services asked for).
   bool OnChildExited(pid_t pid, int wait_status);
   std::vector<pid_t> Pids() const;
+  std::vector<pid_t> PidsOf(int rank) const;  // that rank's workers
   void Tick();
 
   // ", data stall 4%, 1234 samples/s" from the ranks' loader statistics, or "".

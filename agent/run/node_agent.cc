@@ -92,6 +92,7 @@ Status NodeAgent::Plan() {
       .dir = run_dir_,
       .spawner = spawner_,
       .say = [](const std::string& line) { Say(line); },
+      .loader_pids = [this](int rank) { return pools_.PidsOf(rank); },
       // status_ is made later (StartPools): looked up at each call.
       .on_progress =
           [this](const std::vector<RankProgress>& ranks, double median, int64_t now_ns) {

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "agent/supervisor/process_table.h"
+
 namespace spawnpoint::agent {
 namespace {
 
@@ -133,18 +135,43 @@ std::string StallMonitor::Describe(const StalledRank& s, const RankStack& stack)
                      (s.before_first_step ? "since it started, " : "for ") +
                      Seconds(s.silent_ns / 1e9) + "; median step " +
                      Seconds(watch_->MedianStepSeconds());
+  if (s.waited_on_by >= 0) {
+    line += "; rank " + std::to_string(s.waited_on_by) + " has waited " +
+            Seconds(s.waited_on_ns / 1e9) +
+            " for it in a collective while it used no CPU and waited in none";
+  }
   if (!stack.top_frame.empty()) line += "; top frame: " + stack.top_frame;
   return line;
+}
+
+int64_t StallMonitor::RankCpuNs(int rank, pid_t pid) const {
+  const int64_t own = ProcessCpuNs(pid, options_.proc_root);
+  if (own < 0) return -1;
+  int64_t total = own;
+  std::vector<pid_t> helpers = ChildrenOf(pid, options_.proc_root);
+  if (options_.loader_pids) {
+    for (pid_t p : options_.loader_pids(rank)) helpers.push_back(p);
+  }
+  for (pid_t p : helpers) total += std::max<int64_t>(0, ProcessCpuNs(p, options_.proc_root));
+  return total;
 }
 
 std::optional<RankFailure> StallMonitor::Check(const std::vector<std::pair<int, pid_t>>& running) {
   if (!watch_) return std::nullopt;
   const int64_t now = progress::MonotonicNs();
+  const bool sample_cpu = now - last_cpu_sample_ns_ >= 1'000'000'000;
+  if (sample_cpu) last_cpu_sample_ns_ = now;
   std::vector<RankProgress> progress;
   for (const Rank& r : ranks_) {
     StatusOr<progress::ProgressSnapshot> snapshot = r.record->Read();
     if (!snapshot.ok()) continue;  // a record the rank damaged: no verdict on it
-    progress.push_back({r.rank, *snapshot, r.started_ns});
+    int64_t cpu = -1;
+    if (sample_cpu) {
+      auto pid = std::find_if(running.begin(), running.end(),
+                              [&](const auto& p) { return p.first == r.rank; });
+      if (pid != running.end()) cpu = RankCpuNs(r.rank, pid->second);
+    }
+    progress.push_back({r.rank, *snapshot, r.started_ns, cpu});
   }
   // Only ranks still running can stall: one that finished (its peers still at work) has
   // simply stopped stepping.

@@ -44,6 +44,11 @@ class StallMonitor {
     std::string dir;                              // records and stack files; must exist
     ProcessSpawner* spawner = nullptr;            // runs gdb
     std::function<void(const std::string&)> say;  // one line of the agent's log
+    // The agent's loader workers of a rank, whose CPU time counts as the rank's (a rank
+    // waiting for its batches is not idle). May be empty.
+    std::function<std::vector<pid_t>(int rank)> loader_pids;
+    // Where the ranks' CPU times are read (tests: a fake tree).
+    std::string proc_root = "/proc";
     // Every Check: each rank's record as read, the job's median step, and CLOCK_MONOTONIC
     // now (for the status document and the metrics). May be empty.
     std::function<void(const std::vector<RankProgress>& ranks, double median_step_seconds,
@@ -85,6 +90,9 @@ class StallMonitor {
   };
 
   std::string Describe(const StalledRank& s, const RankStack& stack) const;
+  // CPU time of the rank `pid` is, its children (torch's own loader workers) and its agent
+  // loader workers; -1 when the rank is gone.
+  int64_t RankCpuNs(int rank, pid_t pid) const;
   std::string Where() const;  // "pod P", or "node N" outside Kubernetes
   void ClearStall();
   void CheckStraggler(const std::vector<RankProgress>& progress);
@@ -95,6 +103,7 @@ class StallMonitor {
   std::unique_ptr<StragglerWatch> stragglers_;
   // The named stall, until its culprit steps again: its rank and step count then.
   std::optional<std::pair<int, uint64_t>> stall_;
+  int64_t last_cpu_sample_ns_ = 0;  // CPU times are read about once a second
 };
 
 // The status document's "stall": {"rank", "pod", "silentSeconds", "medianStepSeconds",

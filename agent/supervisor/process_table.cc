@@ -1,6 +1,7 @@
 #include "agent/supervisor/process_table.h"
 
 #include <dirent.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -61,6 +62,35 @@ std::vector<ProcEntry> ListProcesses(const std::string& proc_root) {
     if (!ParseStat(line, &state, &flags, &e.ppid, &e.pgid)) continue;
     e.pid = static_cast<pid_t>(std::atol(name.c_str()));
     out.push_back(e);
+  }
+  return out;
+}
+
+int64_t ProcessCpuNs(pid_t pid, const std::string& proc_root) {
+  std::string line;
+  if (!ReadLine(proc_root + "/" + std::to_string(pid) + "/stat", &line)) return -1;
+  const size_t close_paren = line.rfind(')');
+  if (close_paren == std::string::npos) return -1;
+  // After the command: state (field 3) ... utime (14), stime (15), in clock ticks.
+  std::istringstream rest(line.substr(close_paren + 1));
+  std::string field;
+  for (int i = 3; i <= 13; ++i) {
+    if (!(rest >> field)) return -1;
+  }
+  unsigned long long utime = 0, stime = 0;
+  if (!(rest >> utime >> stime)) return -1;
+  static const long ticks = sysconf(_SC_CLK_TCK) > 0 ? sysconf(_SC_CLK_TCK) : 100;
+  return static_cast<int64_t>((utime + stime) *
+                              (1'000'000'000ULL / static_cast<unsigned long long>(ticks)));
+}
+
+std::vector<pid_t> ChildrenOf(pid_t pid, const std::string& proc_root) {
+  std::vector<pid_t> out;
+  const std::string tasks = proc_root + "/" + std::to_string(pid) + "/task";
+  for (const std::string& tid : NumericEntries(tasks)) {
+    std::ifstream in(tasks + "/" + tid + "/children");
+    long child = 0;
+    while (in >> child) out.push_back(static_cast<pid_t>(child));
   }
   return out;
 }

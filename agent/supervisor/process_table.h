@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,13 @@ std::vector<ProcEntry> ListProcesses(const std::string& proc_root = "/proc");
 // kernel's exit (PF_EXITING in its stat flags) or is a zombie, or the process is gone. A
 // thread-group leader that called pthread_exit while other threads run is not exiting.
 bool ProcessIsExiting(pid_t pid, const std::string& proc_root = "/proc");
+
+// CPU time (user + system, every thread's) `pid` has used, in ns, as /proc/PID/stat says;
+// -1 when it is gone or unreadable.
+int64_t ProcessCpuNs(pid_t pid, const std::string& proc_root = "/proc");
+
+// The children of `pid` (of every thread), as /proc/PID/task/TID/children lists them.
+std::vector<pid_t> ChildrenOf(pid_t pid, const std::string& proc_root = "/proc");
 
 // Parses one /proc/PID/stat line: state and flags (the kernel's task flags word), and the
 // parent and group. False for a line that does not parse.

@@ -17,6 +17,7 @@ struct SimRank {
   int64_t started_ns = 0;
   int64_t now_ns = 0;  // the end of its latest step
   progress::ProgressSnapshot snapshot;
+  int64_t cpu_ns = -1;  // what the agent sampled of its CPU time (-1: nothing this Check)
 
   // One step of `duration_ns`, `wait_ns` of it waiting for peers.
   void Step(int64_t duration_ns, int64_t wait_ns = 0) {
@@ -30,7 +31,7 @@ struct SimRank {
       snapshot.recent_wait_us.erase(snapshot.recent_wait_us.begin());
     }
   }
-  RankProgress Progress() const { return {rank, snapshot, started_ns}; }
+  RankProgress Progress() const { return {rank, snapshot, started_ns, cpu_ns}; }
 };
 
 }  // namespace spawnpoint::agent

@@ -123,6 +123,89 @@ TEST(StallWatchTest, APeerMarkedAsWaitingIsNotReportedUntilItSteps) {
             std::vector<int>{0});
 }
 
+// The peer-wait rule ("auto", issue 39): from the first step on, a rank that neither steps
+// nor works nor waits while a peer has waited 30 s for it in a collective. Checked once a
+// second from `from`, with each rank's CPU sampled then: `busy` ranks use a whole CPU.
+struct PeerWaitRun {
+  std::vector<StalledRank> named;  // at the first Check that named anyone
+  int64_t at_ns = -1;              // when, or -1
+};
+PeerWaitRun RunChecks(StallWatch& watch, std::vector<SimRank*> ranks, std::vector<bool> busy,
+                      int64_t from, int64_t to) {
+  PeerWaitRun run;
+  for (int64_t t = from; t <= to; t += kS) {
+    std::vector<RankProgress> progress;
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      ranks[i]->cpu_ns = busy[i] ? t - from : 7 * kMs;  // an idle rank's CPU stands still
+      progress.push_back(ranks[i]->Progress());
+    }
+    auto stalled = watch.Check(progress, t);
+    if (!stalled.empty()) return {stalled, t};
+  }
+  return run;
+}
+
+TEST(StallWatchTest, ARankItsPeerWaitsOnIsNamedFromTheFirstStepWithin30s) {
+  for (int steps : {0, 4}) {  // a hang at step 1 and at step 5, before "auto" is armed
+    StallWatch watch(api::StallPolicy{});
+    SimRank a{.rank = 0}, b{.rank = 1};
+    for (int i = 0; i < steps; ++i) {
+      a.Step(100 * kMs);
+      b.Step(100 * kMs);
+    }
+    const int64_t t0 = a.now_ns;
+    a.snapshot.waiting_since_ns = t0 + kS;  // in its next step's allreduce, b never comes
+    PeerWaitRun run = RunChecks(watch, {&a, &b}, {false, false}, t0, t0 + 120 * kS);
+    ASSERT_EQ(Ranks(run.named), std::vector<int>{1}) << steps;
+    EXPECT_EQ(run.at_ns, t0 + 31 * kS) << "30 s after rank 0 began to wait, not before";
+    EXPECT_EQ(run.named[0].waited_on_by, 0);
+    EXPECT_EQ(run.named[0].waited_on_ns, 30 * kS);
+    EXPECT_EQ(run.named[0].before_first_step, steps == 0);
+    EXPECT_EQ(run.named[0].steps, static_cast<uint64_t>(steps));
+  }
+}
+
+TEST(StallWatchTest, ARankAtWorkIsNeverNamedHoweverLongItsPeerWaits) {
+  // A first step of 90 s of real work on rank 1, rank 0 waiting for it all along.
+  StallWatch watch(api::StallPolicy{});
+  SimRank a{.rank = 0}, b{.rank = 1};
+  a.snapshot.waiting_since_ns = kS;
+  EXPECT_THAT(RunChecks(watch, {&a, &b}, {false, true}, 0, 90 * kS).named, IsEmpty());
+  // Its loader workers' CPU counts too (RankProgress::cpu_ns): the same.
+}
+
+TEST(StallWatchTest, ThePeerWaitRuleNeedsAWaitingPeerAnIdleRankAndAutoTimeouts) {
+  {  // both wait in a collective: neither is the one the other waits on
+    StallWatch watch(api::StallPolicy{});
+    SimRank a{.rank = 0}, b{.rank = 1};
+    a.snapshot.waiting_since_ns = b.snapshot.waiting_since_ns = kS;
+    EXPECT_THAT(RunChecks(watch, {&a, &b}, {false, false}, 0, 120 * kS).named, IsEmpty());
+  }
+  {  // idle, but nobody waits for it (a single rank, or peers elsewhere at work)
+    StallWatch watch(api::StallPolicy{});
+    SimRank a{.rank = 0}, b{.rank = 1};
+    EXPECT_THAT(RunChecks(watch, {&a, &b}, {true, false}, 0, 120 * kS).named, IsEmpty());
+  }
+  {  // CPU never sampled: not known to be idle
+    StallWatch watch(api::StallPolicy{});
+    SimRank a{.rank = 0}, b{.rank = 1};
+    a.snapshot.waiting_since_ns = kS;
+    for (int64_t t = 0; t <= 120 * kS; t += kS) {
+      EXPECT_THAT(watch.Check({a.Progress(), b.Progress()}, t), IsEmpty());
+    }
+  }
+  {  // an explicit timeoutSeconds is the user's rule alone
+    api::StallPolicy policy;
+    policy.timeout_seconds = 600;
+    StallWatch watch(policy);
+    SimRank a{.rank = 0}, b{.rank = 1};
+    a.Step(kS);
+    b.Step(kS);
+    a.snapshot.waiting_since_ns = 2 * kS;
+    EXPECT_THAT(RunChecks(watch, {&a, &b}, {false, false}, kS, 120 * kS).named, IsEmpty());
+  }
+}
+
 TEST(RankStacksTest, PythonDumpsNameTheMainThreadsInnermostFrame) {
   const std::string dump =
       "Thread 0x00007f1 (most recent call first):\n"

@@ -127,12 +127,18 @@ TEST_F(ProgressFileTest, PeerWaitAddsItsScopeToTheStepInFlight) {
   ASSERT_EQ(::setenv(kProgressFileEnv, path_.c_str(), 1), 0);
   int64_t inside = 0;
   {
+    const int64_t before = MonotonicNs();
     spawnpoint::PeerWait waiting;
     const int64_t start = MonotonicNs();
+    // While it waits the record says since when, for the agent's stall rule.
+    const int64_t since = MustRead(*file).waiting_since_ns;
+    EXPECT_GE(since, before);
+    EXPECT_LE(since, start);
     while (MonotonicNs() - start < 2 * kMs) {
     }
     inside = MonotonicNs() - start;
   }
+  EXPECT_EQ(MustRead(*file).waiting_since_ns, 0) << "the wait is over";
   Step();
   Step();
   ProgressSnapshot s = MustRead(*file);
@@ -228,7 +234,7 @@ TEST_F(ProgressFileTest, BadRecordsAreClearErrorsNamingTheFile) {
     Patch(ProgressLayout::kVersion, &version, sizeof(version));
     StatusOr<ProgressFile> f = ProgressFile::Open(path_);
     ASSERT_FALSE(f.ok());
-    EXPECT_THAT(f.status().message(), HasSubstr(path_ + ": version 7, this build reads version 2"));
+    EXPECT_THAT(f.status().message(), HasSubstr(path_ + ": version 7, this build reads version 3"));
   }
   {  // changed under an open reader: version, then truncated
     StatusOr<ProgressFile> f = ProgressFile::Create(path_);

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -34,7 +35,8 @@ TIMEOUT = 120
 
 # The record's layout (agent/progress/progress_record.h).
 MAGIC = b"SPPROG1\0"
-HEADER = struct.Struct("<8sIIQQQI4xQ")  # magic version pid steps last first source attach
+HEADER = struct.Struct("<8sIIQQQI4xQQ")  # magic version pid steps last first source attach
+                                         # waiting_since
 DURATIONS = 64
 RING = 256
 WAITS = DURATIONS + 4 * RING
@@ -44,18 +46,18 @@ OPTIMIZER, LOADER, EXPLICIT = 1, 2, 3
 def create_record(path):
     """What the agent's ProgressFile::Create makes: 4096 zero bytes, magic and version."""
     with open(path, "wb") as f:
-        f.write(MAGIC + struct.pack("<I", 2) + bytes(4096 - 12))
+        f.write(MAGIC + struct.pack("<I", 3) + bytes(4096 - 12))
 
 
 def read_record(path):
     with open(path, "rb") as f:
         data = f.read()
-    magic, version, pid, steps, last, first, source, attach = HEADER.unpack_from(data, 0)
+    magic, version, pid, steps, last, first, source, attach, waiting = HEADER.unpack_from(data, 0)
     ring = struct.unpack_from("<%dI" % RING, data, DURATIONS)
     waits = struct.unpack_from("<%dI" % RING, data, WAITS)
     numbers = range(max(1, steps - RING + 1), steps + 1)
     return {"magic": magic, "version": version, "pid": pid, "steps": steps, "last_ns": last,
-            "first_ns": first, "source": source, "attach_ns": attach,
+            "first_ns": first, "source": source, "attach_ns": attach, "waiting_since_ns": waiting,
             "recent_us": [ring[(n - 1) % RING] for n in numbers],
             "recent_wait_us": [waits[(n - 1) % RING] for n in numbers]}
 
@@ -205,10 +207,19 @@ WAIT_TRAINER = textwrap.dedent("""\
 
     mode, rank, store = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=2)
+
+    def gate():  # rank 1 holds back until the test opens the gate
+        if rank == 1:
+            while not os.path.exists(store + ".gate"):
+                time.sleep(0.01)
+
+    if mode == "gate-init":  # rank 0 waits in DDP's construction (its broadcast)
+        gate()
+        mode = "ddp"
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
     calls = []
-    if mode in ("ddp", "hook"):
+    if mode in ("ddp", "hook", "gate-ddp"):
         model = DistributedDataParallel(model)
     if mode == "hook":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -219,6 +230,11 @@ WAIT_TRAINER = textwrap.dedent("""\
 
         model.register_comm_hook(None, my_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    if mode in ("gate-ddp", "gate-barrier"):  # in its first backward, or in barrier()
+        gate()
+        if mode == "gate-barrier":
+            dist.barrier()
+        mode = "ddp" if mode == "gate-ddp" else "local"
     for _ in range(6):
         time.sleep(0.3 if rank == 1 else 0.01)
         opt.zero_grad()
@@ -289,6 +305,37 @@ class WaitTest(ProgressTestCase):
         for r in records:
             self.assertEqual(r["steps"], 6)
             self.assertEqual(r["recent_wait_us"], [0] * 6, records)
+
+    def test_the_record_says_live_since_when_the_rank_waits_for_its_peers(self):
+        # DDP's construction broadcasts, barrier() and DDP's allreduce in backward: while rank
+        # 1 holds back, rank 0's record says since when it waits; 0 once it no longer does.
+        script = self.write("pair.py", WAIT_TRAINER)
+        for mode in ("gate-init", "gate-ddp", "gate-barrier"):
+            store = os.path.join(self.tmp, "store-" + mode)
+            records = [os.path.join(self.tmp, "%s-%d.progress" % (mode, r)) for r in (0, 1)]
+            procs = []
+            for r in (0, 1):
+                create_record(records[r])
+                procs.append(subprocess.Popen(
+                    [PYTHON, script, mode, str(r), store], cwd=self.tmp,
+                    env=environment({"SPAWNPOINT_PROGRESS_FILE": records[r]}),
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True))
+            deadline = time.monotonic() + TIMEOUT
+            while read_record(records[0])["waiting_since_ns"] == 0:
+                self.assertLess(time.monotonic(), deadline, "rank 0 never said it waits")
+                self.assertIsNone(procs[0].poll(), procs[0].communicate())
+                time.sleep(0.05)
+            since = read_record(records[0])["waiting_since_ns"]
+            self.assertLessEqual(since, time.monotonic_ns())
+            self.assertEqual(read_record(records[0])["steps"], 0, "it waits before its first step")
+            self.assertEqual(read_record(records[1])["waiting_since_ns"], 0, "rank 1 is held")
+            open(store + ".gate", "w").close()
+            for p in procs:
+                _, err = p.communicate(timeout=TIMEOUT)
+                self.assertEqual(p.returncode, 0, err)
+            for path in records:
+                r = read_record(path)
+                self.assertEqual((r["steps"], r["waiting_since_ns"]), (6, 0), (mode, r))
 
     def test_backward_clock(self):
         sys.path.insert(0, SHIM_DIR)

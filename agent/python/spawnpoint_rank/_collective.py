@@ -26,7 +26,11 @@ only in a rank with a progress record (`progress_file` set by the bootstrap):
     torch.distributed hook): all_reduce, all_gather, broadcast, barrier, reduce_scatter and
     the like, with async_op false, wait for as long as the call takes.
 
-Both add to the step in flight through _progress.add_wait.
+Both add to the step in flight through _progress.add_wait. Both also say, live, since when
+the rank waits (_progress.waiting_since): a blocking collective from its call, DDP's backward
+from its latest gradient (until another gradient is computed, or backward returns), and a DDP
+model's construction (which broadcasts rank 0's parameters) from its call. The agent names a
+rank that makes no step while a peer has long waited for it (agent/run/stall_watch.h).
 """
 
 import functools
@@ -92,6 +96,7 @@ def timed_backward(backward, clock=None):
             return backward(*args, **kwargs)
         finally:
             wait = clock.end(time.monotonic_ns())
+            _progress.waiting_since(0)
             if wait:
                 _progress.add_wait(wait)
 
@@ -108,7 +113,9 @@ def stamp_gradients(module, clock=None):
     module.__dict__["_spawnpoint_stamped"] = True
 
     def stamp(grad):
-        clock.grad(time.monotonic_ns())
+        now = time.monotonic_ns()
+        clock.grad(now)
+        _progress.waiting_since(now)  # for the allreduce, unless another gradient comes
 
     for p in module.parameters():
         if p.requires_grad:
@@ -132,7 +139,11 @@ def patch_ddp(ddpmod):
 
     @functools.wraps(init)
     def stamped_init(self, *args, **kwargs):
-        init(self, *args, **kwargs)
+        _progress.waiting_since(time.monotonic_ns())  # the parameters' broadcast
+        try:
+            init(self, *args, **kwargs)
+        finally:
+            _progress.waiting_since(0)
         stamp_gradients(self)
 
     ddp.__init__ = stamped_init
@@ -153,10 +164,12 @@ def _timed_collective(fn):
             return fn(*args, **kwargs)
         start = time.monotonic_ns()
         _nesting.depth = 1  # broadcast_object_list's own broadcast is not counted again
+        _progress.waiting_since(start)
         try:
             return fn(*args, **kwargs)
         finally:
             _nesting.depth = 0
+            _progress.waiting_since(0)
             _progress.add_wait(time.monotonic_ns() - start)
 
     timed._spawnpoint_timed = True

@@ -9,7 +9,9 @@ counted step maps the record and stamps the writer pid and attach time; each ste
 publishes its duration (since the previous step's end, the first since start-up) into the
 ring (and the time it waited for peers in collectives, added by `add_wait(ns)`, into the
 waits ring), then
-last_step_ns, then steps. `count_step(source)` counts; the first EXPLICIT step
+last_step_ns, then steps. `waiting_since(ns)` says, live, since when the rank waits for its
+peers in a collective (0: it does not): the agent names the rank its peers wait on
+(agent/run/stall_watch.h); it attaches too, so it works before the first step. `count_step(source)` counts; the first EXPLICIT step
 (spawnpoint.step()) makes the record explicit and automatic counts (OPTIMIZER) stop. Without
 a record, in a forked child, or where the record cannot be used (reported once), counting
 is a no-op. Safe from any thread (one lock; a step takes microseconds to count).
@@ -27,7 +29,7 @@ OPTIMIZER = 1
 EXPLICIT = 3
 
 MAGIC = b"SPPROG1\0"
-VERSION = 2
+VERSION = 3
 FILE_SIZE = 4096
 RING = 256
 # Offsets (ProgressLayout) as indices of the record viewed as u32 and as u64.
@@ -40,6 +42,7 @@ _U64_STEPS = 16 // 8
 _U64_LAST_STEP_NS = 24 // 8
 _U64_FIRST_STEP_NS = 32 // 8
 _U64_ATTACH_NS = 48 // 8
+_U64_WAITING_SINCE_NS = 56 // 8
 _MAX_US = 0xFFFFFFFF
 
 
@@ -75,6 +78,10 @@ class Writer(object):
         self._last_end_ns = attach_ns
         self._u32[_U32_WRITER_PID] = pid
         self._u64[_U64_ATTACH_NS] = attach_ns
+
+    def set_waiting_since(self, since_ns):
+        """One whole store: the rank waits for its peers since `since_ns` (0: not)."""
+        self._u64[_U64_WAITING_SINCE_NS] = max(0, since_ns)
 
     def count(self, source, now_ns, wait_ns=0):
         """Counts one step of `source` that ended at `now_ns` (time.monotonic_ns()), of which
@@ -136,6 +143,14 @@ def _take_wait():
     with _wait_lock:
         wait, _wait_ns = _wait_ns, 0
     return wait
+
+
+def waiting_since(since_ns):
+    """This rank has waited for its peers in a collective since `since_ns`
+    (time.monotonic_ns()); 0: it does not wait now. A no-op without a record."""
+    writer = _writer if _tried else _attach()
+    if writer is not None and os.getpid() == _writer_pid:
+        writer.set_waiting_since(since_ns)
 
 
 def count_step(source):
