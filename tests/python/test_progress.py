@@ -323,7 +323,8 @@ class WaitTest(ProgressTestCase):
             deadline = time.monotonic() + TIMEOUT
             while read_record(records[0])["waiting_since_ns"] == 0:
                 self.assertLess(time.monotonic(), deadline, "rank 0 never said it waits")
-                self.assertIsNone(procs[0].poll(), procs[0].communicate())
+                if procs[0].poll() is not None:
+                    self.fail("rank 0 ended: %r" % (procs[0].communicate(),))
                 time.sleep(0.05)
             since = read_record(records[0])["waiting_since_ns"]
             self.assertLessEqual(since, time.monotonic_ns())
