@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: deps demo-deps configure build test demo demo-cpp cluster-tools cluster-up cluster-down bench-launch bench-restart bench-loader bench-kube demo-cluster bench-operator bench-metrics bench-frameworks fuzz chaos test-asan test-tsan test-repeat agent-bundle images frameworks-env chart sync-chart-crds format clean
+.PHONY: deps demo-deps configure build test demo demo-cpp cluster-tools cluster-up cluster-down bench-launch bench-restart bench-loader bench-kube demo-cluster bench-operator bench-metrics bench-frameworks bench-first-batch fuzz chaos test-asan test-tsan test-repeat agent-bundle images frameworks-env chart sync-chart-crds format clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -121,6 +121,12 @@ bench-loader: build
 # frameworks environment (root needed): make bench-frameworks BENCH_ARGS=5
 bench-frameworks: build
 	BUILD=$(BUILD) bash bench/ultralytics_bench.sh $(BENCH_ARGS)
+
+# imagenet/main.py's start to its first batch (bench/first_batch_trainer.py, -j 4, 2 CPU
+# ranks): the agent at its defaults against torchrun with forked and with spawned workers.
+# Last line `ratios fork=X spawn=Y` (above 1: ours first). BENCH_ARGS="--reps 10" for more.
+bench-first-batch: build
+	/usr/bin/python3 bench/first_batch_bench.py --build $(BUILD) $(BENCH_ARGS)
 
 # The self-contained agent (binary, libraries, ld.so) the agent image carries.
 agent-bundle: configure

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import types
 import unittest
+import unittest.mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.environ.get("SPAWNPOINT_SOURCE_DIR") or os.path.dirname(os.path.dirname(HERE))
@@ -20,7 +21,7 @@ SHIM_DIR = os.path.join(SOURCE_DIR, "agent", "python")
 
 sys.path.insert(0, SHIM_DIR)
 try:
-    from spawnpoint_rank import env as rank_env, policy
+    from spawnpoint_rank import _rendezvous, env as rank_env, policy
     from spawnpoint_rank._report import FORK_WARNING
     from spawnpoint_rank.env import RankEnv
 finally:
@@ -248,6 +249,86 @@ class LoaderPolicyTest(unittest.TestCase):
             kwargs, notes = self.decide(explicit={"num_workers": odd})
             self.assertEqual(kwargs, {}, odd)
             self.assertEqual(notes, [policy.KEPT + "num_workers=%r" % (odd,)])
+
+
+# /proc/net/tcp as the kernel writes it: a header, then sl local rem st ...
+TCP = """\
+  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:7531 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1
+   1: 0100007F:9C40 0100007F:7531 01 00000000:00000000 00:00000000 00000000     0        0 2
+"""
+TCP6 = """\
+  sl  local_address                         remote_address                        st ...
+   0: 00000000000000000000000000000000:2710 00000000000000000000000000000000:0000 0A ...
+"""
+
+
+class RendezvousTest(unittest.TestCase):
+    """_rendezvous.py: a non-zero rank of node 0 joins env:// once rank 0's store listens."""
+
+    def test_listening_ports_are_read_from_both_tables(self):
+        # 0x7531 = 30001 listens; 0x9C40 = 40000 is an established client; 0x2710 = 10000 (v6)
+        self.assertEqual(_rendezvous.listening_ports([TCP, TCP6]), {30001, 10000})
+        self.assertEqual(_rendezvous.listening_ports(["garbage", ""]), set())
+
+    def test_which_calls_wait(self):
+        env = {"RANK": "1", "GROUP_RANK": "0", "MASTER_PORT": "30001"}
+        wait = _rendezvous.store_port_to_wait_for
+        self.assertEqual(wait(("gloo",), {}, env), 30001)
+        self.assertEqual(wait((), {"backend": "nccl", "init_method": "env://"}, env), 30001)
+        self.assertIsNone(wait(("gloo",), {}, dict(env, RANK="0")), "rank 0 hosts the store")
+        self.assertIsNone(wait(("gloo",), {}, dict(env, GROUP_RANK="1")), "another node's")
+        self.assertIsNone(wait(("gloo", "tcp://h:1"), {}, env), "the code's own init_method")
+        self.assertIsNone(wait(("gloo",), {"store": object()}, env), "the code's own store")
+        self.assertIsNone(wait(("gloo", None, None, 2, 0), {}, env), "rank=0 passed")
+        self.assertEqual(wait(("gloo",), {"rank": 1}, dict(env, RANK="0")), 30001)
+        self.assertIsNone(wait(("gloo",), {}, dict(env, MASTER_PORT="x")))
+
+    def test_waits_until_the_port_listens_and_no_longer_than_the_limit(self):
+        now = [0.0]
+        polls = []
+
+        def tables():
+            polls.append(now[0])
+            return [TCP] if now[0] >= 1.0 else ["header\n"]
+
+        def sleep(s):
+            now[0] += s
+
+        self.assertTrue(_rendezvous.wait_for_listener(30001, tables, lambda: now[0], sleep))
+        self.assertGreaterEqual(now[0], 1.0)
+        self.assertLess(now[0], 1.0 + 2 * _rendezvous.POLL_S)  # found at the next poll
+        now[0] = 0.0
+        self.assertFalse(_rendezvous.wait_for_listener(4, tables, lambda: now[0], sleep,
+                                                       limit_s=3.0))
+        self.assertLess(now[0], 3.0 + 2 * _rendezvous.POLL_S)
+        self.assertFalse(_rendezvous.wait_for_listener(30001, lambda: [], lambda: 0.0, sleep),
+                         "no tables: nothing to wait for")
+
+    def test_init_process_group_is_wrapped_once_and_waits_first(self):
+        calls = []
+
+        def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1,
+                               rank=-1, store=None):
+            calls.append(("init", backend))
+
+        c10d = types.SimpleNamespace(init_process_group=init_process_group)
+        dist = types.SimpleNamespace(init_process_group=init_process_group,
+                                     distributed_c10d=c10d)
+        _rendezvous.patch_init(dist)
+        _rendezvous.patch_init(dist)
+        self.assertIs(dist.init_process_group, c10d.init_process_group)
+        waited = []
+        original = _rendezvous.wait_for_listener
+        _rendezvous.wait_for_listener = lambda port: (waited.append(port), calls.append("wait"))
+        try:
+            with unittest.mock.patch.dict(os.environ, {"RANK": "1", "GROUP_RANK": "0",
+                                                      "MASTER_PORT": "30001"}):
+                dist.init_process_group("gloo")
+        finally:
+            _rendezvous.wait_for_listener = original
+        self.assertEqual(calls, ["wait", ("init", "gloo")])
+        self.assertEqual(waited, [30001])
 
 
 if __name__ == "__main__":

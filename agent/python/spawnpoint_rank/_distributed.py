@@ -1,5 +1,7 @@
-"""Post-import hook for torch.distributed: USE_LIBUV=0 where this torch has no libuv, and
-_exit.py's handler that lets the process group's threads finish before the interpreter does.
+"""Post-import hook for torch.distributed: USE_LIBUV=0 where this torch has no libuv,
+_exit.py's handler that lets the process group's threads finish before the interpreter does,
+the collectives' timing (_collective.py) and an env:// rendezvous that does not lose a second
+to rank 0's store starting late (_rendezvous.py).
 
 `patch(distmod)` is called by the bootstrap (sitecustomize.py) right after torch.distributed
 is first executed (which `import torch` does); call it only from there. Since torch 2.4 a
@@ -25,7 +27,7 @@ import datetime
 import os
 import sys
 
-from . import _collective, _exit
+from . import _collective, _exit, _rendezvous
 from ._report import report_once
 from .policy import DISABLE, PROBE, libuv_decision
 
@@ -69,6 +71,7 @@ def patch(distmod):
         return
     _exit.register(distmod)
     _collective.patch_functions(distmod)
+    _rendezvous.patch_init(distmod)
     # torch is still being imported: its __version__ may not be set yet, torch.version's is.
     version = getattr(torch, "__version__", None) or getattr(
         sys.modules.get("torch.version"), "__version__", "")
