@@ -1,6 +1,7 @@
 #include "api/torchrun_command.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cctype>
 
 namespace spawnpoint::api {
@@ -311,6 +312,14 @@ std::string PythonFromShebang(std::string_view head) {
     path = rest.substr(0, rest.find(' '));
   }
   return IsPythonProgram(path) ? path : "";
+}
+
+std::optional<int64_t> ParseTorchrunNumber(std::string_view text, int64_t min, int64_t max) {
+  int64_t value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end || value < min || value > max) return std::nullopt;
+  return value;
 }
 
 }  // namespace spawnpoint::api

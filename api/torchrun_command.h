@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -79,5 +80,9 @@ std::string PythonFromShebang(std::string_view head);
 
 // Whether `program` names a Python interpreter (python, python3, python3.11, /usr/bin/python3).
 bool IsPythonProgram(std::string_view program);
+
+// A torchrun flag's whole-number value within [min, max] ("8", not "8x" or " 8"); nullopt
+// otherwise.
+std::optional<int64_t> ParseTorchrunNumber(std::string_view text, int64_t min, int64_t max);
 
 }  // namespace spawnpoint::api

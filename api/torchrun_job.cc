@@ -19,14 +19,6 @@ using nlohmann::json;
 // The manifest's trainer command, as error paths name its elements.
 constexpr std::string_view kCommandPath = "spec.template.spec.containers[0].command[";
 
-std::optional<int64_t> ParseNumber(const std::string& text, int64_t min, int64_t max) {
-  int64_t value = 0;
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (ec != std::errc() || ptr != end || value < min || value > max) return std::nullopt;
-  return value;
-}
-
 // "train.py" -> "train", module "pkg.train" -> "pkg-train": a DNS label of at most 52
 // characters that starts with a letter, "torchrun" when nothing is left.
 std::string NameFromProgram(const TorchrunLaunch& launch) {
@@ -171,7 +163,7 @@ Status Builder::Read(const TorchrunLaunch& launch, const std::vector<SpecSet>& s
   bool nproc = false;
   for (const TorchrunFlag& flag : launch.flags) {
     if (flag.name == "node_rank") {
-      std::optional<int64_t> n = ParseNumber(flag.value, 0, kIntMax);
+      std::optional<int64_t> n = ParseTorchrunNumber(flag.value, 0, kIntMax);
       if (!n) return Fail(flag, ": must be an integer >= 0 (this machine's node, 0 to nnodes-1)");
       if (node_rank_ >= 0 && node_rank_ != *n) {
         return Fail(flag, "contradicts --node_rank " + std::to_string(node_rank_));
@@ -234,7 +226,7 @@ Status Builder::RanksPerNode(const TorchrunFlag* flag, json* spec) {
     cpu_ranks("one per CPU the agent may use");
   } else if (value == "auto") {
     cpu_ranks("no GPU found, one rank per CPU the agent may use");
-  } else if (std::optional<int64_t> n = ParseNumber(value, 1, kIntMax)) {
+  } else if (std::optional<int64_t> n = ParseTorchrunNumber(value, 1, kIntMax)) {
     if (gpus == 0) {
       ranks_ = Plural(static_cast<int>(*n), "CPU rank", "CPU ranks") + how;
     } else if (*n > gpus) {

@@ -20,14 +20,6 @@ struct Fixed {
   bool fixed() const { return !by.empty(); }
 };
 
-std::optional<int64_t> ParseNumber(const std::string& text, int64_t min, int64_t max) {
-  int64_t value = 0;
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (ec != std::errc() || ptr != end || value < min || value > max) return std::nullopt;
-  return value;
-}
-
 bool Present(const json& object, std::string_view key) {
   if (!object.is_object()) return false;
   auto it = object.find(std::string(key));
@@ -182,7 +174,7 @@ std::string FlagCheck::RanksPerNode(TorchrunFlag* flag) {
     flag->effect = "ignored: " + procs_.by + " fixes the ranks per node";
     return "";
   }
-  std::optional<int64_t> n = ParseNumber(v, 1, kIntMax);
+  std::optional<int64_t> n = ParseTorchrunNumber(v, 1, kIntMax);
   if (!n) {
     return who_ + "'s " + flag->written + ": must be a number >= 1, gpu, cpu or auto";
   }
@@ -204,8 +196,8 @@ std::string FlagCheck::Nodes(TorchrunFlag* flag) {
   if (colon == std::string::npos) {
     return Number(flag, 1, kIntMax, &nodes_, &spec_->nodes, "nodes (spec.nodes)");
   }
-  std::optional<int64_t> min = ParseNumber(v.substr(0, colon), 1, kIntMax);
-  std::optional<int64_t> max = ParseNumber(v.substr(colon + 1), 1, kIntMax);
+  std::optional<int64_t> min = ParseTorchrunNumber(v.substr(0, colon), 1, kIntMax);
+  std::optional<int64_t> max = ParseTorchrunNumber(v.substr(colon + 1), 1, kIntMax);
   if (!min || !max || *min > *max) {
     return who_ + "'s " + flag->written + ": must be N or MIN:MAX with 1 <= MIN <= MAX";
   }
@@ -232,7 +224,7 @@ std::string FlagCheck::Nodes(TorchrunFlag* flag) {
 
 std::string FlagCheck::Number(TorchrunFlag* flag, int64_t min, int64_t max, Fixed* fixed,
                               int* field, const std::string& what) {
-  std::optional<int64_t> n = ParseNumber(flag->value, min, max);
+  std::optional<int64_t> n = ParseTorchrunNumber(flag->value, min, max);
   if (!n) {
     return who_ + "'s " + flag->written + ": must be an integer from " + std::to_string(min) +
            " to " + std::to_string(max);

@@ -101,7 +101,8 @@ std::vector<std::string> RankChanges(const NodePlan& plan, const api::TrainingJo
   if (shim != first.env.end() && shim->second == "1") {
     lines.push_back(
         "Python: multiprocessing's default start method is spawn (fork where the code asks "
-        "for it, with a warning)");
+        "for it, with a warning); on node 0, init_process_group (env://) waits for rank 0's "
+        "store to listen instead of retrying a refused connect a second later");
     lines.push_back(Loaders(plan, job));
   }
   lines.push_back(StallRule(job.spec.stall_policy));

@@ -66,6 +66,7 @@ case "$(realpath "$prefix")/" in
 esac
 echo "bundle copied to $prefix"
 
+: >"$work/train.py"  # plan checks that the script it would run exists
 cat >"$work/plan.yaml" <<'EOF'
 apiVersion: spawnpoint.dev/v1alpha1
 kind: TrainingJob

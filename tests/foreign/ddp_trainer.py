@@ -49,8 +49,8 @@ def train(epochs, rank, world):
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(1, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     sampler = DistributedSampler(Line(), num_replicas=world, rank=rank, shuffle=True)
-    # num_workers is left at 0: the job's workersPerRank fills it in (the shim), with spawn
-    # and persistent workers.
+    # num_workers is left at 0: the job's workersPerRank fills it in (the shim), with spawn;
+    # the agent's pool keeps the worker processes across epochs.
     loader = DataLoader(Line(), batch_size=4, sampler=sampler)
     history = []
     for epoch in range(epochs):

@@ -255,10 +255,12 @@ WAIT_TRAINER = textwrap.dedent("""\
 
 
 class WaitTest(ProgressTestCase):
-    def train_pair(self, mode):
+    def start_pair(self, mode, name):
+        """WAIT_TRAINER's two ranks in `mode`, each with a fresh record: (store, records,
+        processes)."""
         script = self.write("pair.py", WAIT_TRAINER)
-        store = os.path.join(self.tmp, "store")
-        records = [os.path.join(self.tmp, "rank-%d.progress" % r) for r in (0, 1)]
+        store = os.path.join(self.tmp, "store-" + name)
+        records = [os.path.join(self.tmp, "%s-%d.progress" % (name, r)) for r in (0, 1)]
         procs = []
         for r in (0, 1):
             create_record(records[r])
@@ -266,6 +268,10 @@ class WaitTest(ProgressTestCase):
                 [PYTHON, script, mode, str(r), store], cwd=self.tmp,
                 env=environment({"SPAWNPOINT_PROGRESS_FILE": records[r]}),
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True))
+        return store, records, procs
+
+    def train_pair(self, mode):
+        _, records, procs = self.start_pair(mode, "rank")
         outs = []
         for p in procs:
             out, err = p.communicate(timeout=TIMEOUT)
@@ -310,17 +316,8 @@ class WaitTest(ProgressTestCase):
     def test_the_record_says_live_since_when_the_rank_waits_for_its_peers(self):
         # DDP's construction broadcasts, barrier() and DDP's allreduce in backward: while rank
         # 1 holds back, rank 0's record says since when it waits; 0 once it no longer does.
-        script = self.write("pair.py", WAIT_TRAINER)
         for mode in ("gate-init", "gate-ddp", "gate-barrier"):
-            store = os.path.join(self.tmp, "store-" + mode)
-            records = [os.path.join(self.tmp, "%s-%d.progress" % (mode, r)) for r in (0, 1)]
-            procs = []
-            for r in (0, 1):
-                create_record(records[r])
-                procs.append(subprocess.Popen(
-                    [PYTHON, script, mode, str(r), store], cwd=self.tmp,
-                    env=environment({"SPAWNPOINT_PROGRESS_FILE": records[r]}),
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True))
+            store, records, procs = self.start_pair(mode, mode)
             deadline = time.monotonic() + TIMEOUT
             # gate-ddp: the wait in backward, not the one in DDP's construction before it.
             while (read_record(records[0])["waiting_since_ns"] == 0 or
