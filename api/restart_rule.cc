@@ -109,6 +109,7 @@ Status DecodeRestartPolicy(FieldReader& reader, const Field& field, RestartPolic
       reader.ReadInt(Get(r, field.path, "backoffSeconds"), 0, kIntMax, &policy->backoff_seconds));
   SP_RETURN_IF_ERROR(reader.ReadInt(Get(r, field.path, "resetAfterSeconds"), 1, kIntMax,
                                     &policy->reset_after_seconds));
+  SP_RETURN_IF_ERROR(reader.ReadBool(Get(r, field.path, "standby"), &policy->standby));
   Field codes = Get(r, field.path, "retryableExitCodes");
   if (codes.value) {
     if (!codes.value->is_array()) return reader.WrongType(codes, "a list of exit codes (1-255)");

@@ -30,7 +30,8 @@ inline constexpr std::string_view kFailureCauses[] = {
 
 // spec.restartPolicy's fields, and restartPolicy.mode's values indexed by RestartMode.
 inline constexpr std::string_view kRestartFields[] = {
-    "mode", "maxRestarts", "backoffSeconds", "resetAfterSeconds", "retryableExitCodes", "retryOn"};
+    "mode",    "maxRestarts", "backoffSeconds", "resetAfterSeconds", "retryableExitCodes",
+    "retryOn", "standby"};
 inline constexpr std::string_view kRestartModeNames[] = {"InPlace", "Recreate"};
 
 // Decodes spec.restartPolicy (absent: the defaults) with `reader`'s located errors.

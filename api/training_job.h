@@ -67,6 +67,9 @@ struct RestartPolicy {
   // kFailureCauses) that restart the gang. With retryableExitCodes, they replace the default.
   std::vector<int> retry_on_exit_codes;
   std::vector<std::string> retry_on_causes;
+  // A warm standby per Python rank, released into the next attempt (agent/run/standby_rank.h):
+  // a restart does not wait for the rank's imports. Costs a process's memory per rank.
+  bool standby = true;
 };
 
 struct RunPolicy {

@@ -34,6 +34,7 @@ json TrainingJobToJson(const TrainingJob& job) {
       {"backoffSeconds", s.restart_policy.backoff_seconds},
       {"resetAfterSeconds", s.restart_policy.reset_after_seconds},
       {"retryableExitCodes", s.restart_policy.retryable_exit_codes},
+      {"standby", s.restart_policy.standby},
   };
   if (!s.restart_policy.retry_on_exit_codes.empty() || !s.restart_policy.retry_on_causes.empty()) {
     json retry_on = json::array();

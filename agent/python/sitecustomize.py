@@ -26,7 +26,12 @@ environment, so that processes the rank starts never see them:
     SPAWNPOINT_STACK_SIGNAL      a signal number and a file: faulthandler writes every Python
     SPAWNPOINT_STACK_FILE        thread's stack to the file (appending) on that signal
 A hook that fails is reported once on stderr and the trainer's import goes on without it. Without
-SPAWNPOINT_SHIM=1 it only chains. What the hooks do, and the environment they read, is
+SPAWNPOINT_SHIM=1 it only chains.
+
+Standby. With SPAWNPOINT_STANDBY_FD (a warm standby rank, spawnpoint_rank/_standby.py), the
+process prepares a rank's imports and waits for the agent to release it into an attempt
+before the chained sitecustomize and the trainer's script run; the variables above are taken
+from the attempt's environment then, when it is in. What the hooks do, and the environment they read, is
 described in spawnpoint_rank/ (env.py lists the variables).
 
 Chaining. Whether active or not (and after installing the finder, so that whatever the
@@ -101,6 +106,7 @@ def _hook_function(target):
         package.loader_service = loader_service
         package.progress_file = progress_file
         package.progress_attach_ns = progress_attach_ns
+        package.standby = "SPAWNPOINT_STANDBY_FD" in os.environ  # hooks: an attempt will come
         sys.modules[_PACKAGE] = package
         try:
             spec.loader.exec_module(package)
@@ -180,18 +186,42 @@ class _PostImportFinder(object):
 
 
 def _install():
-    global shim_active, loader_service
+    global shim_active
     if any(getattr(f, "_spawnpoint_shim", False) for f in sys.meta_path):
         return  # another copy of the shim (earlier on sys.path) is already in charge
-    loader_service = os.environ.pop("SPAWNPOINT_LOADER_SERVICE", None) or None
-    _take_progress_file()
-    _register_stacks()
+    _take_environment()
     sys.meta_path.insert(0, _PostImportFinder(_HOOKS))
     shim_active = True
     for name, target in _HOOKS.items():
         module = sys.modules.get(name)
         if module is not None:  # imported before us (e.g. by python -X importtime tools)
             _run_hook(target, module)
+
+
+def _take_environment():
+    """Takes this attempt's per-rank variables out of the environment (the module
+    docstring); in a released standby, again from the attempt's environment, and tells the
+    package if it was imported meanwhile."""
+    global loader_service
+    loader_service = os.environ.pop("SPAWNPOINT_LOADER_SERVICE", None) or None
+    _take_progress_file()
+    _register_stacks()
+    package = sys.modules.get(_PACKAGE)
+    if package is not None:
+        package.loader_service = loader_service
+        package.progress_file = progress_file
+        package.progress_attach_ns = progress_attach_ns
+        package.standby = False
+        for name in ("_pool", "_distributed"):
+            module = sys.modules.get(_PACKAGE + "." + name)
+            if module is not None:
+                module.attempt_environment_taken()
+
+
+def _standby():
+    """A warm standby rank: prepare, wait to be released, then go on as the rank."""
+    fd = int(os.environ.pop("SPAWNPOINT_STANDBY_FD"))
+    _hook_function("spawnpoint_rank._standby:wait_for_release")(fd, _take_environment)
 
 
 def _take_progress_file():
@@ -283,4 +313,6 @@ if os.environ.get("SPAWNPOINT_SHIM") == "1":
         _install()
     except Exception as _err:
         _say("disabled (%s: %s)" % (type(_err).__name__, _err))
+    if shim_active and os.environ.get("SPAWNPOINT_STANDBY_FD"):
+        _standby()  # returns in the attempt's environment, or exits
 _chain()

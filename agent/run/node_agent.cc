@@ -81,6 +81,13 @@ Status NodeAgent::Plan() {
   std::string run_dir = (std::filesystem::temp_directory_path() / "spawnpoint-run-XXXXXX").string();
   if (mkdtemp(run_dir.data()) == nullptr) return Internal("mkdtemp " + run_dir + " failed");
   run_dir_ = run_dir;
+  if (policy_.standby && policy_.max_restarts > 0) {
+    // The pod's cgroup: where its memory.events is (the OOM kills' count).
+    const std::string cgroup = std::filesystem::path(options_.memory_events).parent_path();
+    standbys_ = std::make_unique<StandbyRanks>(
+        spawner_, run_dir_, [this](const std::string& line) { Say(node_.job.name + ": " + line); },
+        [cgroup] { return ReadCgroupMemory(cgroup); });
+  }
   stall_ = std::make_unique<StallMonitor>(StallMonitor::Options{
       .job = node_.job.name,
       .pod = IdentityFromEnvironment(CurrentEnvironment(), HostName(), node_.job.name,
@@ -176,6 +183,7 @@ int NodeAgent::Run() {
   if (!options_.gang_addr.empty()) {
     Status s = StartGang();
     code = s.ok() ? RunInGang() : FailAgent(s);
+    if (standbys_) standbys_->Stop();  // reaped with the leftovers
     AwaitTeardown();
     Stop();
     return code;
@@ -213,6 +221,7 @@ int NodeAgent::Run() {
       break;
     }
   }
+  if (standbys_) standbys_->Stop();  // reaped with the leftovers
   AwaitTeardown();
   Stop();
   return code;
@@ -237,8 +246,20 @@ void NodeAgent::PrepareOverlap(const AttemptDecision& decision, bool teardown_pe
 void NodeAgent::AwaitTeardown() {
   AwaitLeftovers(
       {}, signals_, clock_, std::min<milliseconds>(options_.grace_period, milliseconds(5000)),
-      [this] { return pools_.Pids(); },
-      [this](pid_t pid, int status) { return pools_.OnChildExited(pid, status); });
+      [this] { return KeptPids(); },
+      [this](pid_t pid, int status) { return OnKeptExit(pid, status); });
+}
+
+std::vector<pid_t> NodeAgent::KeptPids() const {
+  std::vector<pid_t> pids = pools_.Pids();
+  if (standbys_) {
+    for (pid_t p : standbys_->Pids()) pids.push_back(p);
+  }
+  return pids;
+}
+
+bool NodeAgent::OnKeptExit(pid_t pid, int wait_status) {
+  return pools_.OnChildExited(pid, wait_status) || (standbys_ && standbys_->OnChildExited(pid));
 }
 
 StatusOr<std::vector<GangMember>> NodeAgent::MembersFor(int restart) const {
@@ -256,6 +277,10 @@ StatusOr<std::vector<GangMember>> NodeAgent::MembersFor(int restart) const {
     m.spawn.env = r.EnvList();
     m.spawn.working_dir = r.working_dir;
     m.spawn.cpus = r.devices.cpus;
+    if (standbys_ && StandbyApplies(m.spawn)) {
+      // What the rank imports by its first step is what the next standby preloads.
+      m.spawn.env.push_back("SPAWNPOINT_STANDBY_LEARN=" + standbys_->ModulesFile(r.rank));
+    }
     members.push_back(std::move(m));
   }
   return members;
@@ -311,15 +336,32 @@ StatusOr<GangResult> NodeAgent::RunAttempt(int restart) {
   go.on_status = [this](int up, int total) {
     Report(AttemptDecision{.phase = AgentPhase::kRunning}, up, total);
   };
-  if (!cluster_) {  // the loader pools live beside the gang, across attempts
-    go.on_other_exit = [this](pid_t pid, int status) { return pools_.OnChildExited(pid, status); };
-    go.keep_pids = [this] { return pools_.Pids(); };
-    go.on_tick = [this] { pools_.Tick(); };
+  ProcessSpawner* spawner = spawner_;
+  if (!cluster_) {  // the loader pools and the standbys live beside the gang, across attempts
+    go.on_other_exit = [this](pid_t pid, int status) { return OnKeptExit(pid, status); };
+    go.keep_pids = [this] { return KeptPids(); };
+    go.on_tick = [this] {
+      pools_.Tick();
+      if (standbys_) {
+        standbys_->Tick();
+        if (status_) status_->OnStandbys(standbys_->Memory());
+      }
+    };
+    if (standbys_) {
+      // This attempt's ranks start in the standbys made during the last one, if usable;
+      // standbys for the next attempt are made while this one runs.
+      spawner = standbys_->SpawnerFor(spawner_);
+      std::map<int, SpawnOptions> next;
+      if (StatusOr<std::vector<GangMember>> later = MembersFor(restart + 1); later.ok()) {
+        for (GangMember& m : *later) next[m.rank] = std::move(m.spawn);
+      }
+      standbys_->Expect(std::move(next));
+    }
   }
   if (cluster_) {  // a node agent's failure is its rank's
     go.refine_failure = [this](RankFailure& f) { return cluster_->Refine(f); };
   }
-  return Gang(spawner_, signals_, std::move(go)).Run(std::move(members));
+  return Gang(spawner, signals_, std::move(go)).Run(std::move(members));
 }
 
 AttemptDecision NodeAgent::Decide(const GangResult& result) {

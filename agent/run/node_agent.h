@@ -24,6 +24,7 @@
 #include "agent/run/local_cluster.h"
 #include "agent/run/node_facts.h"
 #include "agent/run/stall_monitor.h"
+#include "agent/run/standby_rank.h"
 #include "agent/status/agent_endpoint.h"
 #include "agent/status/node_status.h"
 #include "agent/supervisor/gang.h"
@@ -93,6 +94,9 @@ class NodeAgent {
   // Stops the endpoint and the status, then the pools, and removes the pool directory.
   // Idempotent.
   void Stop();
+  // The processes that live beside the gang (loader workers, standbys), and the exit of one.
+  std::vector<pid_t> KeptPids() const;
+  bool OnKeptExit(pid_t pid, int wait_status);
 
   // --gang (node_agent_gang.cc): this node's share of a gang that restarts in place. Node
   // 0's agent starts the coordinator; every agent joins it, and runs each attempt when the
@@ -131,6 +135,9 @@ class NodeAgent {
   bool overlap_teardown_ = false;
   std::string run_dir_;                  // ranks mode: progress records and stack files
   std::unique_ptr<StallMonitor> stall_;  // ranks mode: stalled ranks (spec.stallPolicy)
+  // Ranks mode with restarts to come and restartPolicy.standby: a warm standby per Python
+  // rank, released into the next attempt.
+  std::unique_ptr<StandbyRanks> standbys_;
 
   // Started by Run(); destroyed in reverse (the endpoint serves the status, which reads
   // the pools).

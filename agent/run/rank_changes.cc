@@ -104,6 +104,13 @@ std::vector<std::string> RankChanges(const NodePlan& plan, const api::TrainingJo
         "for it, with a warning); on node 0, init_process_group (env://) waits for rank 0's "
         "store to listen instead of retrying a refused connect a second later");
     lines.push_back(Loaders(plan, job));
+    const api::RestartPolicy& restarts = job.spec.restart_policy;
+    if (restarts.standby && restarts.max_restarts > 0) {
+      lines.push_back(
+          "restarts: each Python rank restarts in a warm standby, a process that did its "
+          "imports while the attempt ran (at idle CPU priority, no GPU context), at the cost "
+          "of its memory (restartPolicy.standby)");
+    }
   }
   lines.push_back(StallRule(job.spec.stall_policy));
   return lines;

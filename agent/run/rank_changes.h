@@ -12,8 +12,8 @@
 namespace spawnpoint::agent {
 
 // The lines, without the job's name: CPU pinning and thread counts; for Python ranks the
-// start method and the DataLoader defaults (injected and grown workers, the start method,
-// persistence); the stall rule. Empty for a plan without ranks.
+// start method, the DataLoader defaults (injected and grown workers, the start method,
+// persistence) and the standby ranks; the stall rule. Empty for a plan without ranks.
 std::vector<std::string> RankChanges(const NodePlan& plan, const api::TrainingJob& job);
 
 }  // namespace spawnpoint::agent

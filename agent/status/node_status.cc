@@ -166,6 +166,11 @@ NodeStatus::NodeStatus(NodeStatusOptions options)
        .help = "Seconds since the rank's last step (since it started, before its first), as "
                "of the agent's last progress reading.",
        .labels = rank}));
+  standby_memory_ = Must(registry_.AddGauge(
+      {.name = "spawnpoint_rank_standby_memory_bytes",
+       .help = "Resident memory of the rank's warm standby (restartPolicy.standby), 0 without "
+               "one.",
+       .labels = rank}));
   rank_stalled_ = Must(
       registry_.AddGauge({.name = "spawnpoint_rank_stalled",
                           .help = "1 while the rank is named as stalled (stallPolicy), else 0.",
@@ -204,6 +209,7 @@ NodeStatus::NodeStatus(NodeStatusOptions options)
     rank_steps_->WithLabels(l);
     rank_step_seconds_->WithLabels(l);
     rank_stalled_->WithLabels(l)->Set(0);
+    standby_memory_->WithLabels(l)->Set(0);
   }
   restarts_ = options_.restart_count;
   registry_.AddCollector([this](std::vector<CollectedFamily>* out) { Collect(out); });
@@ -323,6 +329,19 @@ void NodeStatus::OnStall(const json& stall) {
   Publish();
 }
 
+void NodeStatus::OnStandbys(const std::map<int, int64_t>& memory_bytes) {
+  const auto& id = options_.identity;
+  std::lock_guard<std::mutex> lock(mu_);
+  standbys_ = json::array();
+  for (const auto& r : options_.ranks) {
+    auto it = memory_bytes.find(r.rank);
+    const int64_t bytes = it != memory_bytes.end() ? it->second : 0;
+    standby_memory_->WithLabels({id.job_namespace, id.job, std::to_string(r.rank)})
+        ->Set(static_cast<double>(bytes));
+    if (it != memory_bytes.end()) standbys_.push_back({{"rank", r.rank}, {"memoryBytes", bytes}});
+  }
+}
+
 void NodeStatus::OnStraggler(const std::vector<RankBusy>& busy, double ratio, const json& straggler,
                              bool changed) {
   const auto& id = options_.identity;
@@ -384,6 +403,7 @@ NodeStatus::Reading NodeStatus::Read() {
   r.median_step_seconds = median_step_seconds_;
   r.stall = stall_;
   r.straggler = straggler_;
+  r.standbys = standbys_;
   r.progress = json::array();
   const int stalled = stall_.is_object() ? stall_.value("rank", -1) : -1;
   for (const RankSteps& p : progress_) {
@@ -509,6 +529,7 @@ json NodeStatus::Document(const Reading& r) {
        r.median_step_seconds > 0 ? json(r.median_step_seconds) : json(nullptr)},
       {"stall", r.stall},
       {"straggler", r.straggler},
+      {"standbys", r.standbys},
       {"elapsedSeconds",
        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()},
       {"updated", UtcNow()},

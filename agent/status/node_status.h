@@ -129,6 +129,11 @@ class NodeStatus {
   void OnStraggler(const std::vector<RankBusy>& busy, double ratio, const nlohmann::json& straggler,
                    bool changed);
 
+  // Each warm standby's resident memory, by rank (agent/run/standby_rank.h), as of a gang
+  // tick: the document's "standbys" ([{"rank", "memoryBytes"}]) and
+  // spawnpoint_rank_standby_memory_bytes (0 for a rank without one). Does not publish.
+  void OnStandbys(const std::map<int, int64_t>& memory_bytes);
+
   std::string phase() const;
   // Takes a reading and publishes the next document (see above): its text, as /status
   // serves it and on_document got it.
@@ -176,6 +181,7 @@ class NodeStatus {
     double median_step_seconds = 0;
     nlohmann::json stall;
     nlohmann::json straggler;
+    nlohmann::json standbys;
   };
   // One rank's progress as of the last tick.
   struct RankSteps {
@@ -210,6 +216,7 @@ class NodeStatus {
   metrics::Family<metrics::Gauge>* rank_last_step_age_ = nullptr;
   metrics::Family<metrics::Gauge>* rank_stalled_ = nullptr;
   metrics::Family<metrics::Gauge>* straggler_ratio_ = nullptr;
+  metrics::Family<metrics::Gauge>* standby_memory_ = nullptr;
 
   // Publishing: held while a document is made and handed to on_document, so documents
   // go out one at a time and in order. Taken before mu_, never while holding it.
@@ -229,6 +236,7 @@ class NodeStatus {
   nlohmann::json stall_;             // the named stall; null when none
   std::vector<RankBusy> busy_;       // the last tick's medians (any order)
   nlohmann::json straggler_;         // the named straggler; null when none
+  nlohmann::json standbys_ = nlohmann::json::array();  // the last tick's standbys
 };
 
 }  // namespace spawnpoint::agent

@@ -554,7 +554,7 @@ TEST(RankChangesTest, SaysPinningThreadsStartMethodLoaderDefaultsAndTheStallRule
   api::TrainingJob job;
   NodePlan plan = PlanWithPools({}, job);
   std::vector<std::string> lines = RankChanges(plan, job);
-  ASSERT_EQ(lines.size(), 4u) << ::testing::PrintToString(lines);
+  ASSERT_EQ(lines.size(), 5u) << ::testing::PrintToString(lines);
   EXPECT_EQ(lines[0],
             "each rank is pinned to its CPUs (rank 0: 0-1, rank 1: 2-3), with "
             "OMP_NUM_THREADS=2 (its CPUs; torchrun sets 1); its loader workers run on the same "
@@ -565,11 +565,13 @@ TEST(RankChangesTest, SaysPinningThreadsStartMethodLoaderDefaultsAndTheStallRule
                                   "draws from the random streams"));
   EXPECT_THAT(lines[2], HasSubstr("grows the pool (up to 8 per rank)"));
   EXPECT_THAT(lines[2], HasSubstr("persistent_workers as the code says"));
-  EXPECT_THAT(lines[3], HasSubstr("while its peers wait 30 s for it in a collective"));
+  EXPECT_THAT(lines[3], HasSubstr("restarts in a warm standby"));
+  EXPECT_THAT(lines[4], HasSubstr("while its peers wait 30 s for it in a collective"));
 
   plan = PlanWithPools({.loader = "{workersPerRank: 0, persistentWorkers: true}",
                         .extra_env = "{name: OMP_NUM_THREADS, value: '4'}"},
                        job);
+  job.spec.restart_policy.standby = false;  // no line for standbys
   lines = RankChanges(plan, job);
   ASSERT_EQ(lines.size(), 4u);
   EXPECT_THAT(lines[0], HasSubstr("OMP_NUM_THREADS=4 as the job or the environment sets it"));

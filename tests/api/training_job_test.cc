@@ -88,6 +88,7 @@ TEST(TrainingJob, MinimalManifestGetsEveryDefault) {
   EXPECT_EQ(s.restart_policy.max_restarts, 3);
   EXPECT_EQ(s.restart_policy.backoff_seconds, 10);
   EXPECT_TRUE(s.restart_policy.retryable_exit_codes.empty());
+  EXPECT_TRUE(s.restart_policy.standby);
   EXPECT_EQ(s.rendezvous_port, 29500);
   EXPECT_EQ(s.shm_size, "8Gi");
   EXPECT_EQ(s.shm_size_bytes, 8LL << 30);
@@ -156,6 +157,14 @@ TEST(TrainingJob, FullManifestSetsEveryField) {
   EXPECT_EQ(EffectiveBackend(s), Backend::kNccl);
 }
 
+TEST(TrainingJob, StandbyRanksCanBeTurnedOff) {
+  EXPECT_FALSE(
+      ParseOne(WithSpec("  restartPolicy: {standby: false}\n")).spec.restart_policy.standby);
+  EXPECT_NE(ParseError(WithSpec("  restartPolicy: {standby: maybe}\n"))
+                .find("spec.restartPolicy.standby"),
+            std::string::npos);
+}
+
 TEST(TrainingJob, Helpers) {
   TrainingJobSpec spec;
   spec.nodes = 3;
@@ -195,7 +204,7 @@ TEST(TrainingJob, ToJsonFillsDefaults) {
                "workerCommand": [], "pythonPool": true,
                "preloadModules": ["torch", "__main__"]},
     "restartPolicy": {"mode": "InPlace", "maxRestarts": 3, "backoffSeconds": 10,
-                      "resetAfterSeconds": 600, "retryableExitCodes": []},
+                      "resetAfterSeconds": 600, "retryableExitCodes": [], "standby": true},
     "rendezvous": {"port": 29500},
     "shmSize": "8Gi",
     "runPolicy": {"suspend": false, "activeDeadlineSeconds": null,
@@ -513,7 +522,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"  restartPolicy:\n    max_restarts: 1\n",
                 "job.yaml:12:5: spec.restartPolicy.max_restarts: unknown field (did you mean "
                 "\"maxRestarts\"?); allowed: mode, maxRestarts, backoffSeconds, "
-                "resetAfterSeconds, retryableExitCodes, retryOn"},
+                "resetAfterSeconds, retryableExitCodes, retryOn, standby"},
         BadCase{"  rendezvous:\n    host: 10.0.0.1\n",
                 "job.yaml:12:5: spec.rendezvous.host: unknown field; allowed: port"},
         BadCase{"  runPolicy:\n    backoffLimit: 3\n",

@@ -21,7 +21,7 @@ SHIM_DIR = os.path.join(SOURCE_DIR, "agent", "python")
 
 sys.path.insert(0, SHIM_DIR)
 try:
-    from spawnpoint_rank import _rendezvous, env as rank_env, policy
+    from spawnpoint_rank import _rendezvous, _standby, env as rank_env, policy
     from spawnpoint_rank._report import FORK_WARNING
     from spawnpoint_rank.env import RankEnv
 finally:
@@ -329,6 +329,53 @@ class RendezvousTest(unittest.TestCase):
             _rendezvous.wait_for_listener = original
         self.assertEqual(calls, ["wait", ("init", "gloo")])
         self.assertEqual(waited, [30001])
+
+
+class StandbyModuleTest(unittest.TestCase):
+    """_standby.py's pure parts: what a standby preloads, and what a rank writes for it."""
+
+    def setUp(self):
+        import tempfile
+
+        self.tmp = tempfile.mkdtemp(prefix="spawnpoint-standby-test-")
+        self.addCleanup(__import__("shutil").rmtree, self.tmp, True)
+
+    def test_modules_to_preload_are_the_learned_list_else_torchs_usual(self):
+        self.assertEqual(_standby.modules_to_preload({}), list(_standby.DEFAULT_MODULES))
+        path = os.path.join(self.tmp, "rank-0.modules")
+        with open(path, "w") as f:
+            f.write("# learned\ntorch\n\ntorchvision.models\n")
+        self.assertEqual(_standby.modules_to_preload({_standby.MODULES_ENV: path}),
+                         ["torch", "torchvision.models"])
+        missing = {_standby.MODULES_ENV: os.path.join(self.tmp, "none")}
+        self.assertEqual(_standby.modules_to_preload(missing), list(_standby.DEFAULT_MODULES))
+
+    def test_the_script_is_argv0_or_the_modules_source(self):
+        script = os.path.join(self.tmp, "train.py")
+        open(script, "w").close()
+        self.assertEqual(_standby.script_path([script, "--lr", "1"], {}), script)
+        self.assertIsNone(_standby.script_path(["-c", "pass"], {}))
+        self.assertIsNone(_standby.script_path([os.path.join(self.tmp, "gone.py")], {}))
+        self.assertTrue(_standby.script_path(["-m"], {_standby.MAIN_ENV: "json.tool"})
+                        .endswith(os.path.join("json", "tool.py")))
+
+    def test_a_rank_writes_its_library_modules_not_its_own(self):
+        script_dir = os.path.join(self.tmp, "job")
+        os.makedirs(script_dir)
+        own = types.ModuleType("my_model")
+        own.__file__ = os.path.join(script_dir, "my_model.py")
+        sys.modules["my_model"] = own
+        self.addCleanup(sys.modules.pop, "my_model", None)
+        path = os.path.join(self.tmp, "rank-0.modules")
+        names = _standby.learn_modules(path, os.path.join(script_dir, "train.py"))
+        with open(path) as f:
+            self.assertEqual(f.read().split(), names)
+        self.assertIn("json", names)
+        self.assertIn("unittest.mock", names)
+        self.assertNotIn("my_model", names)
+        self.assertNotIn("__main__", names)
+        self.assertFalse(any(n.startswith("spawnpoint_rank") for n in names))
+        self.assertLess(names.index("unittest"), names.index("unittest.mock"), "packages first")
 
 
 if __name__ == "__main__":

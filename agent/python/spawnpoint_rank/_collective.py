@@ -49,8 +49,10 @@ _COLLECTIVES = ("all_reduce", "all_gather", "all_gather_object", "all_gather_int
 
 
 def _enabled():
+    """A rank with a progress record, or a standby whose attempt will bring one (the timing
+    itself is a no-op without a record)."""
     package = sys.modules.get(__package__)
-    return bool(getattr(package, "progress_file", None))
+    return bool(getattr(package, "progress_file", None) or getattr(package, "standby", False))
 
 
 class BackwardClock(object):

@@ -60,6 +60,16 @@ def apply_libuv_policy(torch_version, probe, environ, say):
     return decision
 
 
+_decision = None  # apply_libuv_policy's, in this process
+
+
+def attempt_environment_taken():
+    """A released standby rank (sitecustomize): its USE_LIBUV=0, set in the standby's
+    environment, set again in the attempt's unless that one sets USE_LIBUV."""
+    if _decision == DISABLE and "USE_LIBUV" not in os.environ:
+        os.environ["USE_LIBUV"] = "0"
+
+
 def _multiprocessing_child():
     return "--multiprocessing-fork" in sys.argv
 
@@ -75,4 +85,6 @@ def patch(distmod):
     # torch is still being imported: its __version__ may not be set yet, torch.version's is.
     version = getattr(torch, "__version__", None) or getattr(
         sys.modules.get("torch.version"), "__version__", "")
-    apply_libuv_policy(str(version), lambda: probe_libuv(tcp_store), os.environ, report_once)
+    global _decision
+    _decision = apply_libuv_policy(str(version), lambda: probe_libuv(tcp_store), os.environ,
+                                   report_once)

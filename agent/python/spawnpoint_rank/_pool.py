@@ -49,6 +49,11 @@ _service = None
 _service_path = getattr(sys.modules.get(__package__), "loader_service", None)
 
 
+def attempt_environment_taken():
+    """A released standby rank (sitecustomize): the service of the attempt's environment."""
+    use_service_path(getattr(sys.modules.get(__package__), "loader_service", None))
+
+
 def use_service_path(path):
     """For tests and tools: talk to the service at `path` (None: no service)."""
     global _service_path, _service

@@ -158,6 +158,28 @@ def count_step(source):
     writer = _writer if _tried else _attach()
     if writer is not None and os.getpid() == _writer_pid:
         writer.count(source, time.monotonic_ns(), _take_wait())
+        if not _learned:
+            _learn_modules()
+
+
+_learned = False  # the modules imported by the first step were written for the next standby
+
+
+def _learn_modules():
+    """At the first counted step: what this rank has imported, for its next standby
+    (_standby.learn_modules; SPAWNPOINT_STANDBY_LEARN names the file)."""
+    global _learned
+    _learned = True
+    path = os.environ.get("SPAWNPOINT_STANDBY_LEARN")
+    if not path:
+        return
+    try:
+        from . import _standby
+
+        _standby.learn_modules(path, getattr(sys.modules.get("__main__"), "__file__", None))
+    except Exception as err:
+        report_once("the modules for the next standby were not written (%s: %s)"
+                    % (type(err).__name__, err))
 
 
 def step():
