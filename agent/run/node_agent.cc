@@ -85,7 +85,8 @@ Status NodeAgent::Plan() {
     // The pod's cgroup: where its memory.events is (the OOM kills' count).
     const std::string cgroup = std::filesystem::path(options_.memory_events).parent_path();
     standbys_ = std::make_unique<StandbyRanks>(
-        spawner_, run_dir_, [this](const std::string& line) { Say(node_.job.name + ": " + line); },
+        spawner_, clock_, run_dir_,
+        [this](const std::string& line) { Say(node_.job.name + ": " + line); },
         [cgroup] { return ReadCgroupMemory(cgroup); });
   }
   stall_ = std::make_unique<StallMonitor>(StallMonitor::Options{

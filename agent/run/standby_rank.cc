@@ -282,10 +282,11 @@ std::optional<MemoryUse> ReadCgroupMemory(const std::string& dir) {
   return MemoryUse{*current, *limit};
 }
 
-StandbyRanks::StandbyRanks(ProcessSpawner* spawner, std::string modules_dir,
+StandbyRanks::StandbyRanks(ProcessSpawner* spawner, Clock* clock, std::string modules_dir,
                            std::function<void(const std::string&)> say,
                            std::function<std::optional<MemoryUse>()> memory)
     : spawner_(spawner),
+      clock_(clock),
       modules_dir_(std::move(modules_dir)),
       say_(std::move(say)),
       memory_(std::move(memory)) {}
@@ -298,25 +299,35 @@ std::string StandbyRanks::ModulesFile(int rank) const {
 
 void StandbyRanks::Expect(std::map<int, SpawnOptions> next) {
   expected_.clear();
+  stamps_at_expect_.clear();
+  expected_at_ = clock_->Now();
   for (auto& [rank, options] : next) {
-    if (StandbyApplies(options)) expected_[rank] = std::move(options);
+    if (!StandbyApplies(options)) continue;
+    stamps_at_expect_[rank] = FileStamp(ModulesFile(rank));
+    expected_[rank] = std::move(options);
   }
 }
 
 void StandbyRanks::Tick() {
   if (off_) return;
-  for (auto& [rank, options] : expected_) {
-    auto it = standbys_.find(rank);
-    if (it != standbys_.end()) continue;
-    StatusOr<std::unique_ptr<StandbyRank>> s =
-        StandbyRank::Prepare(options, ModulesFile(rank), spawner_);
-    if (!s.ok()) {
-      say_("no standby for rank " + std::to_string(rank) + ": " + s.status().message());
+  const bool late = clock_->Now() - expected_at_ >= kPrepareAfter;
+  for (auto it = expected_.begin(); it != expected_.end();) {
+    const int rank = it->first;
+    // Due once this attempt's rank wrote its modules (its first step), or late.
+    const bool stepped = FileStamp(ModulesFile(rank)) != stamps_at_expect_[rank];
+    if (standbys_.count(rank) || (!stepped && !late)) {
+      it = standbys_.count(rank) ? expected_.erase(it) : std::next(it);
       continue;
     }
-    standbys_[rank] = std::move(s).value();
+    StatusOr<std::unique_ptr<StandbyRank>> s =
+        StandbyRank::Prepare(it->second, ModulesFile(rank), spawner_);
+    if (!s.ok()) {
+      say_("no standby for rank " + std::to_string(rank) + ": " + s.status().message());
+    } else {
+      standbys_[rank] = std::move(s).value();
+    }
+    it = expected_.erase(it);  // prepared once per Expect(); one that dies is not replaced
   }
-  expected_.clear();  // prepared once per Expect(); a standby that dies is not replaced
   bool newly_ready = false;
   for (auto& [rank, standby] : standbys_) {
     const bool was_ready = standby->ready();

@@ -12,6 +12,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "agent/process/spawner.h"
+#include "common/clock.h"
 #include "common/status.h"
 
 namespace spawnpoint::agent {
@@ -93,16 +95,22 @@ class StandbyRanks {
   // `say` gets one line per standby made ready and per one not used (and why). `memory`
   // (may be empty) tells how much of its memory limit the pod uses: standbys that push it
   // past kMemoryLimitShare are stopped, for the rest of the job, said once.
-  StandbyRanks(ProcessSpawner* spawner, std::string modules_dir,
+  StandbyRanks(ProcessSpawner* spawner, Clock* clock, std::string modules_dir,
                std::function<void(const std::string&)> say,
                std::function<std::optional<MemoryUse>()> memory = {});
   ~StandbyRanks();  // Stop()
 
+  // How long after Expect() a rank that has not written its modules file (ModulesFile: at
+  // its first step) gets its standby all the same.
+  static constexpr std::chrono::seconds kPrepareAfter{60};
+
   // The next attempt's ranks, by rank: a standby is prepared for each that has none yet
-  // (Python ranks only).
+  // (Python ranks only), once that rank of the running attempt has made its first step (it
+  // writes what it imported, which the standby then preloads; the attempt's start is not
+  // slowed by standbys), or kPrepareAfter has passed.
   void Expect(std::map<int, SpawnOptions> next);
-  // Prepares the standbys Expect() asked for and polls the others. Call on the spawning
-  // thread (PR_SET_PDEATHSIG) while an attempt runs.
+  // Prepares the standbys Expect() asked for when due and polls the others. Call on the
+  // spawning thread (PR_SET_PDEATHSIG) while an attempt runs.
   void Tick();
   // The standbys' pids (the Gang keeps them), and the exit of one (true if `pid` was one).
   std::vector<pid_t> Pids() const;
@@ -122,11 +130,14 @@ class StandbyRanks {
   class Adopting;
 
   ProcessSpawner* spawner_;
+  Clock* clock_;
   std::string modules_dir_;
   std::function<void(const std::string&)> say_;
   std::function<std::optional<MemoryUse>()> memory_;
   bool off_ = false;  // given up: the pod's memory limit would not hold them
   std::map<int, SpawnOptions> expected_;
+  Clock::TimePoint expected_at_{};               // when Expect() was called
+  std::map<int, std::string> stamps_at_expect_;  // each modules file's FileStamp then
   std::map<int, std::unique_ptr<StandbyRank>> standbys_;
   std::vector<pid_t> dying_;  // standbys killed and not reaped yet
   std::unique_ptr<Adopting> adopting_;

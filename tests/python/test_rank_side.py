@@ -374,6 +374,7 @@ class StandbyModuleTest(unittest.TestCase):
         self.assertIn("unittest.mock", names)
         self.assertNotIn("my_model", names)
         self.assertNotIn("__main__", names)
+        self.assertNotIn("sitecustomize", names, "the standby imports it as it preloads")
         self.assertFalse(any(n.startswith("spawnpoint_rank") for n in names))
         self.assertLess(names.index("unittest"), names.index("unittest.mock"), "packages first")
 

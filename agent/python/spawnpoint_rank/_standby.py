@@ -43,6 +43,9 @@ LEARN_ENV = "SPAWNPOINT_STANDBY_LEARN"      # where a rank writes the modules it
 # On the way to a DDP step and an optimizer step, where no list was learned yet.
 DEFAULT_MODULES = ("torch", "torch.distributed", "torch.nn.parallel", "torch.optim",
                    "torch.utils.data")
+# Never imported ahead: the process's own start-up modules (the standby runs inside
+# sitecustomize's import, whose lock the preload thread would wait for forever) and mains.
+_NEVER = frozenset(("__main__", "__mp_main__", "sitecustomize", "usercustomize", "site"))
 _MAX_MESSAGE = 1 << 20
 
 
@@ -95,6 +98,8 @@ def preload(argv, environ):
     from . import _preload
 
     for name in modules_to_preload(environ):
+        if name in sys.modules or name in _NEVER or name.startswith("spawnpoint_rank"):
+            continue  # already there (or being imported by the main thread: never wait on it)
         try:
             importlib.import_module(name)
         except BaseException:  # a library the last rank had may be gone: not the script's
@@ -223,7 +228,7 @@ def learn_modules(path, script):
     script_dir = os.path.dirname(os.path.abspath(script)) if script else None
     names = []
     for name, module in list(sys.modules.items()):
-        if name == "__main__" or name.startswith("spawnpoint_rank") or module is None:
+        if name in _NEVER or name.startswith("spawnpoint_rank") or module is None:
             continue
         where = getattr(module, "__file__", None)
         if where and script_dir and os.path.abspath(where).startswith(script_dir + os.sep):
