@@ -104,10 +104,18 @@ bench-operator: build cluster-tools
 bench-launch: build
 	bash bench/launch_bench.sh
 
-# A gang restart through the operator: restartPolicy.mode InPlace vs Recreate, also with a
-# simulated pod start latency (bench/restart_bench.py --help; BENCH_ARGS=--quick for one run).
-bench-restart: build cluster-tools
-	/usr/bin/python3 bench/restart_bench.py --build $(BUILD) $(BENCH_ARGS)
+# Restarts: first through the operator, restartPolicy.mode InPlace vs Recreate, also with a
+# simulated pod start latency (bench/restart_bench.py --help; BENCH_ARGS=--quick for one run);
+# then a rank's death -> restarted first step and the first start against torchrun of the same
+# torch at its defaults, torch 2.6 (frameworks environment; root needed) and 1.13
+# (bench/restart_torchrun.sh). Last line `ratios restart_torchvision=X restart_lightning=Y
+# start_overhead_pct=Z restart_torchvision_113=.. start_overhead_pct_113=.. inplace_vs_recreate=..`.
+TORCHRUN_REPS ?= 3
+bench-restart: build cluster-tools agent-bundle
+	@bash -o pipefail -c '/usr/bin/python3 bench/restart_bench.py --build $(BUILD) $(BENCH_ARGS) | tee $(BUILD)/bench-restart-operator.txt'
+	@bash -o pipefail -c 'BUILD=$(BUILD) bash bench/restart_torchrun.sh --reps $(TORCHRUN_REPS) | tee $(BUILD)/bench-restart-torchrun.txt'
+	@echo "$$(grep '^ratios ' $(BUILD)/bench-restart-torchrun.txt | tail -n 1)" \
+	  "$$(grep '^ratios ' $(BUILD)/bench-restart-operator.txt | tail -n 1 | cut -d' ' -f2-)"
 
 # Builds only what it runs: the exposition library needs none of the rest of the tree.
 bench-metrics: configure

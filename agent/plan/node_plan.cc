@@ -328,7 +328,8 @@ nlohmann::json NodePlanToJson(const NodePlan& plan, bool full_env) {
                       {"pciBusId", g.pci_bus_id},
                       {"name", g.name},
                       {"vendor", g.vendor},
-                      {"numaNode", g.numa_node}});
+                      {"numaNode", g.numa_node},
+                      {"memoryTotalBytes", g.memory_total_bytes}});
     }
     nlohmann::json rank = {{"rank", r.rank},
                            {"localRank", r.local_rank},

@@ -227,6 +227,47 @@ TEST_F(InPlaceEndToEnd, ARankKilledOnNode1RestartsTheGangInPlace) {
   EXPECT_THAT(watch->Stdout(), HasSubstr("Running 1\n"));
 }
 
+// Warm standby ranks (issue 36) in an in-place restart: a Python rank on each node
+// (tests/data/standby/train.py, Debian's torch, gloo) gets its standby while the first attempt
+// runs; once both are ready the test opens the gate and rank 1 SIGKILLs itself. Both nodes'
+// agents restart their rank in its standby (the same pid prints the attempt-1 line), in the
+// new attempt's environment, and the job Succeeds in place.
+TEST_F(InPlaceEndToEnd, AnInPlaceRestartStartsEachPythonRankInItsStandby) {
+  const std::string gate = h_.dir() + "/standby-gate";
+  ApplyJob("standby", "[/usr/bin/python3]",
+           "[\"" STANDBY_DATA "/train.py\", \"" + gate + "\", '1']",
+           /*max_restarts=*/1, /*backoff_seconds=*/0, /*workers=*/0);
+  static const std::regex ready(R"(rank (\d)'s standby \(pid (\d+)\) is ready for a restart)");
+  std::map<int, std::string> standby;  // rank -> pid
+  ASSERT_TRUE(h_.WaitFor(
+      [&] {
+        for (const char* pod : {"standby-node-0", "standby-node-1"}) {
+          const std::string log = PodLogs(h_, pod);
+          std::smatch m;
+          if (std::regex_search(log, m, ready)) standby[std::stoi(m[1])] = m[2];
+        }
+        return standby.size() == 2;
+      },
+      seconds(180)))
+      << Diagnose("standby");
+  const std::string uid0 = Uid("standby-node-0"), uid1 = Uid("standby-node-1");
+  spawnpoint::testing::WriteFile(gate, "");
+  ASSERT_EQ(WaitFinished("standby", seconds(180)), "Succeeded") << Diagnose("standby");
+  EXPECT_EQ(h_.Job("standby")["status"]["restarts"], 1);
+  EXPECT_EQ(Uid("standby-node-0"), uid0);
+  EXPECT_EQ(Uid("standby-node-1"), uid1);
+  for (int rank : {0, 1}) {
+    const std::string log = PodLogs(h_, "standby-node-" + std::to_string(rank));
+    EXPECT_THAT(log, HasSubstr("rank " + std::to_string(rank) +
+                               " starts in its warm standby (pid " + standby[rank] + ")"))
+        << log;
+    // The standby ran the script as attempt 1, in attempt 1's environment.
+    EXPECT_THAT(log, HasSubstr("top-level side effect pid=" + standby[rank] + " attempt=1 "))
+        << log;
+    EXPECT_THAT(log, HasSubstr("done pid=" + standby[rank] + " attempt=1")) << log;
+  }
+}
+
 // Recreate keeps today's behaviour: the same death recreates both pods (new UIDs, the next
 // attempt label) and the job Succeeds with one restart.
 TEST_F(InPlaceEndToEnd, RecreateStillRecreatesTheGang) {
