@@ -25,6 +25,13 @@ environment, so that processes the rank starts never see them:
                                  and progress_attach_ns: when the shim started)
     SPAWNPOINT_STACK_SIGNAL      a signal number and a file: faulthandler writes every Python
     SPAWNPOINT_STACK_FILE        thread's stack to the file (appending) on that signal
+    SPAWNPOINT_FAILED_FILE       where the agent lists the pids it stops when the attempt
+                                 fails: a rank listed there ends after its exit handlers (atexit,
+                                 logging's flush, stdout and stderr flushed) by SIGTERM's default
+                                 action, without the interpreter's finalization (module teardown,
+                                 collectors, torch's native destructors: 0.3-0.7 s that the
+                                 restart would wait for), as if it had no SIGTERM handler of its
+                                 own (Lightning's) that let it run on
 A hook that fails is reported once on stderr and the trainer's import goes on without it. Without
 SPAWNPOINT_SHIM=1 it only chains.
 
@@ -78,6 +85,8 @@ progress_file = None
 progress_attach_ns = None
 # The file faulthandler dumps the stacks into on SPAWNPOINT_STACK_SIGNAL (its fd stays open).
 stack_fd = None
+# Where the agent lists the pids it stops because the attempt failed (SPAWNPOINT_FAILED_FILE).
+failed_file = None
 
 
 def _say(message):
@@ -189,6 +198,9 @@ def _install():
     global shim_active
     if any(getattr(f, "_spawnpoint_shim", False) for f in sys.meta_path):
         return  # another copy of the shim (earlier on sys.path) is already in charge
+    import atexit
+
+    atexit.register(_end_stopped_rank)  # the first registered: it runs last
     _take_environment()
     sys.meta_path.insert(0, _PostImportFinder(_HOOKS))
     shim_active = True
@@ -202,8 +214,9 @@ def _take_environment():
     """Takes this attempt's per-rank variables out of the environment (the module
     docstring); in a released standby, again from the attempt's environment, and tells the
     package if it was imported meanwhile."""
-    global loader_service
+    global loader_service, failed_file
     loader_service = os.environ.pop("SPAWNPOINT_LOADER_SERVICE", None) or None
+    failed_file = os.environ.pop("SPAWNPOINT_FAILED_FILE", None) or None
     _take_progress_file()
     _register_stacks()
     package = sys.modules.get(_PACKAGE)
@@ -216,6 +229,34 @@ def _take_environment():
             module = sys.modules.get(_PACKAGE + "." + name)
             if module is not None:
                 module.attempt_environment_taken()
+
+
+def _end_stopped_rank():
+    """The last exit handler: a rank the agent stopped because its attempt failed (its pid is
+    in failed_file) ends here, by SIGTERM's default action, instead of finalizing the
+    interpreter, which the restart would wait for."""
+    try:
+        with open(failed_file) as f:
+            stopped = f.read().split()
+    except (OSError, TypeError):  # the attempt has not failed, or no file was given
+        return
+    if str(os.getpid()) not in stopped:
+        return
+    try:
+        logging = sys.modules.get("logging")
+        if logging is not None:
+            logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except Exception:
+        pass
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    os.kill(os.getpid(), signal.SIGTERM)
+    os._exit(128 + signal.SIGTERM)  # not reached: the signal ends the process first
 
 
 def _standby():

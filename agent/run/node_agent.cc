@@ -1,5 +1,6 @@
 #include "agent/run/node_agent.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -244,6 +245,10 @@ void NodeAgent::PrepareOverlap(const AttemptDecision& decision, bool teardown_pe
       (teardown_pending ? " while the last one's processes are torn down" : ""));
 }
 
+std::string NodeAgent::FailedFile(int restart) const {
+  return run_dir_ + "/attempt-" + std::to_string(restart) + ".failed";
+}
+
 void NodeAgent::AwaitTeardown() {
   AwaitLeftovers(
       {}, signals_, clock_, std::min<milliseconds>(options_.grace_period, milliseconds(5000)),
@@ -282,6 +287,12 @@ StatusOr<std::vector<GangMember>> NodeAgent::MembersFor(int restart) const {
       // What the rank imports by its first step is what the next standby preloads.
       m.spawn.env.push_back("SPAWNPOINT_STANDBY_LEARN=" + standbys_->ModulesFile(r.rank));
     }
+    if (!run_dir_.empty() && policy_.max_restarts > 0) {
+      // When the attempt fails, the pids the agent stops (GangOptions::before_failure_stop):
+      // the shim ends such a Python rank, once its exit handlers ran, by SIGTERM's default
+      // action, not after the interpreter's finalization (which the restart would wait for).
+      m.spawn.env.push_back("SPAWNPOINT_FAILED_FILE=" + FailedFile(restart));
+    }
     members.push_back(std::move(m));
   }
   return members;
@@ -297,6 +308,20 @@ StatusOr<GangResult> NodeAgent::RunAttempt(int restart) {
   go.what = what_;
   go.clock = clock_;
   go.overlap_exit = overlap_teardown_;
+  if (!run_dir_.empty() && policy_.max_restarts > 0) {
+    go.before_failure_stop = [path = FailedFile(restart)](const std::vector<pid_t>& stopped) {
+      std::string pids;
+      for (pid_t pid : stopped) pids += std::to_string(pid) + "\n";
+      // Written whole, then renamed: a rank reads all of it or nothing.
+      const std::string tmp = path + ".tmp";
+      const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) return;
+      const bool written =
+          ::write(fd, pids.data(), pids.size()) == static_cast<ssize_t>(pids.size());
+      ::close(fd);
+      if (written) ::rename(tmp.c_str(), path.c_str());
+    };
+  }
   if (stall_) {
     go.check_health = [this](const std::vector<std::pair<int, pid_t>>& running) {
       return stall_->Check(running);

@@ -105,11 +105,18 @@ std::vector<std::string> RankChanges(const NodePlan& plan, const api::TrainingJo
         "store to listen instead of retrying a refused connect a second later");
     lines.push_back(Loaders(plan, job));
     const api::RestartPolicy& restarts = job.spec.restart_policy;
-    if (restarts.standby && restarts.max_restarts > 0) {
-      lines.push_back(
-          "restarts: each Python rank restarts in a warm standby, a process that did its "
-          "imports while the attempt ran (at idle CPU priority, no GPU context), at the cost "
-          "of its memory (restartPolicy.standby)");
+    if (restarts.max_restarts > 0) {
+      std::string line =
+          "restarts: when an attempt fails, a Python rank stopped with SIGTERM ends once its "
+          "exit handlers have run (atexit, logging and stdout flushed), by SIGTERM's default "
+          "action, without the interpreter's finalization";
+      if (restarts.standby) {
+        line +=
+            "; each Python rank restarts in a warm standby, a process that did its imports "
+            "while the attempt ran (at idle CPU priority, no GPU context), at the cost of its "
+            "memory (restartPolicy.standby)";
+      }
+      lines.push_back(line);
     }
   }
   lines.push_back(StallRule(job.spec.stall_policy));

@@ -234,6 +234,18 @@ GangResult Gang::Run(std::vector<GangMember> members) {
       if (!r.exited) kill(-r.pid, sig);
     }
   };
+  bool failure_stop_told = false;
+  auto stop_for_failure = [&] {
+    if (!failure_stop_told && options_.before_failure_stop) {
+      std::vector<pid_t> stopped;
+      for (const auto& r : running) {
+        if (!r.exited) stopped.push_back(r.pid);
+      }
+      options_.before_failure_stop(stopped);
+    }
+    failure_stop_told = true;
+    begin_stop(SIGTERM);
+  };
   // The member's failure: its exit's cause refined by its last lines (read to the end of
   // what it wrote), then, for a member that is itself an agent, by its report.
   auto make_failure = [&](Running& r, ExitStatus status) {
@@ -320,7 +332,7 @@ GangResult Gang::Run(std::vector<GangMember> members) {
       }
     }
   }
-  if (result.failure) begin_stop(SIGTERM);
+  if (result.failure) stop_for_failure();
   std::vector<pid_t> groups;  // each member leads its own process group
   for (auto& r : running) groups.push_back(r.pid);
   auto kept = [&] { return options_.keep_pids ? options_.keep_pids() : std::vector<pid_t>{}; };
@@ -368,7 +380,7 @@ GangResult Gang::Run(std::vector<GangMember> members) {
       if (!it->status.Success() && !stopping) {
         record_failure(*it, it->status);
         WriteAll(options_.error_fd, "[spawnpoint] " + result.failure->Line() + "\n");
-        begin_stop(SIGTERM);
+        stop_for_failure();
       } else if (!it->status.Success()) {
         record_later_failure(*it, it->status);
       }
@@ -453,7 +465,7 @@ GangResult Gang::Run(std::vector<GangMember> members) {
                   (result.failure->rank < 0 ? "stopping the ranks: " + result.failure->cause.message
                                             : result.failure->Line()) +
                   "\n");
-          begin_stop(SIGTERM);
+          stop_for_failure();
         }
       }
     }

@@ -64,6 +64,12 @@ struct GangOptions {
   // Called with the attempt's first failure as soon as it is recorded, before the other
   // members are stopped (the gang of nodes tells its coordinator at once).
   std::function<void(const RankFailure& failure)> on_failure;
+  // Called once when the gang stops its members because the attempt failed (a member's
+  // failure, check_health's), just before the first SIGTERM, with the pids of the members it
+  // signals; never for an interruption. (NodeAgent writes them where the ranks' shim looks:
+  // a Python rank so stopped ends once its exit handlers have run, without the interpreter's
+  // finalization.)
+  std::function<void(const std::vector<pid_t>& stopped)> before_failure_stop;
   // Called with each complete line a member writes on stderr (prefix_output members), as it
   // is read, with the member's pid: the caller watches for what a line announces (a Python
   // traceback: the rank is failing by itself, agent/run/gang_stop_check.h).

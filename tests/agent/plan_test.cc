@@ -565,13 +565,19 @@ TEST(RankChangesTest, SaysPinningThreadsStartMethodLoaderDefaultsAndTheStallRule
                                   "draws from the random streams"));
   EXPECT_THAT(lines[2], HasSubstr("grows the pool (up to 8 per rank)"));
   EXPECT_THAT(lines[2], HasSubstr("persistent_workers as the code says"));
+  EXPECT_THAT(lines[3], HasSubstr("ends once its exit handlers have run"));
   EXPECT_THAT(lines[3], HasSubstr("restarts in a warm standby"));
   EXPECT_THAT(lines[4], HasSubstr("while its peers wait 30 s for it in a collective"));
 
   plan = PlanWithPools({.loader = "{workersPerRank: 0, persistentWorkers: true}",
                         .extra_env = "{name: OMP_NUM_THREADS, value: '4'}"},
                        job);
-  job.spec.restart_policy.standby = false;  // no line for standbys
+  job.spec.restart_policy.standby = false;  // the restarts line says nothing of standbys
+  lines = RankChanges(plan, job);
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_THAT(lines[3], HasSubstr("without the interpreter's finalization"));
+  EXPECT_THAT(lines[3], Not(HasSubstr("standby")));
+  job.spec.restart_policy.max_restarts = 0;  // no restart: no restarts line
   lines = RankChanges(plan, job);
   ASSERT_EQ(lines.size(), 4u);
   EXPECT_THAT(lines[0], HasSubstr("OMP_NUM_THREADS=4 as the job or the environment sets it"));
