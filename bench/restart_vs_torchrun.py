@@ -43,6 +43,7 @@ PHASE = re.compile(r"bench phase rank=(\d+) attempt=0 name=(\w+) wall=([0-9.]+)"
 DEATH = re.compile(r"bench death rank=\d wall=([0-9.]+)")
 READY = re.compile(r"standby \(pid \d+\) is ready for a restart")
 TIMEOUT_S = 900
+HANG_S = 240  # from the kill file to the launcher's exit, at most
 
 JOB = """\
 apiVersion: spawnpoint.dev/v1alpha1
@@ -93,7 +94,8 @@ def run_once(launcher, trainer, agent, nproc=2, gpus=0, agent_args=(), during=No
         lines = []
         start = time.time()
         proc = subprocess.Popen(argv, cwd=tmp, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, universal_newlines=True)
+                                stderr=subprocess.STDOUT, universal_newlines=True,
+                                start_new_session=True)
         reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
         reader.start()
         deadline = time.monotonic() + TIMEOUT_S
@@ -114,7 +116,14 @@ def run_once(launcher, trainer, agent, nproc=2, gpus=0, agent_args=(), during=No
                 open(kill_file, "w").close()
                 break
             time.sleep(0.05)
-        code = proc.wait(timeout=max(1, deadline - time.monotonic()))
+        # Once the kill file is there a run ends within seconds; a restarted attempt that
+        # hangs (torchrun's gloo ranks, now and then, in init_process_group) is ended here
+        # and fails the run.
+        try:
+            code = proc.wait(timeout=max(1, min(deadline - time.monotonic(), HANG_S)))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            code = proc.wait()
         reader.join(timeout=10)
         output = "".join(lines)
         text = stamps()
@@ -139,13 +148,14 @@ class RunFailed(Exception):
 
 def run_counted(launcher, trainer, agent, failures):
     """run_once; a torchrun run that fails (its restarted gloo ranks sometimes fail to
-    connect: "Connection reset by peer", "connectFullMesh failed") is run again, at most
-    twice, and counted in failures[trainer]. One of ours that fails stops the bench."""
-    for tries in range(3):
+    connect: "Connection reset by peer", "connectFullMesh failed", or hang in
+    init_process_group) is run again, at most four times, and counted in failures[trainer]. One of
+    ours that fails stops the bench."""
+    for tries in range(5):
         try:
             return run_once(launcher, trainer, agent)
         except RunFailed as err:
-            if launcher == "ours" or tries == 2:
+            if launcher == "ours" or tries == 4:
                 sys.exit(str(err))
             failures[trainer] = failures.get(trainer, 0) + 1
             print("torchrun/%s failed, run again: %s" % (trainer, str(err).splitlines()[0]),

@@ -16,6 +16,8 @@ import signal
 import sys
 import time
 
+from bench_events import phase, stamp
+
 import torch
 
 _IMPORTED_TORCH = time.time()
@@ -26,37 +28,25 @@ from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
 _IMPORTED_TORCHVISION = time.time()
 
 
-def stamp(line):
-    """One event line, appended to BENCH_EVENTS (the bench reads it there, whatever the
-    launcher does with stdout) and printed."""
-    with open(os.environ["BENCH_EVENTS"], "a") as f:
-        f.write(line + "\n")
-    print(line, flush=True)
-
-
 
 def main():
     kill_file = sys.argv[1]
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     rank = int(os.environ["RANK"])
 
-    def phase(name, wall=None):
-        stamp("bench phase rank=%d attempt=%d name=%s wall=%.6f" % (
-            rank, attempt, name, time.time() if wall is None else wall))
-
-    phase("import_torch", _IMPORTED_TORCH)
-    phase("import_torchvision", _IMPORTED_TORCHVISION)
+    phase(rank, attempt, "import_torch", _IMPORTED_TORCH)
+    phase(rank, attempt, "import_torchvision", _IMPORTED_TORCHVISION)
     gpu = torch.cuda.is_available()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if gpu else None
     if gpu:
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if gpu else "gloo")
     dist.barrier()
-    phase("init_process_group")
+    phase(rank, attempt, "init_process_group")
     model = torchvision.models.resnet18(num_classes=10)
     model = torch.nn.parallel.DistributedDataParallel(
         model.to(device) if gpu else model, device_ids=[device.index] if gpu else None)
-    phase("ddp")
+    phase(rank, attempt, "ddp")
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     data = torchvision.datasets.FakeData(4096, (3, 32, 32), 10,
                                          torchvision.transforms.ToTensor())

@@ -11,6 +11,8 @@ import signal
 import sys
 import time
 
+from bench_events import phase, stamp
+
 import torch
 
 _IMPORTED_TORCH = time.time()
@@ -18,14 +20,6 @@ import lightning.pytorch as pl  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 _IMPORTED_LIGHTNING = time.time()
-
-
-def stamp(line):
-    """One event line, appended to BENCH_EVENTS (the bench reads it there, whatever the
-    launcher does with stdout) and printed."""
-    with open(os.environ["BENCH_EVENTS"], "a") as f:
-        f.write(line + "\n")
-    print(line, flush=True)
 
 
 
@@ -61,10 +55,8 @@ class Model(pl.LightningModule):
 def main():
     kill_file = sys.argv[1]
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    for name, wall in (("import_torch", _IMPORTED_TORCH),
-                       ("import_lightning", _IMPORTED_LIGHTNING)):
-        stamp("bench phase rank=%s attempt=%d name=%s wall=%.6f" % (
-            os.environ.get("RANK", "0"), attempt, name, wall))
+    phase(os.environ.get("RANK", "0"), attempt, "import_torch", _IMPORTED_TORCH)
+    phase(os.environ.get("RANK", "0"), attempt, "import_lightning", _IMPORTED_LIGHTNING)
     data = TensorDataset(torch.randn(40000, 32), torch.randn(40000, 1))
     trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=1,
                          max_steps=3 if attempt > 0 else -1, logger=False,

@@ -140,6 +140,18 @@ def _close_quietly(fd):
             pass
 
 
+def idle_priority():
+    """The calling thread runs only when a CPU is otherwise idle (SCHED_IDLE; Linux sets it
+    per thread), else at the lowest nice value."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        try:
+            os.nice(19)
+        except OSError:
+            pass
+
+
 def wait_for_turn(environ, limit_s=TURN_LIMIT_S):
     """With a turn descriptor (staggered start-up), waits until the worker before this one has
     finished its preload (end of file: it closed its end, or died), at most limit_s: a

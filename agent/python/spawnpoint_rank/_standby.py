@@ -80,17 +80,6 @@ def modules_to_preload(environ):
     return list(DEFAULT_MODULES)
 
 
-def _idle_priority():
-    """This thread runs only when a CPU is otherwise idle (Linux: per-thread policy)."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):
-        try:
-            os.nice(19)  # without SCHED_IDLE: the lowest priority (per-thread on Linux)
-        except OSError:
-            pass
-
-
 def preload(argv, environ):
     """Imports what the standby should have warm; the script's imports that failed."""
     import importlib
@@ -196,10 +185,12 @@ def _descriptors(ancillary):
 def wait_for_release(fd, take_environment):
     """Steps 1-3 of the module docstring. `take_environment()` is the bootstrap's: it takes
     the per-attempt variables out of os.environ once the attempt's environment is in."""
+    from . import _preload
+
     sock = socket.socket(fileno=fd)
     captured = _Captured()
     failed = []
-    worker = threading.Thread(target=lambda: (_idle_priority(),
+    worker = threading.Thread(target=lambda: (_preload.idle_priority(),
                                               failed.extend(preload(sys.argv, os.environ))),
                               name="spawnpoint-standby-preload", daemon=True)
     worker.start()

@@ -77,6 +77,7 @@ import random
 import socket
 import struct
 import sys
+import threading
 import traceback
 
 from . import _batch_codec, _byvalue, _preload
@@ -594,10 +595,19 @@ def main():
     os.set_inheritable(fd, False)
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)  # whole, prompt lines to the pool's pipe
-    _preload.wait_for_turn(os.environ)
-    _preload.preload(os.environ)
-    _byvalue.cloudpickle()  # what unpickles the rank's loaders (~40 ms): not at the first batch
-    _preload.close_env_fd(os.environ, _preload.STARTED_FD_ENV)  # the next worker's turn
+    # The start-up's imports run in a thread at idle CPU priority: while the rank it serves
+    # starts on the same CPUs, they take only the time it leaves idle (its waits, and the
+    # wait for its first batch), and spare CPUs, never the rank's own.
+    def prepare():
+        _preload.idle_priority()
+        _preload.wait_for_turn(os.environ)
+        _preload.preload(os.environ)
+        _byvalue.cloudpickle()  # what unpickles the rank's loaders (~40 ms): not at the first batch
+        _preload.close_env_fd(os.environ, _preload.STARTED_FD_ENV)  # the next worker's turn
+
+    preparing = threading.Thread(target=prepare, name="spawnpoint-worker-preload")
+    preparing.start()
+    preparing.join()
     Worker(listen, env_int("SPAWNPOINT_LOADER_WORKER_ID", 0),
            env_int("SPAWNPOINT_LOADER_RANK", 0),
            env_int("SPAWNPOINT_LOADER_INCARNATION", 0)).serve()
