@@ -146,24 +146,39 @@ class RunFailed(Exception):
     pass
 
 
+TORCHRUN_TRIES = 8
+
+
 def run_counted(launcher, trainer, agent, failures):
-    """run_once; a torchrun run that fails (its restarted gloo ranks sometimes fail to
-    connect: "Connection reset by peer", "connectFullMesh failed", or hang in
-    init_process_group) is run again, at most four times, and counted in failures[trainer]. One of
-    ours that fails stops the bench."""
-    for tries in range(5):
+    """run_once; a torchrun run that fails by itself in its restarted attempt (its gloo ranks
+    now and then fail to connect: "Connection reset by peer", "connectFullMesh failed", or
+    hang in init_process_group) is run again, up to TORCHRUN_TRIES runs, each failure
+    counted in failures[trainer]; None when every one failed. One of ours that fails stops
+    the bench."""
+    for tries in range(TORCHRUN_TRIES):
         try:
             return run_once(launcher, trainer, agent)
         except RunFailed as err:
-            if launcher == "ours" or tries == 4:
+            if launcher == "ours":
                 sys.exit(str(err))
             failures[trainer] = failures.get(trainer, 0) + 1
             print("torchrun/%s failed, run again: %s" % (trainer, str(err).splitlines()[0]),
                   flush=True)
+    print("torchrun/%s: %d runs in a row failed; this repetition has no torchrun row" % (
+        trainer, TORCHRUN_TRIES), flush=True)
+    return None
 
 
 def describe(values):
+    if not values:
+        return "no run"
     return "%.2f s (%.2f-%.2f)" % (statistics.median(values), min(values), max(values))
+
+
+def median_of(results, key):
+    """The median of `key` over a launcher's runs; None when it has none."""
+    values = [r[key] for r in results]
+    return statistics.median(values) if values else None
 
 
 def main():
@@ -182,6 +197,8 @@ def main():
         for trainer in trainers:
             for launcher in ("ours", "torchrun"):
                 r = run_counted(launcher, trainer, args.agent, failures)
+                if r is None:
+                    continue
                 results[(launcher, trainer)].append(r)
                 print("rep %d %s %s: start %.2f s, restart %.2f s" % (
                     rep + 1, trainer, launcher, r["start"], r["restart"]), flush=True)
@@ -205,7 +222,7 @@ def main():
         print("| phase | spawnpoint-agent (defaults) | torchrun (defaults) | difference |")
         print("| --- | --- | --- | --- |")
         for name in names:
-            ours = [r["phases"][name] for r in results[("ours", trainer)]]
+            ours = [r["phases"][name] for r in results[("ours", trainer)]]  # ours never fail
             theirs = [r["phases"][name] for r in results[("torchrun", trainer)]
                       if name in r["phases"]]
             if not theirs:
@@ -216,13 +233,17 @@ def main():
                 100 * (statistics.median(ours) / statistics.median(theirs) - 1)))
     ratios = []
     for trainer in trainers:
-        ours = statistics.median(r["restart"] for r in results[("ours", trainer)])
-        theirs = statistics.median(r["restart"] for r in results[("torchrun", trainer)])
-        ratios.append("restart_%s=%.2f" % (trainer, theirs / ours))
-    ours_start = sum(statistics.median(r["start"] for r in results[("ours", t)]) for t in trainers)
-    their_start = sum(statistics.median(r["start"] for r in results[("torchrun", t)])
-                      for t in trainers)
-    ratios.append("start_overhead_pct=%.1f" % (100 * (ours_start / their_start - 1)))
+        ours = median_of(results[("ours", trainer)], "restart")
+        theirs = median_of(results[("torchrun", trainer)], "restart")
+        ratios.append("restart_%s=%s" % (trainer, "nan" if theirs is None else
+                                           "%.2f" % (theirs / ours)))
+    starts = [(median_of(results[("ours", t)], "start"), median_of(results[("torchrun", t)],
+                                                                   "start")) for t in trainers]
+    if all(theirs is not None for _, theirs in starts):
+        overhead = 100 * (sum(o for o, _ in starts) / sum(t for _, t in starts) - 1)
+        ratios.append("start_overhead_pct=%.1f" % overhead)
+    else:
+        ratios.append("start_overhead_pct=nan")
     print("ratios " + " ".join(ratios))
 
 
