@@ -366,7 +366,11 @@ os.kill(os.getpid(), signal.SIGKILL)
   t->ApplyJob(job, "[/usr/bin/python3]", "['" + rank + "', '" + gate + "']",
               /*max_restarts=*/2,
               /*backoff_seconds=*/6, /*workers=*/0);
-  ASSERT_TRUE(h.WaitFor([&] { return t->PodRunning(job + "-node-0"); }, seconds(60)));
+  // Both pods, before their UIDs are read (node 1's may be created a moment after node 0's).
+  ASSERT_TRUE(
+      h.WaitFor([&] { return t->PodRunning(job + "-node-0") && t->PodRunning(job + "-node-1"); },
+                seconds(60)))
+      << t->Diagnose(job);
   const std::string uid1 = t->Uid(job + "-node-1");
   std::string uid0 = t->Uid(job + "-node-0");
   if (delete_coordinator) {

@@ -68,9 +68,16 @@ class TorchrunParityTest(unittest.TestCase):
         self.tmp = tempfile.mkdtemp(prefix="spawnpoint-parity-")
         self.addCleanup(shutil.rmtree, self.tmp, True)
 
-    def torchrun(self, workers, more=()):
+    def torchrun(self, workers, more=(), events=None):
+        """torchrun's lines for -j `workers`. A reference run whose ranks do not print
+        `events` lines each (once, under heavy load, one of its lines went missing from
+        torchrun's merged output) is run once more: the reference is what is compared
+        against, not what is tested."""
         key = (workers,) + tuple(more)
-        if key not in self._reference:
+        last = {}
+        for _ in range(2):
+            if key in self._reference:
+                break
             env = clean_environment()
             env["OMP_NUM_THREADS"] = "1"  # what torchrun sets for 2 ranks, and the agent too
             proc = subprocess.run(
@@ -80,8 +87,12 @@ class TorchrunParityTest(unittest.TestCase):
                 cwd=self.tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 universal_newlines=True, timeout=TIMEOUT)
             self.assertEqual(proc.returncode, 0, proc.stdout)
-            self._reference[key] = parity_lines(proc.stdout)
-        return self._reference[key]
+            lines = parity_lines(proc.stdout)
+            if events is None or all(len(lines.get(r, [])) == events for r in (0, 1)):
+                self._reference[key] = lines
+            else:
+                last = lines
+        return self._reference.get(key, last)
 
     def agent(self, workers, loader="", more=()):
         job = os.path.join(self.tmp, "job.yaml")
@@ -96,7 +107,7 @@ class TorchrunParityTest(unittest.TestCase):
         return proc.stdout
 
     def assert_same(self, workers, loader="", served_by_pool=True, more=(), events=2 * (6 + 3)):
-        expected = self.torchrun(workers, more)
+        expected = self.torchrun(workers, more, events)
         output = self.agent(workers, loader, more)
         got = parity_lines(output)
         self.assertEqual(sorted(expected), [0, 1])
