@@ -52,8 +52,15 @@ bool Reconciler::InPlaceFailureStep(Context& c) {
     DeletePod(c, *pod, "lost (" + f.reason + "): recreated alone");
   }
   if (verdict) {
-    // The agents' count wins when it is ahead (the operator may not have read the last one).
-    c.status.restarts = std::max(c.status.restarts, verdict->second.restarts);
+    // The agents' count wins when it is ahead (the operator may not have read the last one);
+    // each restart it had not read is an event all the same, as GangStep makes them.
+    const int before = c.status.restarts;
+    c.status.restarts = std::max(before, verdict->second.restarts);
+    for (int n = before + 1; n <= c.status.restarts; ++n) {
+      c.Event(EventType::kWarning, "Restarting",
+              "restart " + std::to_string(n) + " of " +
+                  std::to_string(c.job.spec.restart_policy.max_restarts) + " in place");
+    }
     // NodeLost: a node never rejoined; the gang is recreated as in Recreate mode, if the budget
     // allows. Any other verdict ends the job.
     const bool node_lost = verdict->second.verdict == "NodeLost";

@@ -288,6 +288,10 @@ TEST_F(InPlaceTest, TheAgentsVerdictFailsTheJobWithTheirCount) {
   EXPECT_EQ(Status()["lastFailure"]["node"], 1);
   EXPECT_EQ(Status()["lastFailure"]["rank"], 1);
   EXPECT_EQ(Status()["lastFailure"]["reason"], "Killed");
+  // The restart it had not read is an event too: one per restart.
+  const std::vector<std::string> reasons = EventReasons();
+  EXPECT_EQ(std::count(reasons.begin(), reasons.end(), "Restarting"), 2)
+      << ::testing::PrintToString(reasons);
 }
 
 // A node never rejoined: the gang is recreated as in Recreate mode, a new gang of pods.
