@@ -89,30 +89,23 @@ StatusOr<int> ListenUnix(const std::string& path) {
   return high;
 }
 
-Status SendMessage(int sock, const Message& message) {
-  const std::string payload = message.body.dump();
-  std::string frame(kHeaderBytes, '\0');
-  PutU32(frame.data(), static_cast<uint32_t>(payload.size()));
-  frame[4] = static_cast<char>(message.type);
-  frame[5] = message.fd >= 0 ? 1 : 0;
-  frame += payload;
-
+Status SendWithFds(int sock, std::string_view bytes, const std::vector<int>& fds) {
   size_t sent = 0;
-  bool fd_sent = message.fd < 0;
-  while (sent < frame.size()) {
-    iovec iov{frame.data() + sent, frame.size() - sent};
+  bool fds_sent = fds.empty();
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
+  while (sent < bytes.size()) {
+    iovec iov{const_cast<char*>(bytes.data()) + sent, bytes.size() - sent};
     msghdr msg{};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    if (!fd_sent) {
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof(control);
+    if (!fds_sent) {
+      msg.msg_control = control.data();
+      msg.msg_controllen = control.size();
       cmsghdr* c = CMSG_FIRSTHDR(&msg);
       c->cmsg_level = SOL_SOCKET;
       c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(c), &message.fd, sizeof(int));
+      c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+      std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
     }
     ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL);
     if (n < 0) {
@@ -123,12 +116,24 @@ Status SendMessage(int sock, const Message& message) {
         poll(&p, 1, -1);
         continue;
       }
-      return Unavailable(std::string("send ") + MsgTypeName(message.type) + ": " + strerror(errno));
+      return Unavailable(strerror(errno));
     }
-    fd_sent = true;
+    fds_sent = true;
     sent += static_cast<size_t>(n);
   }
   return Status::Ok();
+}
+
+Status SendMessage(int sock, const Message& message) {
+  const std::string payload = message.body.dump();
+  std::string frame(kHeaderBytes, '\0');
+  PutU32(frame.data(), static_cast<uint32_t>(payload.size()));
+  frame[4] = static_cast<char>(message.type);
+  frame[5] = message.fd >= 0 ? 1 : 0;
+  frame += payload;
+  std::vector<int> fds;
+  if (message.fd >= 0) fds.push_back(message.fd);
+  return SendWithFds(sock, frame, fds).WithPrefix(std::string("send ") + MsgTypeName(message.type));
 }
 
 MessageReader::~MessageReader() { Reset(-1); }

@@ -76,6 +76,8 @@
 #include <deque>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -117,7 +119,12 @@ struct Message {
 // exec, at descriptor 10 or above. Errors name the path.
 StatusOr<int> ListenUnix(const std::string& path);
 
-// Writes the whole frame (blocking), without SIGPIPE. Errors carry errno's text.
+// Writes all of `bytes` to the Unix stream socket `sock`, `fds` passed with SCM_RIGHTS with
+// the first part (blocking, also on a non-blocking socket), without SIGPIPE. Errors carry
+// errno's text.
+Status SendWithFds(int sock, std::string_view bytes, const std::vector<int>& fds);
+
+// Writes the whole frame (SendWithFds). Errors name the message type and carry errno's text.
 Status SendMessage(int sock, const Message& message);
 
 class MessageReader {

@@ -1,6 +1,5 @@
 #include "agent/run/node_agent.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -10,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "agent/loader/contract.h"
 #include "agent/run/exit_codes.h"
 #include "agent/run/gang_stop_check.h"
 #include "agent/run/preflight.h"
@@ -246,6 +246,7 @@ void NodeAgent::PrepareOverlap(const AttemptDecision& decision, bool teardown_pe
 }
 
 std::string NodeAgent::FailedFile(int restart) const {
+  if (run_dir_.empty() || policy_.max_restarts <= 0) return "";  // no restart follows
   return run_dir_ + "/attempt-" + std::to_string(restart) + ".failed";
 }
 
@@ -287,11 +288,11 @@ StatusOr<std::vector<GangMember>> NodeAgent::MembersFor(int restart) const {
       // What the rank imports by its first step is what the next standby preloads.
       m.spawn.env.push_back("SPAWNPOINT_STANDBY_LEARN=" + standbys_->ModulesFile(r.rank));
     }
-    if (!run_dir_.empty() && policy_.max_restarts > 0) {
+    if (std::string failed = FailedFile(restart); !failed.empty()) {
       // When the attempt fails, the pids the agent stops (GangOptions::before_failure_stop):
       // the shim ends such a Python rank, once its exit handlers ran, by SIGTERM's default
       // action, not after the interpreter's finalization (which the restart would wait for).
-      m.spawn.env.push_back("SPAWNPOINT_FAILED_FILE=" + FailedFile(restart));
+      m.spawn.env.push_back("SPAWNPOINT_FAILED_FILE=" + failed);
     }
     members.push_back(std::move(m));
   }
@@ -308,18 +309,12 @@ StatusOr<GangResult> NodeAgent::RunAttempt(int restart) {
   go.what = what_;
   go.clock = clock_;
   go.overlap_exit = overlap_teardown_;
-  if (!run_dir_.empty() && policy_.max_restarts > 0) {
-    go.before_failure_stop = [path = FailedFile(restart)](const std::vector<pid_t>& stopped) {
+  if (std::string path = FailedFile(restart); !path.empty()) {
+    go.before_failure_stop = [path](const std::vector<pid_t>& stopped) {
       std::string pids;
       for (pid_t pid : stopped) pids += std::to_string(pid) + "\n";
-      // Written whole, then renamed: a rank reads all of it or nothing.
-      const std::string tmp = path + ".tmp";
-      const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (fd < 0) return;
-      const bool written =
-          ::write(fd, pids.data(), pids.size()) == static_cast<ssize_t>(pids.size());
-      ::close(fd);
-      if (written) ::rename(tmp.c_str(), path.c_str());
+      // A rank reads all of it or nothing; without it the ranks finalize as ever.
+      (void)loader::WriteFileAtomically(path, pids);
     };
   }
   if (stall_) {

@@ -91,7 +91,8 @@ class NodeAgent {
   // Reaps every child of the agent but the loader pools' workers. REQUIRES: the
   // SignalWatcher's thread.
   void AwaitTeardown();
-  // The file made when attempt `restart` fails (SPAWNPOINT_FAILED_FILE of its ranks).
+  // The file made when attempt `restart` fails (SPAWNPOINT_FAILED_FILE of its ranks); "" when
+  // no restart can follow (maxRestarts 0), or there is no run directory.
   std::string FailedFile(int restart) const;
   // Stops the endpoint and the status, then the pools, and removes the pool directory.
   // Idempotent.

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/loader/protocol.h"
 #include "agent/plan/node_plan.h"
 
 namespace spawnpoint::agent {
@@ -193,31 +194,13 @@ StatusOr<pid_t> StandbyRank::Release(const SpawnOptions& attempt) {
   const auto length = static_cast<uint32_t>(payload.size());
   std::memcpy(frame.data(), &length, 4);
   frame += payload;
-  int fds[2] = {attempt.stdout_fd >= 0 ? attempt.stdout_fd : 1,
-                attempt.stderr_fd >= 0 ? attempt.stderr_fd : 2};
-  char control[CMSG_SPACE(sizeof(fds))] = {};
-  iovec iov{frame.data(), frame.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(fds));
-  std::memcpy(CMSG_DATA(c), fds, sizeof(fds));
-  // Blocking for this one message (a few KiB: the socket's buffer holds it).
-  ::fcntl(control_fd_, F_SETFL, 0);
-  ssize_t sent = ::sendmsg(control_fd_, &msg, MSG_NOSIGNAL);
-  size_t done = sent > 0 ? static_cast<size_t>(sent) : 0;
-  while (sent > 0 && done < frame.size()) {
-    sent = ::send(control_fd_, frame.data() + done, frame.size() - done, MSG_NOSIGNAL);
-    if (sent > 0) done += static_cast<size_t>(sent);
-  }
+  // The attempt's stdout and stderr go with the message: the standby makes them its 1 and 2.
+  const Status sent = loader::SendWithFds(control_fd_, frame,
+                                          {attempt.stdout_fd >= 0 ? attempt.stdout_fd : 1,
+                                           attempt.stderr_fd >= 0 ? attempt.stderr_fd : 2});
   ::close(control_fd_);
   control_fd_ = -1;
-  if (done < frame.size()) return Unavailable(std::string("standby: send: ") + strerror(errno));
+  if (!sent.ok()) return sent.WithPrefix("standby: send");
   released_ = true;
   return pid_;
 }

@@ -19,8 +19,7 @@ TIMEOUT_S = 600
 
 
 def gpu_check(extra_env=None):
-    env = dict(os.environ)
-    env = {k: v for k, v in env.items() if not k.startswith("SPAWNPOINT_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPAWNPOINT_")}
     env["FAKE_NVML_CONFIG"] = os.path.join(REPO, "tests", "fakes", "nvml",
                                            "eight_gpus_two_numa.conf")
     env.update(extra_env or {})
