@@ -365,7 +365,7 @@ StatusOr<GangResult> NodeAgent::RunAttempt(int restart) {
       pools_.Tick();
       if (standbys_) {
         standbys_->Tick();
-        if (status_) status_->OnStandbys(standbys_->Memory());
+        if (status_) status_->OnStandbys(standbys_->Memory(), standbys_->Ready());
       }
     };
     if (standbys_) {

@@ -88,6 +88,13 @@ bool StandbyApplies(const SpawnOptions& rank) {
 StatusOr<std::unique_ptr<StandbyRank>> StandbyRank::Prepare(const SpawnOptions& rank,
                                                             const std::string& modules,
                                                             ProcessSpawner* spawner) {
+  // The standby's imports run at idle CPU priority unless the job's environment asks for the
+  // process's own (a node whose CPUs are never idle): spawnpoint_rank/_standby.py.
+  if (const std::string p = EnvValue(rank.env, "SPAWNPOINT_STANDBY_PRIORITY");
+      !p.empty() && p != "idle" && p != "normal") {
+    return InvalidArgument("the environment's SPAWNPOINT_STANDBY_PRIORITY is \"" + p +
+                           "\"; allowed: idle (the default), normal");
+  }
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     return Internal(std::string("standby: socketpair: ") + strerror(errno));
@@ -372,6 +379,14 @@ void StandbyRanks::Stop() {
 std::map<int, int64_t> StandbyRanks::Memory() const {
   std::map<int, int64_t> out;
   for (const auto& [rank, standby] : standbys_) out[rank] = standby->MemoryBytes();
+  return out;
+}
+
+std::set<int> StandbyRanks::Ready() const {
+  std::set<int> out;
+  for (const auto& [rank, standby] : standbys_) {
+    if (standby->ready()) out.insert(rank);
+  }
   return out;
 }
 

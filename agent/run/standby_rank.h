@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -121,8 +122,10 @@ class StandbyRanks {
   // Kills every standby not released; their exits reach OnChildExited (or the caller's
   // reaping of leftovers).
   void Stop();
-  // Resident memory of each standby, by rank (the status page).
+  // Resident memory of each standby, by rank, and the ranks whose standby is ready (the
+  // status page).
   std::map<int, int64_t> Memory() const;
+  std::set<int> Ready() const;
   // The file a rank writes its imported modules to, and a standby preloads.
   std::string ModulesFile(int rank) const;
 

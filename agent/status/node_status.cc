@@ -329,7 +329,8 @@ void NodeStatus::OnStall(const json& stall) {
   Publish();
 }
 
-void NodeStatus::OnStandbys(const std::map<int, int64_t>& memory_bytes) {
+void NodeStatus::OnStandbys(const std::map<int, int64_t>& memory_bytes,
+                            const std::set<int>& ready) {
   const auto& id = options_.identity;
   std::lock_guard<std::mutex> lock(mu_);
   standbys_ = json::array();
@@ -338,7 +339,10 @@ void NodeStatus::OnStandbys(const std::map<int, int64_t>& memory_bytes) {
     const int64_t bytes = it != memory_bytes.end() ? it->second : 0;
     standby_memory_->WithLabels({id.job_namespace, id.job, std::to_string(r.rank)})
         ->Set(static_cast<double>(bytes));
-    if (it != memory_bytes.end()) standbys_.push_back({{"rank", r.rank}, {"memoryBytes", bytes}});
+    if (it != memory_bytes.end()) {
+      standbys_.push_back(
+          {{"rank", r.rank}, {"memoryBytes", bytes}, {"ready", ready.count(r.rank) > 0}});
+    }
   }
 }
 

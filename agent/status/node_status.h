@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -129,10 +130,11 @@ class NodeStatus {
   void OnStraggler(const std::vector<RankBusy>& busy, double ratio, const nlohmann::json& straggler,
                    bool changed);
 
-  // Each warm standby's resident memory, by rank (agent/run/standby_rank.h), as of a gang
-  // tick: the document's "standbys" ([{"rank", "memoryBytes"}]) and
-  // spawnpoint_rank_standby_memory_bytes (0 for a rank without one). Does not publish.
-  void OnStandbys(const std::map<int, int64_t>& memory_bytes);
+  // Each warm standby's resident memory, by rank, and the ranks whose standby is ready
+  // (agent/run/standby_rank.h), as of a gang tick: the document's "standbys" ([{"rank",
+  // "memoryBytes", "ready"}]) and spawnpoint_rank_standby_memory_bytes (0 for a rank without
+  // one). Does not publish.
+  void OnStandbys(const std::map<int, int64_t>& memory_bytes, const std::set<int>& ready);
 
   std::string phase() const;
   // Takes a reading and publishes the next document (see above): its text, as /status

@@ -25,8 +25,10 @@ using ::testing::HasSubstr;
 
 constexpr std::chrono::milliseconds kTimeout{240'000};
 
+// Its standbys import at normal priority: on a machine busy with other tests' processes an
+// idle-priority standby might not be ready within the test's time.
 std::string Job(int ranks, int failing_rank, const std::string& gate,
-                const std::string& standby = "") {
+                const std::string& standby = "", const std::string& priority = "normal") {
   return "apiVersion: spawnpoint.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: standby}\n"
          "spec:\n  procsPerNode: " +
          std::to_string(ranks) +
@@ -36,7 +38,10 @@ std::string Job(int ranks, int failing_rank, const std::string& gate,
          "}\n"
          "  template:\n    spec:\n      containers:\n      - name: trainer\n        image: x\n"
          "        command: [/usr/bin/python3, \"" STANDBY_DATA "/train.py\", \"" +
-         gate + "\", '" + std::to_string(failing_rank) + "']\n";
+         gate + "\", '" + std::to_string(failing_rank) +
+         "']\n"
+         "        env: [{name: SPAWNPOINT_STANDBY_PRIORITY, value: " +
+         priority + "}]\n";
 }
 
 // The pids the agent says each rank's standby has, once `ranks` are ready.
@@ -77,12 +82,18 @@ class StandbyTest : public ::testing::Test {
         kTimeout))
         << agent.Stderr();
     standbys_ = ReadyStandbys(agent.Stderr());
-    // What they cost is in the status document while they wait.
+    // What they cost is in the status document while they wait (one written once they are).
     EXPECT_TRUE(WaitUntil(
         [&] {
           status_ = nlohmann::json::parse(ReadFile(dir_.File("status.json")), nullptr, false);
-          return status_.is_object() && status_["standbys"].is_array() &&
-                 static_cast<int>(status_["standbys"].size()) == ranks;
+          if (!status_.is_object() || !status_["standbys"].is_array() ||
+              static_cast<int>(status_["standbys"].size()) != ranks) {
+            return false;
+          }
+          for (const auto& s : status_["standbys"]) {
+            if (!s.value("ready", false)) return false;
+          }
+          return true;
         },
         kTimeout))
         << status_.dump();
@@ -150,7 +161,9 @@ TEST_F(StandbyTest, AStandbyWhoseScriptChangedIsNotUsed) {
             "  restartPolicy: {maxRestarts: 1, backoffSeconds: 0}\n"
             "  template:\n    spec:\n      containers:\n      - name: trainer\n        image: x\n"
             "        command: [/usr/bin/python3, train.py, \"" +
-                gate + "\", '0']\n");
+                gate +
+                "\", '0']\n"
+                "        env: [{name: SPAWNPOINT_STANDBY_PRIORITY, value: normal}]\n");
   TestProcess agent({AGENT_BIN, "run", "-f", dir_.File("job.yaml"), "--master-port", "0"}, {},
                     dir_.path());
   ASSERT_TRUE(WaitUntil([&] { return ReadyStandbys(agent.Stderr()).size() == 1; }, kTimeout))
@@ -200,6 +213,26 @@ TEST_F(StandbyTest, ThePodsMemoryLimitTurnsThemOff) {
   ASSERT_EQ(agent.Wait(kTimeout), 0) << agent.Stderr();
   EXPECT_THAT(agent.Stderr(), HasSubstr("with them the pod uses 90 MiB of its 100 MiB memory "
                                         "limit (more than 80%); restarts start fresh processes"));
+  EXPECT_EQ(CountLines(agent.Stderr(), "starts in its warm standby"), 0) << agent.Stderr();
+  EXPECT_EQ(Starts(agent.Stdout()).size(), 2u) << agent.Stdout();
+}
+
+TEST_F(StandbyTest, AnUnknownPriorityIsRefusedByNameAndTheRestartStartsFresh) {
+  WriteFile(dir_.File("job.yaml"), Job(1, 0, dir_.File("gate"), "", "high"));
+  TestProcess agent({AGENT_BIN, "run", "-f", dir_.File("job.yaml"), "--master-port", "0"}, {},
+                    dir_.path());
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return agent.Stderr().find("no standby for rank 0") != std::string::npos ||
+               !agent.Running();
+      },
+      kTimeout))
+      << agent.Stderr();
+  WriteFile(dir_.File("gate"), "");
+  ASSERT_EQ(agent.Wait(kTimeout), 0) << agent.Stderr();
+  EXPECT_THAT(agent.Stderr(),
+              HasSubstr("no standby for rank 0: the environment's SPAWNPOINT_STANDBY_PRIORITY is "
+                        "\"high\"; allowed: idle (the default), normal"));
   EXPECT_EQ(CountLines(agent.Stderr(), "starts in its warm standby"), 0) << agent.Stderr();
   EXPECT_EQ(Starts(agent.Stdout()).size(), 2u) << agent.Stdout();
 }

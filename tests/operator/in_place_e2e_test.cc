@@ -105,6 +105,10 @@ spec:
               valueFrom:
                 fieldRef:
                   fieldPath: status.podIP
+            # Python ranks' standbys import at normal priority: an idle-priority one might
+            # not be ready in time beside other tests' processes.
+            - name: SPAWNPOINT_STANDBY_PRIORITY
+              value: normal
   loader:
     workersPerRank: )" +
         std::to_string(workers) +

@@ -350,6 +350,11 @@ class StandbyModuleTest(unittest.TestCase):
         missing = {_standby.MODULES_ENV: os.path.join(self.tmp, "none")}
         self.assertEqual(_standby.modules_to_preload(missing), list(_standby.DEFAULT_MODULES))
 
+    def test_the_preload_runs_at_idle_priority_unless_the_job_asks_for_normal(self):
+        self.assertTrue(_standby.at_idle_priority({}))
+        self.assertTrue(_standby.at_idle_priority({_standby.PRIORITY_ENV: "idle"}))
+        self.assertFalse(_standby.at_idle_priority({_standby.PRIORITY_ENV: "normal"}))
+
     def test_the_script_is_argv0_or_the_modules_source(self):
         script = os.path.join(self.tmp, "train.py")
         open(script, "w").close()

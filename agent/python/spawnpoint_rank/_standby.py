@@ -8,7 +8,8 @@ script itself later runs exactly as in a fresh process: same argv, `__main__`, s
 Until then:
 
   1. Preload, in a thread at SCHED_IDLE priority (the running attempt's ranks keep their
-     CPUs): the modules the last attempt's rank had imported by its first training step
+     CPUs; SPAWNPOINT_STANDBY_PRIORITY=normal keeps the process's own, for nodes whose CPUs
+     are never idle, where an idle-priority standby would never be ready): the modules the last attempt's rank had imported by its first training step
      (SPAWNPOINT_STANDBY_MODULES names a file of them, one per line, that a rank of the job
      wrote: `learn_modules`), else torch's usual ones on the way to a DDP step; then the
      script's leading imports (the `import` lines before its first other statement), with the
@@ -40,6 +41,7 @@ FD_ENV = "SPAWNPOINT_STANDBY_FD"
 MAIN_ENV = "SPAWNPOINT_STANDBY_MAIN"        # "-m module" trainers: the module
 MODULES_ENV = "SPAWNPOINT_STANDBY_MODULES"  # a file of modules to preload
 LEARN_ENV = "SPAWNPOINT_STANDBY_LEARN"      # where a rank writes the modules it imported
+PRIORITY_ENV = "SPAWNPOINT_STANDBY_PRIORITY"  # "idle" (the default) or "normal"
 # On the way to a DDP step and an optimizer step, where no list was learned yet.
 DEFAULT_MODULES = ("torch", "torch.distributed", "torch.nn.parallel", "torch.optim",
                    "torch.utils.data")
@@ -182,6 +184,12 @@ def _descriptors(ancillary):
     return out
 
 
+def at_idle_priority(environ):
+    """Whether the preload runs at idle CPU priority: unless SPAWNPOINT_STANDBY_PRIORITY is
+    "normal" (the agent refuses any value but "idle" and "normal")."""
+    return environ.get(PRIORITY_ENV, "idle") != "normal"
+
+
 def wait_for_release(fd, take_environment):
     """Steps 1-3 of the module docstring. `take_environment()` is the bootstrap's: it takes
     the per-attempt variables out of os.environ once the attempt's environment is in."""
@@ -190,9 +198,13 @@ def wait_for_release(fd, take_environment):
     sock = socket.socket(fileno=fd)
     captured = _Captured()
     failed = []
-    worker = threading.Thread(target=lambda: (_preload.idle_priority(),
-                                              failed.extend(preload(sys.argv, os.environ))),
-                              name="spawnpoint-standby-preload", daemon=True)
+
+    def prepare():
+        if at_idle_priority(os.environ):
+            _preload.idle_priority()
+        failed.extend(preload(sys.argv, os.environ))
+
+    worker = threading.Thread(target=prepare, name="spawnpoint-standby-preload", daemon=True)
     worker.start()
     worker.join()
     _send(sock, {"ready": True, "pid": os.getpid(), "failed": failed,
