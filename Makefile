@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: deps demo-deps configure build test demo demo-cpp cluster-tools cluster-up cluster-down bench-launch bench-restart bench-loader bench-kube demo-cluster bench-operator bench-metrics bench-frameworks bench-first-batch fuzz chaos test-asan test-tsan test-repeat agent-bundle images frameworks-env chart sync-chart-crds format clean
+.PHONY: deps demo-deps configure build test demo demo-cpp cluster-tools cluster-up cluster-down bench-launch bench-restart bench-first-steps bench-loader bench-kube demo-cluster bench-operator bench-metrics bench-frameworks bench-first-batch fuzz chaos test-asan test-tsan test-repeat agent-bundle images frameworks-env chart sync-chart-crds format clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -116,6 +116,10 @@ bench-restart: build cluster-tools agent-bundle
 	@bash -o pipefail -c 'BUILD=$(BUILD) bash bench/restart_torchrun.sh --reps $(TORCHRUN_REPS) | tee $(BUILD)/bench-restart-torchrun.txt'
 	@echo "$$(grep '^ratios ' $(BUILD)/bench-restart-torchrun.txt | tail -n 1)" \
 	  "$$(grep '^ratios ' $(BUILD)/bench-restart-operator.txt | tail -n 1 | cut -d' ' -f2-)"
+
+# The first 20 steps of a torch + torchvision DDP script, the agent against torchrun 2.6.
+bench-first-steps: build agent-bundle
+	@BUILD=$(BUILD) bash bench/first_steps.sh --reps $(TORCHRUN_REPS)
 
 # Builds only what it runs: the exposition library needs none of the rest of the tree.
 bench-metrics: configure

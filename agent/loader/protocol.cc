@@ -61,6 +61,8 @@ const char* MsgTypeName(MsgType type) {
       return "BatchError";
     case MsgType::kRewind:
       return "Rewind";
+    case MsgType::kAccepted:
+      return "Accepted";
   }
   return "?";
 }

@@ -42,7 +42,13 @@
 //
 //   rank -> service:  Open{protocol, session, arg, numWorkers, prefetchFactor, timeoutMs,
 //                          probe: [indices of the first batch], slotBytes (optional),
-//                          epoch, submit: [{firstBatch, batches}...] (optional)}
+//                          batchBytes (optional), epoch, submit: [{firstBatch, batches}...]
+//                          (optional)}
+//                          slotBytes, or else batchBytes (the size of a batch the rank built
+//                          itself, which the ring's slots are sized for): no probe
+//                          accept: true asks for Accepted{session} once the request is found
+//                          acceptable (protocol, workers: the refusals a rank falls back on)
+//                          and before the workers are waited for; Opened or Error follows
 //                          submit: the batches to build once the session is open, as
 //                          Submits of that epoch would ask, so the first Task leaves as soon
 //                          as the ring exists rather than after a round trip to the rank
@@ -104,7 +110,8 @@ enum class MsgType : uint8_t {
   kRelease = 13,
   kDrop = 14,
   kBatchError = 15,
-  kRewind = 16,  // client -> worker
+  kRewind = 16,    // client -> worker
+  kAccepted = 17,  // service -> rank
 };
 
 const char* MsgTypeName(MsgType type);

@@ -249,13 +249,18 @@ void RankPoolService::Open(const nlohmann::json& b) {
                       " (loader.workersPerRank, and the CPUs of the node)",
                   nullptr);
   }
+  if (b.value("accept", false)) Reply({MsgType::kAccepted, {{"session", id}}});
   PoolClientOptions o;
   o.dir = opts_.dir;
   o.workers = static_cast<int>(workers);
   o.initial_active = o.workers;
   o.prefetch_factor = static_cast<int>(std::max<int64_t>(1, Int(b, "prefetchFactor", 2)));
   o.timeout = std::chrono::milliseconds(std::max<int64_t>(0, Int(b, "timeoutMs", 0)));
-  if (Int(b, "slotBytes", 0) > 0) o.slot_bytes = static_cast<size_t>(Int(b, "slotBytes", 0));
+  if (Int(b, "slotBytes", 0) > 0) {
+    o.slot_bytes = static_cast<size_t>(Int(b, "slotBytes", 0));
+  } else if (Int(b, "batchBytes", 0) > 0) {  // the rank built batch 0 itself: no probe
+    o.slot_bytes = SlotBytesForBatch(static_cast<size_t>(Int(b, "batchBytes", 0)));
+  }
   o.shm_dir = opts_.shm_dir;
   o.dataset = "python";
   o.dataset_arg = b.value("arg", "");

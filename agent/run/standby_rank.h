@@ -102,13 +102,15 @@ class StandbyRanks {
   ~StandbyRanks();  // Stop()
 
   // How long after Expect() a rank that has not written its modules file (ModulesFile: at
-  // its first step) gets its standby all the same.
+  // its first step once its loader workers have each served a batch) gets its standby all
+  // the same.
   static constexpr std::chrono::seconds kPrepareAfter{60};
 
   // The next attempt's ranks, by rank: a standby is prepared for each that has none yet
-  // (Python ranks only), once that rank of the running attempt has made its first step (it
-  // writes what it imported, which the standby then preloads; the attempt's start is not
-  // slowed by standbys), or kPrepareAfter has passed.
+  // (Python ranks only), once that rank of the running attempt has made a step with its
+  // loader workers started (it writes what it imported, which the standby then preloads;
+  // neither the attempt's start nor its workers' are slowed by standbys), or kPrepareAfter
+  // has passed.
   void Expect(std::map<int, SpawnOptions> next);
   // Prepares the standbys Expect() asked for when due and polls the others. Call on the
   // spawning thread (PR_SET_PDEATHSIG) while an attempt runs.

@@ -24,9 +24,10 @@ Every case exits 0 when what it checks holds and 1 with the difference on stderr
   early_break  30 epochs each left after its first batch (the rest of the window already
                built or at the workers), then a whole epoch: every sample once, and no slot
                lost (the ring never runs short, so nothing is copied)
-  open_window  the first window of batches travels with Open (the service builds it once the
-               ring exists, no Submit round trip): the rank's first Submit asks for the
-               batch after it, and the batches equal stock DataLoader's
+  open_window  the first window of batches (but batch 0, built here) travels with Open (the
+               service builds it once the ring exists, no Submit round trip): the rank's
+               first Submit asks for the batch after it, and the batches equal stock
+               DataLoader's
 """
 
 import argparse
@@ -338,9 +339,13 @@ def case_open_window(args):
     check(kinds and kinds[0] == _pool.OPEN, "the first message was %r, not Open" % kinds[:1])
     opened = sent[0][1]
     window = 2 * 2  # prefetch_factor x num_workers
-    check([run["firstBatch"] for run in opened.get("submit", [])] == [0] and
-          len(opened["submit"][0]["batches"]) == window,
+    # Batch 0 was built in this process (the rank side builds it as worker 0 would while the
+    # workers start): the rest of the window went with Open, whose ring is sized from it.
+    check([run["firstBatch"] for run in opened.get("submit", [])] == [1] and
+          len(opened["submit"][0]["batches"]) == window - 1,
           "Open's submit: %r" % opened.get("submit"))
+    check(opened.get("batchBytes", 0) > 0 and opened.get("accept") is True,
+          "Open's batchBytes and accept: %r" % opened)
     submits = [body for kind, body in sent if kind == _pool.SUBMIT and body.get("batches")]
     check(submits and submits[0]["firstBatch"] == window,
           "the first Submit after Open asks for batch %r, not %d (the window went twice?)"

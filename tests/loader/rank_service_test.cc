@@ -174,8 +174,9 @@ TEST_F(RankServiceTest, EpochsLeftEarlyGiveTheirSlotsBack) {
   EXPECT_EQ(testing::CountLines(stderr_, "batches are copied out of the ring"), 0) << Report();
 }
 
-// Open carries the first window: the service submits it as soon as the ring exists, so the
-// first Task does not wait for a round trip to the rank.
+// Open carries the first window (but batch 0, which the rank built itself, and whose size
+// sizes the ring): the service submits it as soon as the ring exists, so the first Task does
+// not wait for a round trip to the rank.
 TEST_F(RankServiceTest, TheFirstWindowTravelsWithOpen) {
   ASSERT_EQ(RunRank("open_window"), 0) << Report();
   EXPECT_THAT(stdout_, HasSubstr("the first 4 batches went with Open")) << Report();

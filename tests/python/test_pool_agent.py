@@ -80,7 +80,10 @@ class PoolAgentTest(unittest.TestCase):
             self.assertEqual(r["equal"], {"train": True, "val": True},
                              json.dumps(r.get("differences"), indent=1) + "\n" + self.output)
             self.assertEqual(r["batches"], 2 * 6)  # 24 samples per rank, batches of 4
-            self.assertEqual(len(r["workers"]), 2)
+            # Batch 0 of the first epoch was built in the rank itself (as worker 0 would:
+            # the batches equal stock's, draws included), the others by the pool's 2 workers.
+            self.assertIn(r["pid"], r["workers"], self.output)
+            self.assertEqual(len(set(r["workers"]) - {r["pid"]}), 2, self.output)
         # Each rank has its own pool.
         self.assertFalse(set(reports[(0, 0)]["workers"]) & set(reports[(1, 0)]["workers"]))
         # The agent's status carries each rank's loader statistics, which the service wrote.
@@ -144,6 +147,26 @@ class PoolAgentTest(unittest.TestCase):
             self.assertEqual(r["predictions"]["sequential"], {"hits": 3, "misses": 0}, r)
             # The next epoch's first batch was built before the trainer asked for it.
             self.assertEqual(r["prebuilt"], [True, True, True], r)
+
+    def test_batch_0_is_built_in_the_rank_as_worker_0_would_build_it(self):
+        reports = self.run_job("first_batch")
+        self.assertEqual(sorted(reports), [(0, 0), (1, 0)], self.output)
+        for r in reports.values():
+            for name in ("drawing", "caching"):
+                got = r[name]
+                self.assertEqual((got["served"], got["stock"]),
+                                 (POOL_ITER, "_MultiProcessingDataLoaderIter"), self.output)
+                self.assertTrue(got["equal"], (name, self.output))
+                # The trainer's streams, threads, worker info and CUDA seeds: as stock's.
+                self.assertTrue(got["state_equal"], (name, got["state"]))
+            # The dataset drew from the random streams: built here all the same (worker 0
+            # goes on from the streams it left), the other batches by the pool's workers.
+            self.assertEqual(r["drawing"]["batch0_pids"], [r["pid"]], self.output)
+            self.assertEqual(len(set(r["drawing"]["pids"]) - {r["pid"]}), 2, self.output)
+            # Building changed the dataset (its cache): left to worker 0.
+            self.assertNotIn(r["pid"], r["caching"]["pids"], self.output)
+        self.assertEqual(self.output.count("batch 0 of a DataLoader's first epoch is built in "
+                                           "the trainer's process"), 2, self.output)  # a rank
 
     def test_restarted_rank_reconnects_to_the_same_warm_workers(self):
         reports = self.run_job("restart", max_restarts=1)

@@ -355,6 +355,21 @@ class StandbyModuleTest(unittest.TestCase):
         self.assertTrue(_standby.at_idle_priority({_standby.PRIORITY_ENV: "idle"}))
         self.assertFalse(_standby.at_idle_priority({_standby.PRIORITY_ENV: "normal"}))
 
+    def test_the_modules_wait_until_the_loader_workers_have_each_served_a_batch(self):
+        # The agent prepares the standby once the file is written: not while the rank's
+        # loader workers may still be importing on its CPUs.
+        from spawnpoint_rank import _pool, _progress
+
+        saved = (_pool.iterators_served, _pool.workers_warm)
+        self.addCleanup(lambda: (setattr(_pool, "iterators_served", saved[0]),
+                                 setattr(_pool, "workers_warm", saved[1])))
+        _pool.iterators_served, _pool.workers_warm = False, False
+        self.assertFalse(_progress._pool_workers_starting())  # no loader on the pool
+        _pool.iterators_served = True
+        self.assertTrue(_progress._pool_workers_starting())
+        _pool.workers_warm = True
+        self.assertFalse(_progress._pool_workers_starting())
+
     def test_the_script_is_argv0_or_the_modules_source(self):
         script = os.path.join(self.tmp, "train.py")
         open(script, "w").close()

@@ -34,6 +34,7 @@ from . import _batch_codec
 
 PROTOCOL_VERSION = 1
 ERROR, OPEN, OPENED, SUBMIT, READY, RELEASE, DROP, BATCH_ERROR = 8, 9, 10, 11, 12, 13, 14, 15
+ACCEPTED = 17
 RELEASE_FLUSH_S = 0.05
 _HEADER = struct.Struct("<IBBxx")  # payload length, message type, descriptor follows
 _MAX_PAYLOAD = 64 << 20
@@ -41,6 +42,13 @@ _MAX_PAYLOAD = 64 << 20
 _NUMPY = {"u8": "uint8", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
           "f16": "float16", "bf16": "int16", "f32": "float32", "f64": "float64",
           "bool": "bool"}
+
+# Whether a DataLoader iterator has been served here, and whether one has had a batch from
+# each of its workers since: until then they may still be importing on the rank's CPUs, and
+# the rank's warm standby is not prepared (_progress.py), so that its imports do not take
+# the CPU from theirs.
+iterators_served = False
+workers_warm = False
 
 _lock = threading.Lock()
 _service = None

@@ -35,6 +35,19 @@ iterator.
 When the trainer keeps so many batches alive that the workers would run out of slots, batches
 are copied out of the ring instead (said once on stderr) until it lets go of some.
 
+Batch 0 of an iterator's first epoch is built in the rank's own process, as worker 0 would
+build it, while the pool's workers may still be starting (importing torch on the rank's CPUs):
+on a copy of the dataset (the payload the workers unpickle), with worker 0's seeds and
+get_worker_info(), the rank's own streams (and thread count, and worker info) saved before
+and restored after. It is kept only if building it changed nothing of the copy that pickles
+(a dataset that caches, opens a file or keeps its own generator would leave worker 0's copy
+in another state than PyTorch's worker 0: the batch is dropped and worker 0 builds it), and
+then worker 0 starts from the global streams the batch left (worker0_streams in the pickle
+file, worker.py), so every later batch is the one PyTorch would build. The session opens at
+batch 1, its ring sized from batch 0 (no probe). Not for a loader with a worker_init_fn (it
+would run twice), one whose workers came from the job (watched: see below), or one whose
+payload is over 8 MiB (a copy of it); any failure leaves the batch to worker 0. Said once.
+
 The trainer's random streams stay as torch leaves them. The iterator draws what torch's own
 draws (the base seed; the sampler's indices, at the points torch draws them); when the
 service refuses the loader, what it drew is put back before torch's iterator draws it again.
@@ -72,6 +85,11 @@ _LATE_DRAWS_NOTE = (
     "its workers after its first batch; the code asked for num_workers=0 and the job's workers "
     "build its batches with seeds of their own, so the trainer's results may differ from "
     "torchrun's. Pass num_workers to the DataLoader to choose.")
+_HERE_NOTE = (
+    "spawnpoint: batch 0 of a DataLoader's first epoch is built in the trainer's process, on "
+    "a copy of the dataset with worker 0's seeds, while the agent's loader workers start; "
+    "worker 0 goes on from there, so every batch is the one PyTorch's workers would build")
+_HERE_MAX_PAYLOAD = 8 << 20  # a larger dataset is not copied into the rank for batch 0
 _counter = itertools.count()
 _classes = {}
 _MAX_SPECULATION_MISSES = 2  # wrong predictions in a row before an iterator stops predicting
@@ -124,7 +142,9 @@ def pool_iterator(loader):
         cls = _classes[dlmod] = _make_class(dlmod)
     drawn = _Draws(loader)
     try:
-        return cls(loader, svc, payload, by_value, watch), None
+        it = cls(loader, svc, payload, by_value, watch)
+        _pool.iterators_served = True
+        return it, None
     except _pool.ServiceError as err:
         if err.kind in ("workers", "protocol", "gone"):
             # torch's own iterator draws its base seed and its first indices again.
@@ -184,6 +204,12 @@ def _make_class(dlmod):
             self._predictions = {"hits": 0, "misses": 0}  # in all (tests, debugging)
             self._sampler_epoch = None  # a DistributedSampler's epoch at the last iter()
             self._sampler_step = 1      # and by how much set_epoch moved it
+            # Batch 0 built here (module docstring): the payload to copy until it is.
+            self._here = (payload if not watch and loader.worker_init_fn is None
+                          and len(payload) <= _HERE_MAX_PAYLOAD else None)
+            self._here_bytes = 0  # its size: the ring's slots are sized from it
+            self._here_batch = None  # batch 0 built here, until next() takes it
+            self._opening = None  # (session, runs) of an Open not answered with its ring
             self._reset(loader, first_iter=True)
 
         def _reset(self, loader, first_iter=False):
@@ -240,7 +266,12 @@ def _make_class(dlmod):
                         self._svc.send(_pool.DROP, {
                             "session": self._session, "keep": self._epoch,
                             "release": unused + self._svc.take_releases(self._session)})
-                    self._submit(window)
+                    payload, self._here = self._here, None
+                    if first_iter and payload is not None and window and \
+                            self._first_batch_here(payload):
+                        self._open(accept=True)  # batches 1.. are waited for at their turn
+                    else:
+                        self._submit(window)
                 self._predict_next()
 
         def _observe_sampler_epoch(self):
@@ -299,10 +330,14 @@ def _make_class(dlmod):
                 "consumed": {"batches": consumed[0], "samples": consumed[1],
                              "waitedSeconds": consumed[2], "epoch": self._epochs - 1}})
 
-        def _open(self):
+        def _open(self, accept=False):
+            """Opens a session for the batches outstanding. With `accept` it returns once the
+            service found the request acceptable; the ring is waited for by _finish_open(),
+            before the first batch of the session is."""
             # Batches already received stay; the rest are built again, in their order, each by
             # the worker PyTorch would use (b % num_workers).
-            pending = sorted(b for b in self._outstanding if b not in self._ready)
+            here = 0 if self._here_batch is not None else None
+            pending = sorted(b for b in self._outstanding if b not in self._ready and b != here)
             runs = [{"firstBatch": start, "batches": [self._outstanding[b] for b in run]}
                     for start, run in _runs(pending)]
             svc = self._svc
@@ -319,7 +354,35 @@ def _make_class(dlmod):
                 # The slot size is known: no probe, which would build a batch on worker 0
                 # out of its turn and so shift that worker's random streams.
                 request["slotBytes"] = self._ring.slot_bytes
+            elif self._here_bytes:
+                request["batchBytes"] = self._here_bytes  # batch 0's, built here
+            if accept:
+                request["accept"] = True
             svc.send(_pool.OPEN, request)
+            self._opening = (session, runs)
+            if not accept:
+                return self._finish_open()
+            self._answer_to_open(session, _pool.ACCEPTED)
+            # Submits and Drops may go now: the service takes them after the Open.
+            self._session = session
+            svc.active = session
+
+        def _finish_open(self):
+            """Waits for the ring of the session _open() asked for. REQUIRES: the lock."""
+            (session, runs), self._opening = self._opening, None
+            svc = self._svc
+            body, fd = self._answer_to_open(session, _pool.OPENED)
+            self._ring = _pool.Ring(svc, session, fd, int(body["slots"]), int(body["slotBytes"]))
+            self._session = session
+            svc.active = session
+            if not body.get("submitted"):  # a service that does not take Open's submit
+                for run in runs:
+                    svc.send(_pool.SUBMIT, dict(run, session=session, epoch=self._epoch))
+
+        def _answer_to_open(self, session, wanted):
+            """(body, fd) of the service's `wanted` answer (ACCEPTED, or OPENED with the
+            ring's descriptor) to the Open of `session`; raises its Error."""
+            svc = self._svc
             while True:
                 message = svc.receive(_pool.RELEASE_FLUSH_S)
                 if message is None:
@@ -330,19 +393,17 @@ def _make_class(dlmod):
                         os.close(fd)
                     continue
                 if kind == _pool.ERROR:
+                    if svc.active == session:
+                        svc.active = None
                     if body.get("kind") == "dataset":  # batch 0 failed as it was probed
                         _raise_batch_error(body)
                     raise _pool.ServiceError(body.get("kind", "start"), body.get("message", ""),
                                              body.get("excType"))
-                if kind == _pool.OPENED and fd >= 0:
-                    break
+                if kind == wanted and (fd >= 0 or wanted != _pool.OPENED):
+                    return body, fd
+                if fd >= 0:
+                    os.close(fd)
                 raise _pool.ServiceError("protocol", "unexpected answer %d to Open" % kind)
-            self._ring = _pool.Ring(svc, session, fd, int(body["slots"]), int(body["slotBytes"]))
-            self._session = session
-            svc.active = session
-            if not body.get("submitted"):  # a service that does not take Open's submit
-                for run in runs:
-                    svc.send(_pool.SUBMIT, dict(run, session=session, epoch=self._epoch))
 
         def _next_data(self):
             if self._fetcher is not None:
@@ -360,12 +421,16 @@ def _make_class(dlmod):
                                 % (type(self._dataset).__name__, err))
                     self._go_in_process()
                     return self._next_in_process()
+            if self._here_batch is not None:
+                return self._take_first_batch_here()
             if self._rcvd_idx >= self._send_idx:
                 if not self._persistent_workers:
                     self._shutdown()
                 raise StopIteration
             waited_from = time.monotonic()
             with self._svc.lock:
+                if self._opening is not None and self._own_session():
+                    self._finish_open()
                 if not self._own_session() and self._rcvd_idx not in self._ready:
                     self._open()
                 ready, ring = self._wait_for(self._rcvd_idx)
@@ -373,6 +438,8 @@ def _make_class(dlmod):
                     self._decide_where(ready)
             if self._fetcher is not None:
                 return self._next_in_process()
+            if self._rcvd_idx >= self._num_workers - 1:
+                _pool.workers_warm = True  # each worker has built a batch (b % num_workers)
             with self._svc.lock:
                 # A batch of an earlier session is read from that session's ring.
                 held = ring.held()
@@ -390,6 +457,37 @@ def _make_class(dlmod):
                 indices = self._draw()
                 self._submit([indices] if indices is not None else [])
                 self._predict_next()
+            if self._pin_memory:
+                data = _pin(data, getattr(self, "_pin_memory_device", None))
+            return data
+
+        def _first_batch_here(self, payload):
+            """Builds batch 0 in this process as worker 0 would (the module docstring says
+            when it is kept); whether it was. REQUIRES: the service's lock."""
+            built = _build_like_worker0(payload, self._base_seed, self._num_workers,
+                                        self._outstanding[0])
+            if built is None:
+                return False
+            data, streams, nbytes = built
+            try:
+                _add_to_pickle(self._pickle, {"worker0_streams": streams})
+            except Exception:  # worker 0 could not go on from the right streams
+                return False
+            report_once(_HERE_NOTE)
+            self._here_batch, self._here_bytes = data, nbytes
+            return True
+
+        def _take_first_batch_here(self):
+            """Batch 0, built here; the next index is put as after any batch."""
+            data, self._here_batch = self._here_batch, None
+            with self._svc.lock:
+                samples = len(self._outstanding.pop(self._rcvd_idx))
+                self._raw.pop(self._rcvd_idx, None)
+                self._rcvd_idx += 1
+                self._consumed[0] += 1
+                self._consumed[1] += samples
+                indices = self._draw()
+                self._submit([indices] if indices is not None else [])
             if self._pin_memory:
                 data = _pin(data, getattr(self, "_pin_memory_device", None))
             return data
@@ -418,6 +516,7 @@ def _make_class(dlmod):
         def _go_in_process(self):
             """From now on batches are built here, and the loader's later iterators are
             torch's single-process one."""
+            _pool.workers_warm = True  # none to wait for
             info = _shim_info(self._loader())
             dlmod = sys.modules["torch.utils.data.dataloader"]
             self._fetcher = dlmod._DatasetKind.create_fetcher(
@@ -560,6 +659,52 @@ def _predict_window(it, count, sampler_step):
         return None
     finally:
         restore()
+
+
+def _build_like_worker0(payload, base_seed, num_workers, indices):
+    """(batch, the streams it left, its encoded size) for `indices` built here as the pool's
+    worker 0 builds its first batch (worker.py's LoaderSpec, on a copy unpickled from
+    `payload`, with worker 0's seeds, get_worker_info() and one thread), or None when it must
+    be left to worker 0: building raised, or changed what the copy pickles to. This
+    process's streams, thread count and worker info are restored whatever happens."""
+    import torch
+    from torch.utils.data._utils import worker as torch_worker
+
+    from . import _batch_codec, worker
+
+    saved = worker.capture_streams()
+    threads = torch.get_num_threads()
+    info = torch_worker._worker_info
+    try:
+        parts = pickle.loads(payload)
+        before = _byvalue.dumps(parts, pickle.HIGHEST_PROTOCOL)[0]
+        spec = worker.LoaderSpec(("", 0, 0), dict(parts, base_seed=base_seed), 0,
+                                 num_workers, in_rank=True)
+        data = spec.fetch(indices)
+        nbytes = _batch_codec.plan(data).nbytes
+        streams = worker.capture_streams()
+        if _byvalue.dumps(parts, pickle.HIGHEST_PROTOCOL)[0] != before:
+            return None
+        return data, streams, nbytes
+    except Exception:
+        return None
+    finally:
+        worker.restore_streams(saved)
+        numpy = sys.modules.get("numpy")
+        if saved[2] is None and numpy is not None:
+            numpy.random.seed()  # imported just now: unseeded, as a fresh import is
+        torch.set_num_threads(threads)
+        torch_worker._worker_info = info
+
+
+def _add_to_pickle(path, entries):
+    """Adds `entries` to the loader file _write_pickle wrote (replaced atomically)."""
+    with open(path, "rb") as f:
+        spec = pickle.load(f)
+    spec.update(entries)
+    with open(path + ".tmp", "wb") as f:
+        pickle.dump(spec, f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.rename(path + ".tmp", path)
 
 
 def _write_pickle(pool_dir, payload, base_seed, by_value):

@@ -158,16 +158,23 @@ def count_step(source):
     writer = _writer if _tried else _attach()
     if writer is not None and os.getpid() == _writer_pid:
         writer.count(source, time.monotonic_ns(), _take_wait())
-        if not _learned:
+        if not _learned and not _pool_workers_starting():
             _learn_modules()
 
 
 _learned = False  # the modules imported by the first step were written for the next standby
 
 
+def _pool_workers_starting():
+    """Whether the rank's loader workers may still be starting (_pool.workers_warm)."""
+    pool = sys.modules.get(__package__ + "._pool")
+    return pool is not None and pool.iterators_served and not pool.workers_warm
+
+
 def _learn_modules():
-    """At the first counted step: what this rank has imported, for its next standby
-    (_standby.learn_modules; SPAWNPOINT_STANDBY_LEARN names the file)."""
+    """At the first counted step once the rank's loader workers have each served a batch:
+    what this rank has imported, for its next standby, which the agent prepares once the
+    file is written (_standby.learn_modules; SPAWNPOINT_STANDBY_LEARN names the file)."""
     global _learned
     _learned = True
     path = os.environ.get("SPAWNPOINT_STANDBY_LEARN")

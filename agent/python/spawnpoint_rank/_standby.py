@@ -25,7 +25,8 @@ Until then:
      printed, and returns: the interpreter runs the script. The socket is closed. EOF before
      a release (the agent stopped it, or died) exits the process.
 
-`learn_modules(path)` is the rank's side of step 1: at its first counted step, a rank with
+`learn_modules(path)` is the rank's side of step 1: at its first counted step once its
+loader workers have each served a batch (_progress.py), a rank with
 SPAWNPOINT_STANDBY_LEARN writes the library modules it has imported (never the script's own
 directory's) for the next standby. Single-threaded but for the preload thread.
 """

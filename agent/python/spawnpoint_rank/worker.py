@@ -29,6 +29,10 @@ DataLoader (iterator, when workers are not persistent), holding the dict
                    answers), which tells the rank that in its own process the loader would
                    have drawn from the trainer's streams (_pool_iter.py keeps such a loader
                    in the trainer's process, as under torchrun).
+  worker0_streams  optional: the random streams (capture_streams()) worker 0 goes on from
+                   after its set-up: the rank built batch 0 itself while the workers started
+                   (_pool_iter.py), and these are the streams that left, as PyTorch's worker 0
+                   has them after building it.
 (drop_last, the sampler and the batch sampler stay with the rank: it sends sample indices.)
 A new file (by path, mtime and size) is loaded and the worker set up for it exactly as
 torch's _worker_loop sets up worker `workerId` (one thread; seeds base_seed + id for random
@@ -161,7 +165,7 @@ def caught(worker_id, index=-1, kind="dataset"):
 class LoaderSpec(object):
     """One DataLoader's pickle, loaded, and the worker set up for it as PyTorch would."""
 
-    def __init__(self, key, spec, worker_id, fallback_workers):
+    def __init__(self, key, spec, worker_id, fallback_workers, in_rank=False):
         self.key = key
         self.dataset = spec["dataset"]
         self.auto_collation = bool(spec.get("auto_collation", True))
@@ -186,7 +190,7 @@ class LoaderSpec(object):
         self.init_error = None
         self.saved = None  # (streams, worker info) while another loader is served
         self.epoch_start = None  # (epoch, streams as its first batch here found them)
-        setup_like_torch(self.base_seed, worker_id, self.num_workers, self.dataset)
+        setup_like_torch(self.base_seed, worker_id, self.num_workers, self.dataset, in_rank)
         init_fn = spec.get("worker_init_fn")
         if init_fn is not None:
             try:
@@ -194,6 +198,10 @@ class LoaderSpec(object):
             except Exception:
                 # PyTorch hands this to the first batch the worker is asked for.
                 self.init_error = caught(worker_id)
+        if worker_id == 0 and spec.get("worker0_streams") is not None:
+            # The rank built batch 0 itself (_pool_iter.py): worker 0 goes on from the streams
+            # that batch left, as PyTorch's worker 0 would after building it.
+            restore_streams(spec["worker0_streams"])
 
     def suspend(self):
         """Saves this loader's random streams and worker info: another loader is served."""
@@ -295,8 +303,9 @@ def unwrap(spec):
         raise ImportError("the rank pickled this loader with cloudpickle, which this worker "
                           "cannot import (%s)" % (_byvalue.why_not() or "?"))
     loaded = pickle.loads(spec["payload"])
-    if "base_seed" in spec:
-        loaded["base_seed"] = spec["base_seed"]
+    for key in ("base_seed", "worker0_streams"):
+        if key in spec:
+            loaded[key] = spec[key]
     return loaded
 
 
@@ -328,18 +337,26 @@ def restore_streams(streams):
     random.setstate(python)
     torch.set_rng_state(torch_state)
     if numpy_state is not None:
-        sys.modules["numpy"].random.set_state(numpy_state)
+        import numpy
+
+        numpy.random.set_state(numpy_state)
 
 
-def setup_like_torch(base_seed, worker_id, num_workers, dataset):
-    """What torch's _worker_loop does before its first batch, for this torch version."""
+def setup_like_torch(base_seed, worker_id, num_workers, dataset, in_rank=False):
+    """What torch's _worker_loop does before its first batch, for this torch version.
+    `in_rank`: in the rank's own process (the caller saves and restores what this sets),
+    where only the CPU generator is seeded: torch.manual_seed would seed (or queue seeds for)
+    the rank's GPU generators too."""
     import torch
     from torch.utils.data._utils import worker as torch_worker
 
     torch.set_num_threads(1)
     seed = base_seed + worker_id
     random.seed(seed)
-    torch.manual_seed(seed)
+    if in_rank:
+        torch.default_generator.manual_seed(seed)
+    else:
+        torch.manual_seed(seed)
     generate_state = getattr(torch_worker, "_generate_state", None)  # torch >= 1.9
     if generate_state is not None and getattr(torch_worker, "HAS_NUMPY", False):
         import numpy as np

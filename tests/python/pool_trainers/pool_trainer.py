@@ -18,6 +18,10 @@ DataLoader's). Cases:
   knobs        2-rank DDP with the DataLoader knobs a plain script sets: persistent_workers,
                prefetch_factor=3, a worker_init_fn of the script's own, a seeded generator,
                DistributedSampler.set_epoch; 3 epochs compared with stock
+  first_batch  a loader whose dataset draws from the random streams and one whose dataset
+               caches what it built, not persistent: batch 0 built in the rank for the
+               first, by worker 0 for the second; batches and the trainer's state after
+               batch 0 compared with stock
   speculation  three persistent loaders, 4 epochs each, whose next epoch the pool predicts
                wrongly (shuffle from the global generator, which the trainer draws from
                between epochs), wrongly once (a DistributedSampler whose set_epoch is never
@@ -258,7 +262,8 @@ def case_restart(out_dir):
     it = iter(dl)
     first = next(it)
     rest = list(it)
-    pids = worker_pids([first] + rest)
+    # The pool's workers; batch 0 was built in this process (as worker 0 would build it).
+    pids = [p for p in worker_pids([first] + rest) if p != os.getpid()]
     report(out_dir, "restart", served=type(dl._iterator).__name__, workers=pids,
            workers_started=[started(p) for p in pids])
     if attempt == 0 and rank == 1:
@@ -327,6 +332,70 @@ def speculation_epochs(out_dir, rank, pooled):
         seen["served"].append(type(loader._iterator).__name__)
         seen["predictions"][name] = getattr(loader._iterator, "_predictions", None)
     return seen
+
+
+class Caching(Augmented):
+    """Augmented that keeps what it built: a dataset whose state changes as it builds."""
+
+    def __init__(self, size):
+        Augmented.__init__(self, size)
+        self.cache = {}
+
+    def __getitem__(self, i):
+        self.cache[i] = True
+        return Augmented.__getitem__(self, i)
+
+
+def rank_state():
+    """What building a batch in this process must leave as it was: the trainer's random
+    streams (as its next draws), its thread count, get_worker_info(), and the seeds queued
+    for CUDA generators (torch.manual_seed would queue one, GPU or not)."""
+    cuda = torch.cuda
+    calls = list(getattr(cuda, "_queued_calls", []))
+    tracker = getattr(cuda, "_lazy_seed_tracker", None)
+    if tracker is not None:
+        calls.extend(tracker.get_calls())
+    # Whether the agent's code queued a CUDA seed (the stack each queued call keeps).
+    queued_here = any("spawnpoint_rank" in line for call in calls if call for line in call[1])
+    draws = (torch.rand(2).tolist(), np.random.rand(2).tolist(), random.random())
+    return dict(draws=draws, threads=torch.get_num_threads(),
+                worker_info=repr(torch.utils.data.get_worker_info()),
+                cuda_seed_queued_here=queued_here)
+
+
+def first_batch_epochs():
+    """Two loaders, one epoch each, and the trainer's state after each one's first batch."""
+    torch.manual_seed(21)
+    np.random.seed(21)
+    random.seed(21)
+    out = {}
+    for name, data in (("drawing", Augmented(12)), ("caching", Caching(12))):
+        dl = DataLoader(data, batch_size=3, shuffle=True, num_workers=2)
+        it = iter(dl)
+        batches = [next(it)]
+        state = rank_state()
+        batches.extend(it)
+        out[name] = (batches, state, type(it).__name__)
+    return out
+
+
+def case_first_batch(out_dir):
+    got = first_batch_epochs()
+    saved = pool._service_path
+    pool.use_service_path(None)
+    want = first_batch_epochs()
+    pool.use_service_path(saved)
+    result = {}
+    for name in ("drawing", "caching"):
+        (g, g_state, served), (w, w_state, stock) = got[name], want[name]
+        result[name] = dict(
+            served=served, stock=stock,
+            equal=len(g) == len(w) and all(same(without_pids(a), without_pids(b))
+                                           for a, b in zip(g, w)),
+            state_equal=g_state == w_state, state=[g_state, w_state],
+            batch0_pids=sorted({int(p) for p in g[0]["pid"]}),
+            pids=worker_pids(g))
+    report(out_dir, "first_batch", **result)
 
 
 def case_speculation(out_dir):
