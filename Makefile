@@ -119,7 +119,7 @@ bench-restart: build cluster-tools agent-bundle
 
 # The first 20 steps of a torch + torchvision DDP script, the agent against torchrun 2.6.
 bench-first-steps: build agent-bundle
-	@BUILD=$(BUILD) bash bench/first_steps.sh --reps $(TORCHRUN_REPS)
+	@BUILD=$(BUILD) bash bench/restart_torchrun.sh --first-steps --reps $(TORCHRUN_REPS)
 
 # Builds only what it runs: the exposition library needs none of the rest of the tree.
 bench-metrics: configure

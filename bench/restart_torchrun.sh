@@ -8,7 +8,10 @@
 #   ratios restart_torchvision=X restart_lightning=Y start_overhead_pct=Z
 #          restart_torchvision_113=X1 start_overhead_pct_113=Z1
 #
-#   bench/restart_torchrun.sh [--reps N]     (BUILD: the build directory, default build)
+#   bench/restart_torchrun.sh [--reps N] [--first-steps]   (BUILD: the build directory,
+#                                                           default build)
+#
+# --first-steps runs bench/first_steps.py instead (the first 20 steps, torch 2.6 only).
 #
 # Needs root (the frameworks environment is a chroot root) and the agent bundle
 # ($BUILD/agent-bundle, which make bench-restart builds).
@@ -16,10 +19,13 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD:-$repo/build}
 reps=3
+first_steps=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --reps) reps=$2; shift 2 ;;
-    *) echo "restart_torchrun.sh: unknown argument $1 (allowed: --reps N)" >&2; exit 2 ;;
+    --first-steps) first_steps=1; shift ;;
+    *) echo "restart_torchrun.sh: unknown argument $1 (allowed: --reps N, --first-steps)" >&2
+       exit 2 ;;
   esac
 done
 [ -x "$build/agent-bundle/bin/spawnpoint-agent" ] ||
@@ -32,6 +38,13 @@ python=$(sed -n 's/^python: \([^ ]*\) (in \([^;]*\);.*/\1/p' <<<"$line")
 root=$(sed -n 's/^python: \([^ ]*\) (in \([^;]*\);.*/\2/p' <<<"$line")
 [ -n "$python" ] && [ -d "$root" ] ||
   { echo "restart_torchrun.sh: cannot read frameworks-env.sh's last line: $line" >&2; exit 1; }
+
+if [ "$first_steps" = 1 ]; then
+  exec bash "$repo/scripts/in-root.sh" --bundle "$build/agent-bundle" \
+    --ro-bind "$repo/bench:/opt/spawnpoint-bench" --env PYTHONDONTWRITEBYTECODE=1 "$root" -- \
+    "$python" /opt/spawnpoint-bench/first_steps.py \
+    --agent /opt/spawnpoint/bin/spawnpoint-agent --reps "$reps"
+fi
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

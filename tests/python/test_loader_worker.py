@@ -230,6 +230,68 @@ class FramesTest(unittest.TestCase):
 
 
 @unittest.skipIf(torch is None, "torch is not installed")
+class StarvationTest(unittest.TestCase):
+    """_preload.StarvedWhileAwaited: when an idle-priority start-up must start over at normal
+    priority (a rank waits for the worker, and the start-up mostly waits for a CPU)."""
+
+    def setUp(self):
+        tmp = tempfile.mkdtemp(prefix="spawnpoint-starve-")
+        self.addCleanup(__import__("shutil").rmtree, tmp, True)
+        self.listen = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.addCleanup(self.listen.close)
+        self.path = os.path.join(tmp, "w.sock")
+        self.listen.bind(self.path)
+        self.listen.listen(4)
+        self.now, self.delay = 100.0, 0
+        self.watch = preload.StarvedWhileAwaited(
+            self.listen.fileno(), 1, clock=lambda: self.now, run_delay_ns=lambda tid: self.delay)
+
+    def advance(self, seconds, waited):
+        self.now += seconds
+        self.delay += int(waited * 1e9)
+
+    def rank_connects(self):
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.addCleanup(client.close)
+        client.connect(self.path)  # pending: the worker has not accepted
+
+    def test_never_while_nobody_waits_for_the_worker(self):
+        for _ in range(4):
+            self.advance(2.0, waited=2.0)  # starved, but the rank has not asked yet
+            self.assertFalse(self.watch.starved())
+
+    def test_once_the_rank_waits_and_the_start_up_mostly_waits_for_a_cpu(self):
+        self.rank_connects()
+        self.assertFalse(self.watch.starved())  # the window starts
+        self.advance(1.0, waited=1.0)
+        self.assertFalse(self.watch.starved())  # half a window: not yet
+        self.advance(1.0, waited=1.0)
+        self.assertTrue(self.watch.starved())  # 2 s of 2 s waiting for a CPU
+
+    def test_sharing_a_cpu_with_its_sibling_workers_is_not_starving(self):
+        self.rank_connects()
+        self.assertFalse(self.watch.starved())
+        for _ in range(4):  # 8 workers importing at once on one CPU: 7/8 of the time waiting
+            self.advance(2.0, waited=2.0 * 7 / 8)
+            self.assertFalse(self.watch.starved())
+        self.advance(2.0, waited=0.0)  # it slept (its turn to import) or ran
+        self.assertFalse(self.watch.starved())
+        self.advance(2.0, waited=1.99)
+        self.assertTrue(self.watch.starved())
+
+    def test_without_the_kernels_figures_it_never_restarts(self):
+        self.rank_connects()
+        watch = preload.StarvedWhileAwaited(self.listen.fileno(), 1, clock=lambda: self.now,
+                                            run_delay_ns=lambda tid: None)
+        for _ in range(3):
+            self.advance(2.0, waited=2.0)
+            self.assertFalse(watch.starved())
+
+    def test_this_kernel_reports_a_threads_run_delay(self):
+        self.assertIsInstance(preload.thread_run_delay_ns(__import__("threading").get_native_id()),
+                              int)
+
+
 class WorkerSetupTest(unittest.TestCase):
     def spec(self, **overrides):
         spec = {"dataset": Squares(), "collate_fn": None, "worker_init_fn": None,

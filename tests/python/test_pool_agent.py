@@ -51,11 +51,19 @@ class PoolAgentTest(unittest.TestCase):
         self.tmp = tempfile.mkdtemp(prefix="spawnpoint-pool-test-")
         self.addCleanup(shutil.rmtree, self.tmp, True)
 
-    def run_job(self, case, max_restarts=0):
-        """Runs the case under the agent; {(rank, attempt): report}."""
+    def run_job(self, case, max_restarts=0, env=None, preload=None):
+        """Runs the case under the agent (`env`: the container's variables; `preload`:
+        loader.preloadModules); {(rank, attempt): report}."""
         job = os.path.join(self.tmp, "job.yaml")
+        text = JOB % (json.dumps([PYTHON, TRAINER, case, self.tmp]), max_restarts)
+        if env:
+            text = text.replace("          command:", "          env: %s\n          command:" % (
+                json.dumps([{"name": k, "value": v} for k, v in sorted(env.items())])))
+        if preload:
+            text = text.replace("    workersPerRank: 2\n", "    workersPerRank: 2\n"
+                                "    preloadModules: %s\n" % json.dumps(preload))
         with open(job, "w") as f:
-            f.write(JOB % (json.dumps([PYTHON, TRAINER, case, self.tmp]), max_restarts))
+            f.write(text)
         self.status_file = os.path.join(self.tmp, "status.json")
         proc = subprocess.run([os.environ["SPAWNPOINT_AGENT_BIN"], "run", "-f", job,
                                "--gpu-backend", "none", "--master-port", "0",
@@ -167,6 +175,23 @@ class PoolAgentTest(unittest.TestCase):
             self.assertNotIn(r["pid"], r["caching"]["pids"], self.output)
         self.assertEqual(self.output.count("batch 0 of a DataLoader's first epoch is built in "
                                            "the trainer's process"), 2, self.output)  # a rank
+
+    def test_a_start_up_starved_at_idle_priority_starts_over_at_normal_priority(self):
+        # A worker's start-up imports run at idle CPU priority. Here they never end at idle
+        # priority (pool_trainers/idle_forever.py, a preloaded module, sleeps while the
+        # priority is idle), and every check while the rank waits counts as starved
+        # (SPAWNPOINT_LOADER_STARVED_SHARE=-1: a stand-in for other processes keeping the
+        # CPUs busy). Each worker starts over at normal priority, says so once, and serves.
+        reports = self.run_job("starved", env={
+            "SPAWNPOINT_LOADER_STARVED_SHARE": "-1",
+            "PYTHONPATH": os.path.join(HERE, "pool_trainers")}, preload=["idle_forever"])
+        self.assertEqual(sorted(reports), [(0, 0), (1, 0)], self.output)
+        for r in reports.values():
+            self.assertEqual(r["served"], POOL_ITER, self.output)
+            self.assertEqual(r["indices"], list(range(12)), self.output)
+        # 2 ranks x 2 workers, each once.
+        self.assertEqual(self.output.count("they start over at normal priority"), 4,
+                         self.output)
 
     def test_restarted_rank_reconnects_to_the_same_warm_workers(self):
         reports = self.run_job("restart", max_restarts=1)

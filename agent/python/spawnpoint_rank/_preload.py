@@ -152,6 +152,65 @@ def idle_priority():
             pass
 
 
+# ---- Idle priority, while nobody waits for this process ------------------------------
+
+PRIORITY_ENV = "SPAWNPOINT_LOADER_PRIORITY"  # "normal": the start-up runs at the process's own
+# Starved: waiting for a CPU more than this share of STARVED_WINDOW_S while awaited. Sibling
+# workers importing at once on the rank's one CPU each wait up to (n-1)/n of the time (7/8
+# for the most a rank's pool has); a thread at idle priority beside one busy process waits
+# ~99 % of it. A test sets SPAWNPOINT_LOADER_STARVED_SHARE=-1: every window counts.
+try:
+    STARVED_SHARE = float(os.environ.get("SPAWNPOINT_LOADER_STARVED_SHARE", "0.95"))
+except ValueError:
+    STARVED_SHARE = 0.95
+STARVED_WINDOW_S = 2.0
+
+
+def thread_run_delay_ns(tid):
+    """Nanoseconds thread `tid` of this process has spent runnable but waiting for a CPU
+    (/proc's schedstat), or None where the kernel does not say."""
+    try:
+        with open("/proc/self/task/%d/schedstat" % tid) as f:
+            return int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class StarvedWhileAwaited(object):
+    """Tells when an idle-priority thread starves while a client waits: a connection has
+    been pending on the listening socket `listen_fd` (the rank asks for this worker) for
+    STARVED_WINDOW_S, in which `tid` spent more than STARVED_SHARE of the time waiting for a
+    CPU (other processes keep every CPU busy, and SCHED_IDLE yields to all of them). A
+    thread that sleeps (its turn to import) or runs is not starved. `clock` and
+    `run_delay_ns` are seams for tests."""
+
+    def __init__(self, listen_fd, tid, clock=time.monotonic, run_delay_ns=None):
+        self._fd = listen_fd
+        self._tid = tid
+        self._clock = clock
+        self._run_delay_ns = run_delay_ns or thread_run_delay_ns
+        self._last = None  # (time, run delay) at the last call with a client waiting
+
+    def starved(self):
+        try:
+            awaited = bool(select.select([self._fd], [], [], 0)[0])
+        except (OSError, ValueError):
+            awaited = False
+        delay = self._run_delay_ns(self._tid) if awaited else None
+        if delay is None:
+            self._last = None
+            return False
+        now = self._clock()
+        if self._last is None:
+            self._last = (now, delay)  # the window starts
+            return False
+        elapsed = now - self._last[0]
+        if elapsed < STARVED_WINDOW_S:
+            return False
+        waited, self._last = (delay - self._last[1]) / 1e9, (now, delay)
+        return waited > STARVED_SHARE * elapsed
+
+
 def wait_for_turn(environ, limit_s=TURN_LIMIT_S):
     """With a turn descriptor (staggered start-up), waits until the worker before this one has
     finished its preload (end of file: it closed its end, or died), at most limit_s: a

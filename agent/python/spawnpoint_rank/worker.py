@@ -599,7 +599,30 @@ def env_int(name, fallback):
         return fallback
 
 
+STARVE_CHECK_S = 0.5  # how often the main thread looks whether its start-up starves
+
+
+def restart_at_normal_priority(environ, listen_fd):
+    """Replaces this process (the same pid, pipes and listening socket, with the pending
+    connection) by a fresh worker whose start-up runs at normal priority. `environ`: the
+    environment the worker was started with; its turn is over (it was importing)."""
+    env = dict(environ)
+    env[_preload.PRIORITY_ENV] = "normal"
+    env.pop(_preload.TURN_FD_ENV, None)
+    os.set_inheritable(listen_fd, True)
+    try:
+        started = int(env.get(_preload.STARTED_FD_ENV, ""))
+        os.set_inheritable(started, True)  # closed by the new worker once it has imported
+    except (ValueError, OSError):
+        env.pop(_preload.STARTED_FD_ENV, None)
+    argv = getattr(sys, "orig_argv", None) or [sys.executable, "-m", "spawnpoint_rank.worker"]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, argv, env)
+
+
 def main():
+    started_with = dict(os.environ)
     fd = env_int("SPAWNPOINT_LOADER_LISTEN_FD", 3)
     try:
         listen = socket.socket(fileno=fd)
@@ -614,17 +637,31 @@ def main():
         sys.stdout.reconfigure(line_buffering=True)  # whole, prompt lines to the pool's pipe
     # The start-up's imports run in a thread at idle CPU priority: while the rank it serves
     # starts on the same CPUs, they take only the time it leaves idle (its waits, and the
-    # wait for its first batch), and spare CPUs, never the rank's own.
+    # wait for its first batch), and spare CPUs, never the rank's own. Once the rank waits
+    # for this worker, though, idle priority must not leave it waiting on other processes:
+    # a start-up that then mostly waits for a CPU starts over at normal priority (an idle
+    # thread cannot be raised again without CAP_SYS_NICE), said once.
+    idle = os.environ.get(_preload.PRIORITY_ENV) != "normal"
+
     def prepare():
-        _preload.idle_priority()
+        if idle:
+            _preload.idle_priority()
         _preload.wait_for_turn(os.environ)
         _preload.preload(os.environ)
         _byvalue.cloudpickle()  # what unpickles the rank's loaders (~40 ms): not at the first batch
         _preload.close_env_fd(os.environ, _preload.STARTED_FD_ENV)  # the next worker's turn
 
-    preparing = threading.Thread(target=prepare, name="spawnpoint-worker-preload")
+    preparing = threading.Thread(target=prepare, name="spawnpoint-worker-preload", daemon=True)
     preparing.start()
-    preparing.join()
+    watch = _preload.StarvedWhileAwaited(fd, preparing.native_id) if idle else None
+    while preparing.is_alive():
+        preparing.join(STARVE_CHECK_S)
+        if watch is not None and preparing.is_alive() and watch.starved():
+            log("worker %s: the rank waits for it and its start-up imports, at idle CPU "
+                "priority, got less than half of a CPU (other processes keep them busy): "
+                "they start over at normal priority"
+                % started_with.get("SPAWNPOINT_LOADER_WORKER_ID", "?"))
+            restart_at_normal_priority(started_with, fd)
     Worker(listen, env_int("SPAWNPOINT_LOADER_WORKER_ID", 0),
            env_int("SPAWNPOINT_LOADER_RANK", 0),
            env_int("SPAWNPOINT_LOADER_INCARNATION", 0)).serve()

@@ -22,6 +22,8 @@ DataLoader's). Cases:
                caches what it built, not persistent: batch 0 built in the rank for the
                first, by worker 0 for the second; batches and the trainer's state after
                batch 0 compared with stock
+  starved      a loader whose workers' start-up never ends at idle priority
+               (test_pool_agent.py makes it so): every sample once, in order
   speculation  three persistent loaders, 4 epochs each, whose next epoch the pool predicts
                wrongly (shuffle from the global generator, which the trainer draws from
                between epochs), wrongly once (a DistributedSampler whose set_epoch is never
@@ -396,6 +398,13 @@ def case_first_batch(out_dir):
             batch0_pids=sorted({int(p) for p in g[0]["pid"]}),
             pids=worker_pids(g))
     report(out_dir, "first_batch", **result)
+
+
+def case_starved(out_dir):
+    it = iter(DataLoader(Augmented(12), batch_size=3, num_workers=2))
+    batches = list(it)
+    report(out_dir, "starved", served=type(it).__name__,
+           indices=[int(i) for b in batches for i in b["index"]])
 
 
 def case_speculation(out_dir):
