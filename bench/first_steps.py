@@ -23,25 +23,12 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from restart_vs_torchrun import JOB, TORCHRUN  # noqa: E402  (the same job and torchrun)
+
 TRAINER = os.path.join(HERE, "restart_scripts", "ddp_steps.py")
-TORCHRUN = os.path.join(HERE, "restart_scripts", "torchrun.py")  # -m torch.distributed.run
 SHOWN = (1, 2, 3, 5, 10, 20)
 TIMEOUT_S = 600
-
-JOB = """\
-apiVersion: spawnpoint.dev/v1alpha1
-kind: TrainingJob
-metadata: {name: first-steps}
-spec:
-  nodes: 1
-  procsPerNode: 2
-  template:
-    spec:
-      containers:
-        - name: trainer
-          image: unused
-          command: %s
-"""
 
 
 def run_once(launcher, agent):
@@ -54,7 +41,7 @@ def run_once(launcher, agent):
         command = [sys.executable, TRAINER]
         if launcher == "ours":
             with open(os.path.join(tmp, "job.yaml"), "w") as f:
-                f.write(JOB % json.dumps(command))
+                f.write(JOB % (0, 2, json.dumps(command)))  # maxRestarts 1: standbys too
             argv = [agent, "run", "-f", os.path.join(tmp, "job.yaml"), "--master-port", "0",
                     "--gpu-backend", "none", "--metrics-addr", "off"]
         else:
