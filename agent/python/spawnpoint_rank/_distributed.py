@@ -11,8 +11,9 @@ was build without libuv support". So, per policy.libuv_decision: USE_LIBUV set b
 is kept; on torch older than 2.4 (1.13 has neither libuv nor USE_LIBUV) nothing happens;
 otherwise the hook finds out whether TCPStore has libuv and, if not, sets
 os.environ['USE_LIBUV'] = '0' (read by torch at rendezvous, not at import) and says so once
-on stderr. Multiprocessing children (loader workers) skip the probe: they inherit the rank's
-USE_LIBUV and do not rendezvous.
+on stderr. Multiprocessing children (torch's own spawned loader workers) are left alone, the
+probe included: they inherit the rank's USE_LIBUV and do not rendezvous
+(multiprocessing_child() tells them by the interpreter's command line, not by sys.argv).
 
 The probe: torch exposes no build flag for libuv (TCPStore.libuvBackend is a property of a
 store, and torch.__config__.show() does not list it); TCPStore's constructor checks it before
@@ -70,15 +71,35 @@ def attempt_environment_taken():
         os.environ["USE_LIBUV"] = "0"
 
 
-def _multiprocessing_child():
-    return "--multiprocessing-fork" in sys.argv
+_patched = False  # patch() did its work in this process
+
+
+def multiprocessing_child(orig_argv=None, argv=None, current=None):
+    """Whether this process is a child multiprocessing started (spawn or forkserver), as
+    seen while it imports torch (in spawn.prepare(), or unpickling its target). Not from
+    sys.argv alone: prepare() has already replaced it with the parent's. The interpreter's
+    own command line (sys.orig_argv, Python 3.10+) still carries --multiprocessing-fork (or
+    the forkserver's main); before 3.10, the current process object is marked as
+    inheriting while spawn's _main() prepares it. The arguments are seams for tests."""
+    if orig_argv is None:
+        orig_argv = getattr(sys, "orig_argv", None) or []
+    args = list(orig_argv) + list(sys.argv if argv is None else argv)
+    if "--multiprocessing-fork" in args or any("multiprocessing.forkserver" in str(a)
+                                               for a in args):
+        return True
+    if current is None:
+        process = sys.modules.get("multiprocessing.process")
+        current = process.current_process() if process is not None else None
+    return bool(getattr(current, "_inheriting", False))
 
 
 def patch(distmod):
     torch = sys.modules.get("torch")
     tcp_store = getattr(distmod, "TCPStore", None)
-    if torch is None or tcp_store is None or _multiprocessing_child():
+    if torch is None or tcp_store is None or multiprocessing_child():
         return
+    global _patched
+    _patched = True
     _exit.register(distmod)
     _collective.patch_functions(distmod)
     _rendezvous.patch_init(distmod)
