@@ -125,20 +125,11 @@ class LibuvTest(unittest.TestCase):
         # A stand-in torch package whose TCPStore lacks libuv as Debian 13's 2.6 does,
         # imported by a trainer under the shim's environment.
         with tempfile.TemporaryDirectory(prefix="spawnpoint-fake-torch-") as tmp:
-            os.makedirs(os.path.join(tmp, "torch", "distributed"))
-            with open(os.path.join(tmp, "torch", "__init__.py"), "w") as f:
-                f.write("import os\n__version__ = os.environ['FAKE_TORCH_VERSION']\n"
-                        "import torch.distributed\n")
-            with open(os.path.join(tmp, "torch", "distributed", "__init__.py"), "w") as f:
-                f.write(FAKE_DISTRIBUTED)
+            self.write_fake_torch(tmp)
             for version, environ, expected in (("2.6.0", {}, "0"),
                                                ("2.6.0", {"USE_LIBUV": "1"}, "1"),
                                                ("1.13.0a0", {}, None)):
-                env = {k: v for k, v in os.environ.items()
-                       if not k.startswith("SPAWNPOINT_") and k != "USE_LIBUV"}
-                env.update(environ, PYTHONPATH=os.pathsep.join((SHIM_DIR, tmp)),
-                           SPAWNPOINT_SHIM="1", PYTHONDONTWRITEBYTECODE="1",
-                           FAKE_TORCH_VERSION=version)
+                env = self.shim_env(tmp, version, environ)
                 proc = subprocess.run(
                     [sys.executable, "-c", "import os, torch; print(os.environ.get('USE_LIBUV'))"],
                     cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
