@@ -351,9 +351,12 @@ class StandbyModuleTest(unittest.TestCase):
         self.assertEqual(_standby.modules_to_preload(missing), list(_standby.DEFAULT_MODULES))
 
     def test_the_preload_runs_at_idle_priority_unless_the_job_asks_for_normal(self):
-        self.assertTrue(_standby.at_idle_priority({}))
-        self.assertTrue(_standby.at_idle_priority({_standby.PRIORITY_ENV: "idle"}))
-        self.assertFalse(_standby.at_idle_priority({_standby.PRIORITY_ENV: "normal"}))
+        from spawnpoint_rank import _preload
+
+        idle = _preload.at_idle_priority
+        self.assertTrue(idle({}, _standby.PRIORITY_ENV))
+        self.assertTrue(idle({_standby.PRIORITY_ENV: "idle"}, _standby.PRIORITY_ENV))
+        self.assertFalse(idle({_standby.PRIORITY_ENV: "normal"}, _standby.PRIORITY_ENV))
 
     def test_the_modules_wait_until_the_loader_workers_have_each_served_a_batch(self):
         # The agent prepares the standby once the file is written: not while the rank's

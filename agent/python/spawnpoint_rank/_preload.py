@@ -166,6 +166,12 @@ except ValueError:
 STARVED_WINDOW_S = 2.0
 
 
+def at_idle_priority(environ, variable):
+    """Whether a start-up runs at idle CPU priority: unless `variable` (PRIORITY_ENV for a
+    loader worker, _standby.PRIORITY_ENV for a standby) is "normal"."""
+    return environ.get(variable, "idle") != "normal"
+
+
 def thread_run_delay_ns(tid):
     """Nanoseconds thread `tid` of this process has spent runnable but waiting for a CPU
     (/proc's schedstat), or None where the kernel does not say."""

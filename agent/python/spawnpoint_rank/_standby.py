@@ -9,7 +9,8 @@ Until then:
 
   1. Preload, in a thread at SCHED_IDLE priority (the running attempt's ranks keep their
      CPUs; SPAWNPOINT_STANDBY_PRIORITY=normal keeps the process's own, for nodes whose CPUs
-     are never idle, where an idle-priority standby would never be ready): the modules the last attempt's rank had imported by its first training step
+     are never idle, where an idle-priority standby would never be ready): the modules the
+     last attempt's rank had imported by its first training step
      (SPAWNPOINT_STANDBY_MODULES names a file of them, one per line, that a rank of the job
      wrote: `learn_modules`), else torch's usual ones on the way to a DDP step; then the
      script's leading imports (the `import` lines before its first other statement), with the
@@ -185,12 +186,6 @@ def _descriptors(ancillary):
     return out
 
 
-def at_idle_priority(environ):
-    """Whether the preload runs at idle CPU priority: unless SPAWNPOINT_STANDBY_PRIORITY is
-    "normal" (the agent refuses any value but "idle" and "normal")."""
-    return environ.get(PRIORITY_ENV, "idle") != "normal"
-
-
 def wait_for_release(fd, take_environment):
     """Steps 1-3 of the module docstring. `take_environment()` is the bootstrap's: it takes
     the per-attempt variables out of os.environ once the attempt's environment is in."""
@@ -201,7 +196,7 @@ def wait_for_release(fd, take_environment):
     failed = []
 
     def prepare():
-        if at_idle_priority(os.environ):
+        if _preload.at_idle_priority(os.environ, PRIORITY_ENV):  # the agent allows idle, normal
             _preload.idle_priority()
         failed.extend(preload(sys.argv, os.environ))
 

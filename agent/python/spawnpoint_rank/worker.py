@@ -641,7 +641,7 @@ def main():
     # for this worker, though, idle priority must not leave it waiting on other processes:
     # a start-up that then mostly waits for a CPU starts over at normal priority (an idle
     # thread cannot be raised again without CAP_SYS_NICE), said once.
-    idle = os.environ.get(_preload.PRIORITY_ENV) != "normal"
+    idle = _preload.at_idle_priority(os.environ, _preload.PRIORITY_ENV)
 
     def prepare():
         if idle:
@@ -658,9 +658,10 @@ def main():
         preparing.join(STARVE_CHECK_S)
         if watch is not None and preparing.is_alive() and watch.starved():
             log("worker %s: the rank waits for it and its start-up imports, at idle CPU "
-                "priority, got less than half of a CPU (other processes keep them busy): "
-                "they start over at normal priority"
-                % started_with.get("SPAWNPOINT_LOADER_WORKER_ID", "?"))
+                "priority, waited for a CPU more than %d %% of %g s (other processes keep "
+                "them busy): they start over at normal priority"
+                % (started_with.get("SPAWNPOINT_LOADER_WORKER_ID", "?"),
+                   max(0, round(_preload.STARVED_SHARE * 100)), _preload.STARVED_WINDOW_S))
             restart_at_normal_priority(started_with, fd)
     Worker(listen, env_int("SPAWNPOINT_LOADER_WORKER_ID", 0),
            env_int("SPAWNPOINT_LOADER_RANK", 0),
