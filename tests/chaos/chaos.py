@@ -5,20 +5,23 @@ nodes (tests/cluster/cluster_fixture.py), and two-node TrainingJobs of the examp
 with loader workers, while a seeded schedule combines faults: the operator SIGKILLed and
 restarted, the API server's 409/429/500, latency and cut watches, a rank SIGKILLed, a loader
 worker SIGKILLed and one SIGSTOPped, an agent SIGTERMed, /dev/shm nearly full. Then it checks
-every job's phase, parameters, status history and failure causes, and what is left behind.
+every job's phase, parameters, status history and failure causes, what is left behind, and
+that every planned fault was injected (tests/chaos/schedule.py plans and tallies them).
 
     chaos.py --source-dir REPO --build-dir BUILD [--seed S] [--seconds N]
 
 CHAOS_SEED and CHAOS_SECONDS (environment) are the defaults of --seed and --seconds. The
 schedule is a pure function of (seed, seconds), printed first: a failing seed replays.
 The last line is
-    chaos seed=S faults=N jobs=N succeeded=N failed_as_expected=N wrong_phase=N leaks=N
-and the exit code is 1 on any wrong phase, leak or status that went backwards.
+    chaos seed=S faults=N jobs=N succeeded=N failed_as_expected=N wrong_phase=N leaks=N \
+        KIND=INJECTED/MISSED ... missed=N
+(also written to --summary-file) and the exit code is 1 on any wrong phase, leak, status that
+went backwards or planned fault not injected.
 
-As root it runs in a mount namespace of its own whose /dev/shm is a private tmpfs of
---shm-mb (a pod's memory-backed /dev/shm emptyDir): filling it nearly full then costs that
-much memory at most, and its leak check sees only this run's files. Standard library only, and
-local_node.py's API client (with python3-yaml).
+It runs in a mount namespace of its own (without root, in a user namespace of its own too)
+whose /dev/shm is a private tmpfs of --shm-mb (a pod's memory-backed /dev/shm emptyDir):
+filling it nearly full then costs that much memory at most, and its leak check sees only this
+run's files. Standard library only, and local_node.py's API client (with python3-yaml).
 """
 
 import argparse
@@ -28,7 +31,6 @@ import errno
 import http.client
 import json
 import os
-import random
 import re
 import shutil
 import signal
@@ -41,12 +43,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, os.pardir, "cluster"))
 import cluster_fixture  # noqa: E402
 from local_node import Api  # noqa: E402
+import schedule  # noqa: E402  (this folder's)
 
 NS = "default"
 TJ_PATH = "/apis/spawnpoint.dev/v1alpha1/namespaces/%s/trainingjobs" % NS
-PRIVATE_ENV = "SPAWNPOINT_CHAOS_PRIVATE_SHM"
+PRIVATE_ENV = "SPAWNPOINT_CHAOS_PRIVATE_SHM"  # set in the namespace of the run's own
+OUTSIDE_UID_ENV = "SPAWNPOINT_CHAOS_OUTSIDE_UID"  # the uid that started the run
 FILL = "/dev/shm/chaos-fill"
-LOADER_UP = re.compile(r"loader rank=(\d+) epoch=")
+# The example trainer's line at each epoch's start: rank, epoch, attempt (its restart count).
+LOADER_UP = re.compile(r"loader rank=(\d+) epoch=(\d+) restart=(\d+)")
 FINAL = re.compile(r"final rank=(\d+) loss=\S+ params=([0-9a-f]+)")
 TERMINAL = ("Succeeded", "Failed")
 # Phase moves the status may make (docs/trainingjob.md): forward, and Running <-> Restarting.
@@ -55,9 +60,7 @@ LEGAL = {"": {"Pending", "Running", "Restarting", "Succeeded", "Failed"},
          "Running": {"Restarting", "Succeeded", "Failed"},
          "Restarting": {"Running", "Succeeded", "Failed"},
          "Succeeded": set(), "Failed": set()}
-LOCAL_FAULTS = ("rank-kill", "worker-kill", "worker-stop", "agent-term")
-GLOBAL_FAULTS = ("operator-kill", "api-faults", "shm-full")
-API_KINDS = ("api-500", "api-429", "api-409", "api-watch-cut", "api-latency")
+LOCAL_FAULTS, RESTARTING, KINDS = schedule.LOCAL_FAULTS, schedule.RESTARTING, schedule.KINDS
 
 
 def log(msg):
@@ -66,136 +69,12 @@ def log(msg):
 
 
 T0 = time.monotonic()
-
-
-# --- the schedule: a pure function of (seed, seconds) ---------------------------------------
-
-RESTARTING = ("rank-kill", "agent-term")  # the local faults that make the gang restart
-# What the retryable jobs retry on (with retryOn given, the default 128-255 no longer applies):
-# signals from outside and a gang started while /dev/shm was full (an agent that could not
-# start says itself whether that is retryable: AgentError is no retryOn value).
-RETRY_ON = ["Killed", "OOMKilled", "Terminated", "Crashed", "ShmExhausted"]
-
-
-def make_schedule(seed, seconds):
-    """Jobs and, per job, the faults fired while it runs: each `after` seconds of the job's
-    Running phase (counted from its last start of Running or from its previous fault,
-    whichever is later). Every job but the last gets a gang restart (a rank SIGKILLed or an
-    agent SIGTERMed) and one or two loader faults; the run's shared faults (the operator,
-    the API, /dev/shm) come just before a job's restart, so that the restart happens under
-    them. The first job's API window holds an operator restart (its lists and watches meet
-    the faults too). The last job is given a budget its fault exceeds (maxRestarts 0)."""
-    rng = random.Random(seed)
-    n_jobs = max(2, int(round(seconds / 30.0)))
-    jobs = []
-    for i in range(n_jobs):
-        budget_job = i == n_jobs - 1
-        job = {"name": "chaos-%d" % i, "mode": rng.choice(["InPlace", "Recreate"]),
-               "workers": rng.choice([1, 2]), "epochs": rng.choice([4, 5]),
-               "budget": budget_job, "faults": []}
-        if budget_job:
-            kinds = ["rank-kill"]
-        else:
-            others = [k for k in LOCAL_FAULTS if k not in RESTARTING]
-            kinds = [rng.choice(RESTARTING)] + rng.sample(others, rng.choice([1, 2]))
-            rng.shuffle(kinds)
-        for kind in kinds:
-            job["faults"].append({"kind": kind, "node": rng.randrange(2),
-                                  "after": round(rng.uniform(2, 8), 1)})
-        jobs.append(job)
-
-    def before_restart(job, fault, lead, kinds=RESTARTING):
-        """Puts fault just before the job's first restarting fault (of `kinds`) not yet
-        preceded by a shared one, which then follows it within `lead` seconds: that fault,
-        or None (fault then goes anywhere)."""
-        faults = job["faults"]
-        for k, f in enumerate(faults):
-            if f["kind"] in kinds and (k == 0 or faults[k - 1]["kind"] in LOCAL_FAULTS):
-                f["after"] = round(rng.uniform(0.5, lead), 1)
-                faults.insert(k, fault)
-                return f
-        faults.insert(rng.randrange(len(faults) + 1), fault)
-        return None
-
-    def shared(kind):
-        fault = {"kind": kind, "after": round(rng.uniform(1, 6), 1)}
-        if kind == "operator-kill":
-            fault["down"] = round(rng.uniform(0.5, 5), 1)
-        elif kind == "api-faults":
-            fault["window"] = round(rng.uniform(15, 25), 1)
-            fault["rules"] = api_rules(rng)
-        else:  # long enough for the restarted rank to reach its Loader (its ring) under it
-            fault["window"] = round(rng.uniform(6, 10), 1)
-        return fault
-
-    # The first job: API faults, the operator SIGKILLed within them, then its restart.
-    api, kill = shared("api-faults"), shared("operator-kill")
-    kill["after"] = round(rng.uniform(1, 3), 1)
-    before_restart(jobs[0], kill, 3)
-    jobs[0]["faults"].insert(jobs[0]["faults"].index(kill), api)
-    # One more shared fault for each other retryable job; /dev/shm full at least once.
-    anchors = list(range(1, n_jobs - 1)) or [0]
-    kinds = ["shm-full"] + [rng.choice(GLOBAL_FAULTS) for _ in anchors[1:]]
-    rng.shuffle(kinds)
-    for k, kind in enumerate(kinds):
-        fault, job = shared(kind), jobs[anchors[k]]
-        if kind != "shm-full":
-            before_restart(job, fault, 4)
-            continue
-        # Under a full /dev/shm only a rank restarted in place starts (see shm_quiet).
-        job["mode"] = "InPlace"
-        kill = before_restart(job, fault, 1.5, kinds=("rank-kill",))
-        if kill is None:
-            kill = {"kind": "rank-kill", "node": rng.randrange(2),
-                    "after": round(rng.uniform(0.5, 1.5), 1)}
-            job["faults"].insert(job["faults"].index(fault) + 1, kill)
-        kill["under_shm"] = True
-    for job in jobs:
-        planned = sum(1 for f in job["faults"] if f["kind"] in RESTARTING)
-        # A margin for the run's shared faults: a gang started while /dev/shm is full fails
-        # (retryably here) and may fail again, after backoff, until the window ends.
-        under_shm = any(f.get("under_shm") for f in job["faults"])
-        job["maxRestarts"] = 0 if job["budget"] else planned + 4 + (4 if under_shm else 0)
-    return jobs
-
-
-def api_rules(rng):
-    """A seeded set of fault-proxy rules (tools/faultproxy/faults.go) for one window."""
-    rules = []
-    for kind in rng.sample(API_KINDS, rng.choice([2, 3, 4])):
-        rate = round(rng.uniform(0.1, 0.35), 2)
-        if kind == "api-500":
-            rules.append((kind, "code=500,rate=%s" % rate))
-        elif kind == "api-429":
-            rules.append((kind, "code=429,retryAfter=1,rate=%s" % rate))
-        elif kind == "api-409":
-            verb = rng.choice(["update", "patch", "create"])
-            rules.append((kind, "code=409,verb=%s,rate=%s" % (verb, rate)))
-        elif kind == "api-watch-cut":
-            rules.append((kind, "verb=watch,cutAfterEvents=%d,midLine=%s,count=%d" % (
-                rng.randrange(0, 4), rng.choice(["true", "false"]), rng.randrange(2, 6))))
-        else:
-            rules.append((kind, "latencyMs=%d,rate=%s" % (rng.randrange(50, 400), rate)))
-    return rules
+HURRIED_GAP = 1.0  # seconds between two hurried faults of a job (see Chaos.hurried)
 
 
 def print_schedule(seed, seconds, jobs):
-    log("chaos schedule seed=%d seconds=%d jobs=%d" % (seed, seconds, len(jobs)))
-    for job in jobs:
-        log("  job %s mode=%s workersPerRank=%d epochs=%d maxRestarts=%d%s" % (
-            job["name"], job["mode"], job["workers"], job["epochs"], job["maxRestarts"],
-            " (budget exceeded: expect Failed)" if job["budget"] else ""))
-        for f in job["faults"]:
-            extra = ""
-            if "node" in f:
-                extra = " node=%d" % f["node"]
-            if "down" in f:
-                extra += " down=%ss" % f["down"]
-            if "window" in f:
-                extra += " window=%ss" % f["window"]
-            if "rules" in f:
-                extra += " rules=%s" % ";".join(r for _, r in f["rules"])
-            log("    +%4.1fs running: %s%s" % (f["after"], f["kind"], extra))
+    for line in schedule.schedule_lines(seed, seconds, jobs):
+        log(line)
 
 
 # --- the API server, read directly (never through the proxy): local_node.py's client ------
@@ -283,7 +162,7 @@ class Job(object):
         self.port = port
         self.faults = list(spec["faults"])
         self.injected = []  # (kind, detail)
-        self.missed = []
+        self.missed = []  # "kind: why"
         self.state = "waiting"  # submitted, deleting, done
         self.uid = None
         self.phase = ""
@@ -292,6 +171,9 @@ class Job(object):
         self.running_since = None
         self.last_fault_at = None
         self.fault_pending_since = None
+        # The attempt (restart count) running when its last restarting fault was injected:
+        # faults are hurried (see hurried) only in a later attempt.
+        self.restarted_from = -1
         self.submitted_at = None
         self.finished_at = None
         self.history = []  # (t, phase, restarts)
@@ -306,15 +188,16 @@ class Job(object):
 
 
 class Chaos(object):
-    def __init__(self, args):
+    def __init__(self, args, jobs):
         self.args = args
         self.seed = args.seed
-        self.jobs = [Job(s, 0) for s in make_schedule(args.seed, args.seconds)]
+        self.jobs = [Job(s, 0) for s in jobs]
         self.lock = threading.Lock()
         self.stop = threading.Event()
-        self.counts = collections.Counter()  # faults injected by kind
+        self.tally = schedule.Tally(jobs)  # faults planned, injected and missed by kind
         self.api_windows = []  # end times
-        self.api_rules = []  # (kind, id)
+        self.api_rules = []  # (kind, id, spec) of the rules of the open window(s)
+        self.api_told = 0  # when a window held open for its rules was last logged
         self.shm_until = None
         self.operator = None
         self.operator_up_at = None
@@ -468,8 +351,9 @@ class Chaos(object):
         return sorted(pid for pid, p in descendants(self.node_pid).items()
                       if p["pod"] == pod and role(p) == want and p["state"] not in "ZT")
 
-    def inject(self, job, fault):
-        """True when fault was injected (or can never be), False to try again shortly."""
+    def inject(self, job, fault, note=""):
+        """True when fault was injected (or can never be: then missed), False to try again
+        shortly. note: what the log line adds (a hurried fault says so)."""
         kind = fault["kind"]
         now = time.monotonic()
         if kind in LOCAL_FAULTS:
@@ -486,6 +370,9 @@ class Chaos(object):
             if kind == "agent-term":
                 with self.lock:
                     job.agent_lost = (job.restarts, now)
+            if kind in RESTARTING:
+                progress = self.attempt_progress(job)
+                job.restarted_from = progress[0] if progress else -1
             detail = "%s pid %d of %s" % (want, pids[0], pod)
         elif kind == "operator-kill":
             self.operator.kill()
@@ -499,13 +386,13 @@ class Chaos(object):
                 code, body = self.proxy_call("POST", "/testing/faults", spec)
                 if code >= 300:
                     raise RuntimeError("adding fault %s: HTTP %d %s" % (spec, code, body))
-                ids.append((rule_kind, max(r["id"] for r in body["rules"])))
+                ids.append((rule_kind, max(r["id"] for r in body["rules"]), spec))
             self.api_rules.extend(ids)
             self.api_windows.append(now + fault["window"])
             detail = "%ss: %s" % (fault["window"], ";".join(s for _, s in fault["rules"]))
         else:  # shm-full
-            if not self.args.private_shm:
-                job.missed.append("shm-full: no private /dev/shm (not root?)")
+            if self.args.shm_problem:
+                self.miss(job, fault, "no private /dev/shm: %s" % self.args.shm_problem)
                 return True
             fill_shm(self.args.shm_left_kb)
             self.shm_until = now + fault["window"]
@@ -513,17 +400,52 @@ class Chaos(object):
                 if other.state == "submitted":
                     other.shm_overlap = True
             detail = "%ss, %d KiB left" % (fault["window"], free_kb("/dev/shm"))
-        self.counts[kind if kind != "api-faults" else "api-window"] += 1
+        self.tally.inject(schedule.kind_of(fault))
         job.injected.append((kind, detail))
-        log("fault %s (job %s): %s" % (kind, job.name, detail))
+        log("fault %s (job %s): %s%s" % (kind, job.name, detail, note))
         return True
 
+    def miss(self, job, fault, why):
+        """A planned fault not injected: missed (the run fails), with why; an API window's
+        rules with it."""
+        kind = schedule.kind_of(fault)
+        self.tally.miss(kind, "%s (job %s): %s" % (kind, job.name, why))
+        job.missed.append("%s: %s" % (fault["kind"], why))
+        for rule_kind, spec in fault.get("rules", ()):
+            self.tally.miss(rule_kind, "%s (job %s): %s: its window never opened"
+                            % (rule_kind, job.name, spec))
+        log("fault %s (job %s) NOT injected: %s" % (fault["kind"], job.name, why))
+
+    def drop_faults(self, job, why):
+        """Every fault still planned for job is missed: why, and for the first, how long it
+        found no process to signal."""
+        for k, f in enumerate(job.faults):
+            waited = ""
+            if k == 0 and job.fault_pending_since is not None and \
+                    time.monotonic() - job.fault_pending_since >= 1:
+                waited = " (no process to signal for %.0f s)" % (
+                    time.monotonic() - job.fault_pending_since)
+            self.miss(job, f, why + waited)
+        job.faults = []
+
     def end_windows(self, now, force=False):
+        """Ends the API window once its time is over and every rule has fired (held open up
+        to --api-hold s longer for one that has not: its requests may be late on a busy
+        machine), /dev/shm's, and the operator's time down."""
         if self.api_windows and (force or max(self.api_windows) <= now):
-            self.collect_api_faults()
-            self.proxy_call("DELETE", "/testing/faults")
-            self.api_windows = []
-            log("API faults cleared")
+            over = now - max(self.api_windows)
+            unfired = [] if force else [spec for spec, n in self.api_fired() if n == 0]
+            if unfired and over < self.args.api_hold:
+                if now - self.api_told >= 5:
+                    self.api_told = now
+                    log("API faults held open %.0f s past their window for: %s"
+                        % (over, "; ".join(unfired)))
+            else:
+                fired = self.collect_api_faults()
+                self.proxy_call("DELETE", "/testing/faults")
+                self.api_windows = []
+                log("API faults cleared (fired: %s)" % ", ".join(
+                    "%s x%d" % (spec, n) for spec, n in fired))
         if self.shm_until is not None and (force or self.shm_until <= now):
             unfill_shm()
             self.shm_until = None
@@ -532,12 +454,22 @@ class Chaos(object):
             self.start_operator()
             log("operator started again (%d)" % self.operator_starts)
 
-    def collect_api_faults(self):
+    def api_fired(self):
+        """[(spec, times fired)] of the open window's rules, from the proxy."""
         code, body = self.proxy_call("GET", "/testing/faults")
-        fired = {r["id"]: r["fired"] for r in body.get("rules", [])} if code == 200 else {}
-        for kind, rule_id in self.api_rules:
-            self.counts[kind] += fired.get(rule_id, 0)
+        if code != 200:
+            raise RuntimeError("reading the fault rules: HTTP %d %s" % (code, body))
+        fired = {r["id"]: r["fired"] for r in body.get("rules", [])}
+        return [(spec, fired.get(rule_id, 0)) for _, rule_id, spec in self.api_rules]
+
+    def collect_api_faults(self):
+        """Tallies the open window's rules (a rule that never fired is missed): their
+        [(spec, times fired)]."""
+        fired = self.api_fired()
+        for (kind, _, _), (_, n) in zip(self.api_rules, fired):
+            self.tally.rule_read(kind, n)
         self.api_rules = []
+        return fired
 
     # --- jobs ---
     def manifest(self, job):
@@ -561,7 +493,8 @@ class Chaos(object):
                     "restartPolicy": dict({"mode": s["mode"],
                                            "maxRestarts": s["maxRestarts"],
                                            "backoffSeconds": 1},
-                                          **({} if s["budget"] else {"retryOn": RETRY_ON})),
+                                          **({} if s["budget"] else
+                                             {"retryOn": schedule.RETRY_ON})),
                     "rendezvous": {"port": job.port}, "shmSize": "128Mi"}}
 
     def submit(self, job):
@@ -587,31 +520,42 @@ class Chaos(object):
             if now - job.submitted_at > self.args.job_deadline:
                 job.problems.append("not finished within %d s (phase %s)"
                                     % (self.args.job_deadline, phase or "none"))
+                self.drop_faults(job, "the job did not finish within %d s"
+                                 % self.args.job_deadline)
                 self.delete(job)
                 return
-            if not job.faults or running_since is None:
-                job.fault_pending_since = None
+            if not job.faults:
                 return
-            start = max(running_since, job.last_fault_at or 0)
             fault = job.faults[0]
-            if now - start < fault["after"]:
-                return
+            due = running_since is not None and \
+                now - max(running_since, job.last_fault_at or 0) >= fault["after"]
+            note = ""
+            if not due:
+                hurry = self.hurried(job)
+                if hurry is None or now - (job.last_fault_at or 0) < HURRIED_GAP:
+                    return
+                note = " (hurried: attempt %d began epoch %d of %d)" % (
+                    hurry[0], hurry[1], job.spec["epochs"])
             if fault["kind"] == "operator-kill" and self.operator is None:
                 return  # still down from the last one
-            if self.shm_until is not None and not fault.get("under_shm"):
-                return  # /dev/shm is full: only the restart meant to meet it (shm_quiet)
+            if self.shm_until is not None and not (fault.get("under_shm") or
+                                                   job.spec["budget"]):
+                # /dev/shm is full: only the restart meant to meet it (shm_quiet), and the
+                # budget job's rank, whose job fails on its kill whatever its cause then.
+                return
             if fault["kind"] == "shm-full" and not self.shm_quiet(job, now):
                 return
-            if self.inject(job, fault):
+            if self.inject(job, fault, note):
                 job.faults.pop(0)
                 job.last_fault_at = now
                 job.fault_pending_since = None
-            else:
+                job.told = 0
+            else:  # no process to signal yet: tried again until the job ends
                 job.fault_pending_since = job.fault_pending_since or now
-                if now - job.fault_pending_since > 20:
-                    job.missed.append("%s: no process to signal" % fault["kind"])
-                    job.faults.pop(0)
-                    job.fault_pending_since = None
+                if now - job.fault_pending_since > 20 and now > job.told + 20:
+                    job.told = now
+                    log("fault %s (job %s): no process to signal for %.0f s; still trying"
+                        % (fault["kind"], job.name, now - job.fault_pending_since))
         elif job.state == "deleting":
             self.check_deleted(job, now)
 
@@ -636,20 +580,42 @@ class Chaos(object):
         # on a busy machine or under a sanitizer, long after the pods run.
         return all(len(self.loader_ranks(o)) >= 2 for o in jobs)
 
-    def loader_ranks(self, job):
-        """The ranks whose loader started, from the job's pod logs."""
+    def epochs_begun(self, job):
+        """[(attempt, rank, epoch)] of every epoch the job's ranks began, from its pod logs."""
         pods = os.path.join(self.cluster.node_dir, "pods")
-        ranks = set()
+        begun = []
         for d in os.listdir(pods) if os.path.isdir(pods) else []:
             if d.startswith("%s_%s-node-" % (NS, job.name)):
                 text = read(os.path.join(pods, d, "trainer.log"), "r") or ""
-                ranks.update(LOADER_UP.findall(text))
-        return ranks
+                begun += [(int(a), int(r), int(e)) for r, e, a in LOADER_UP.findall(text)]
+        return begun
+
+    def loader_ranks(self, job):
+        """The ranks whose loader started, from the job's pod logs."""
+        return set(rank for _, rank, _ in self.epochs_begun(job))
+
+    def attempt_progress(self, job):
+        """(attempt, epoch): the newest attempt any of the job's ranks began an epoch in and
+        the furthest epoch begun in it, or None."""
+        begun = self.epochs_begun(job)
+        if not begun:
+            return None
+        attempt = max(a for a, _, _ in begun)
+        return attempt, max(e for a, _, e in begun if a == attempt)
+
+    def hurried(self, job):
+        """(attempt, epoch) when the job's faults are hurried: its newest attempt, later than
+        the one its last restarting fault met, has begun one of its last two epochs. Its next
+        fault then fires HURRIED_GAP s after the last without waiting for its `after` or for
+        the Running phase, either of which could come after the job's end on a fast machine
+        or behind a slow operator. None otherwise."""
+        progress = self.attempt_progress(job)
+        if progress is None or progress[0] <= job.restarted_from:
+            return None
+        return progress if progress[1] >= job.spec["epochs"] - 2 else None
 
     def finish(self, job):
-        for f in job.faults:
-            job.missed.append("%s: the job ended first" % f["kind"])
-        job.faults = []
+        self.drop_faults(job, "the job ended first")
         st = job.status
         lf = st.get("lastFailure") or {}
         conds = {c.get("type"): c for c in st.get("conditions", [])}
@@ -765,7 +731,7 @@ class Chaos(object):
         leaks = ["pod %s" % name for name in pods]
         leaks += ["process %d (%s of %s): %s" % (pid, role(p), p["pod"], " ".join(p["argv"]))
                   for pid, p in procs.items()]
-        if self.args.private_shm:
+        if not self.args.shm_problem:
             leaks += ["shm file /dev/shm/%s" % n for n in os.listdir("/dev/shm")]
         else:
             leaks += ["shm file /dev/shm/%s" % n for n in os.listdir("/dev/shm")
@@ -776,20 +742,35 @@ class Chaos(object):
             parts = line.split()
             if len(parts) >= 8 and parts[7].startswith(self.tmp) and parts[5] == "01":
                 leaks.append("listening unix socket %s" % parts[7])
+        # The agents' run directories (pool sockets, rings' files, progress records) go with
+        # their agents: whatever is left in their TMPDIR is a leak.
+        for name in sorted(os.listdir(self.tmp)) if os.path.isdir(self.tmp) else []:
+            path = os.path.join(self.tmp, name)
+            inside = sum(len(files) for _, _, files in os.walk(path))
+            leaks.append("left in the agents' TMPDIR: %s%s" % (
+                name, " (a directory of %d files)" % inside if os.path.isdir(path) else ""))
         return leaks
 
     def report(self):
-        faults = sum(self.counts.values())
+        """Prints the tables and sets self.summary, the summary line; 0 when the run
+        passed."""
+        self.tally.close()
+        tally = self.tally
         succeeded = sum(1 for j in self.jobs if j.phase == "Succeeded" and not j.spec["budget"]
                         and not j.problems)
         failed_ok = sum(1 for j in self.jobs if j.spec["budget"] and not j.problems)
         wrong = sum(1 for j in self.jobs if j.problems)
         backwards = sum(len(j.backwards) for j in self.jobs)
         leaks = sum(len(j.leaks) for j in self.jobs) + len(self.leaks)
+        missed = tally.total_missed()
         print("")
-        print("faults injected by kind")
-        for kind in LOCAL_FAULTS + ("operator-kill", "api-window") + API_KINDS + ("shm-full",):
-            print("  %-16s %d" % (kind, self.counts.get(kind, 0)))
+        print("faults by kind (an API kind: its rules, and how often they fired)")
+        print("  %-16s %-8s %-9s %s" % ("kind", "minimum", "injected", "missed"))
+        for kind in KINDS:
+            print("  %-16s %-8d %-9d %d" % (kind, tally.planned[kind], tally.injected[kind],
+                                           tally.missed[kind]))
+        for _, why in tally.reasons:
+            print("  MISSED: %s" % why)
         print("jobs by outcome")
         print("  %-9s %-9s %-10s %-9s %-8s %s" % ("job", "mode", "phase", "restarts",
                                                   "expected", "faults injected / notes"))
@@ -811,17 +792,32 @@ class Chaos(object):
                 print("  %s: %s" % (j.name, leak))
         for leak in self.leaks:
             print("  after the run: %s" % leak)
-        stale = sorted(os.listdir(self.tmp)) if os.path.isdir(self.tmp) else []
-        if stale:
-            print("files left in the agents' TMPDIR (not counted): %s" % ", ".join(stale))
         print("status went backwards: %d" % backwards)
         for e in self.errors:
             print("ERROR: %s" % e)
-        print("chaos seed=%d faults=%d jobs=%d succeeded=%d failed_as_expected=%d wrong_phase=%d "
-              "leaks=%d" % (self.seed, faults, len(self.jobs), succeeded, failed_ok, wrong,
-                            leaks))
+        line = ("chaos seed=%d faults=%d jobs=%d succeeded=%d failed_as_expected=%d "
+                "wrong_phase=%d leaks=%d %s missed=%d"
+                % (self.seed, sum(tally.injected.values()), len(self.jobs), succeeded,
+                   failed_ok, wrong, leaks, tally.per_kind(), missed))
+        self.summary = line  # main prints it last
+        why = ["%d %s" % (n, one if n == 1 else many) for n, one, many in (
+            (wrong, "wrong phase", "wrong phases"), (leaks, "leak", "leaks"),
+            (backwards, "status gone backwards", "statuses gone backwards"),
+            (missed, "fault missed", "faults missed"),
+            (len(self.errors), "error of the run's own", "errors of the run's own")) if n]
+        if why:
+            print("chaos run FAILED: %s" % ", ".join(why))
         sys.stdout.flush()
-        return 0 if not (wrong or leaks or backwards or self.errors) else 1
+        return 1 if why else 0
+
+
+def write_summary(path, line):
+    """The summary line, alone, in path (--summary-file), replacing what was there."""
+    if path:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path + ".tmp", "w") as f:
+            f.write(line + "\n")
+        os.replace(path + ".tmp", path)
 
 
 # --- /dev/shm nearly full, always undone -------------------------------------------------------
@@ -858,27 +854,68 @@ def unfill_shm():
         pass
 
 
+def namespace_command():
+    """The unshare command line (before "--") that gives this run a mount namespace of its
+    own: as root a plain one; otherwise inside a user namespace of its own too, in which
+    the run is root (uid 0 mapped to the caller's uid) and may mount a tmpfs."""
+    if os.geteuid() == 0:
+        return ["unshare", "--mount", "--propagation", "private"]
+    return ["unshare", "--user", "--map-root-user", "--mount", "--propagation", "private"]
+
+
 def enter_private_shm(args):
-    """As root: re-executes this program in a mount namespace of its own (once) and mounts a
-    tmpfs of --shm-mb on its /dev/shm. True when /dev/shm is this run's own."""
+    """Re-executes this program (once) in a mount namespace of its own (namespace_command)
+    and mounts a tmpfs of --shm-mb on its /dev/shm. None when /dev/shm is this run's own;
+    else why not (shm-full will then be missed, and the run fail)."""
     if os.environ.get(PRIVATE_ENV) == "1":
         proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%dm,mode=1777" % args.shm_mb,
                                "chaos-shm", "/dev/shm"], stderr=subprocess.PIPE,
                               universal_newlines=True)
         if proc.returncode != 0:
-            log("no private /dev/shm (%s): shm-full is skipped" % proc.stderr.strip())
-            return False
-        return True
-    if os.geteuid() == 0 and shutil.which("unshare"):
-        probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"],
-                               stderr=subprocess.DEVNULL)
-        if probe.returncode == 0:
-            sys.stdout.flush()
-            os.execvpe("unshare", ["unshare", "-m", "--propagation", "private", "--",
-                                   sys.executable] + sys.argv,
-                       dict(os.environ, **{PRIVATE_ENV: "1"}))
-    log("not root or no unshare: /dev/shm is shared with the machine; shm-full is skipped")
-    return False
+            return "mount -t tmpfs on /dev/shm: %s" % proc.stderr.strip()
+        return None
+    command = namespace_command()
+    if not shutil.which("unshare"):
+        return "no unshare (util-linux) on PATH"
+    probe = subprocess.run(command + ["--", "true"], stderr=subprocess.PIPE,
+                           universal_newlines=True)
+    if probe.returncode != 0:
+        return "%s: %s" % (" ".join(command), probe.stderr.strip())
+    sys.stdout.flush()
+    os.execvpe("unshare", command + ["--", sys.executable] + sys.argv,
+               dict(os.environ, **{PRIVATE_ENV: "1", OUTSIDE_UID_ENV: str(os.geteuid())}))
+
+
+def check_private_shm(args):
+    """Test only (--check-private-shm): /dev/shm is this run's own tmpfs of --shm-mb, which
+    fill_shm leaves --shm-left-kb of and unfill_shm frees. 0 when so, else 1, said why."""
+    problems = []
+    if args.shm_problem:
+        problems.append("no private /dev/shm: %s" % args.shm_problem)
+    else:
+        mounts = [line.split() for line in read("/proc/self/mountinfo", "r").splitlines()]
+        mine = [m for m in mounts if m[4] == "/dev/shm"]
+        source = mine[-1][-2] if mine else None  # the last mount on it is the one seen
+        if source != "chaos-shm":
+            problems.append("/dev/shm is mounted from %s, not the run's chaos-shm" % source)
+        st = os.statvfs("/dev/shm")
+        if st.f_blocks * st.f_frsize != args.shm_mb << 20:
+            problems.append("/dev/shm holds %d bytes, not --shm-mb %d MiB"
+                            % (st.f_blocks * st.f_frsize, args.shm_mb))
+        fill_shm(args.shm_left_kb)
+        full = free_kb("/dev/shm")
+        unfill_shm()
+        if full > args.shm_left_kb:
+            problems.append("filled, /dev/shm has %d KiB free, not %d"
+                            % (full, args.shm_left_kb))
+        if free_kb("/dev/shm") < (args.shm_mb << 10) - 64:
+            problems.append("freed, /dev/shm has only %d KiB free" % free_kb("/dev/shm"))
+    for p in problems:
+        print("FAIL: %s" % p)
+    if not problems:
+        print("PASS: a private /dev/shm of %d MiB, filled to %d KiB free and freed, run by uid "
+              "%s" % (args.shm_mb, args.shm_left_kb, os.environ.get(OUTSIDE_UID_ENV)))
+    return 1 if problems else 0
 
 
 def main():
@@ -892,6 +929,23 @@ def main():
     ap.add_argument("--job-deadline", type=int, default=300)
     ap.add_argument("--shm-mb", type=int, default=1024, help="the private /dev/shm's size")
     ap.add_argument("--shm-left-kb", type=int, default=16, help="free space while full")
+    ap.add_argument("--api-hold", type=int, default=30,
+                    help="seconds an API window stays open past its time for a rule that has "
+                         "not fired yet (then it is missed)")
+    ap.add_argument("--min-per-kind", type=int, default=0,
+                    help="refuse a schedule that plans fewer faults of some kind (before "
+                         "anything starts): chaos_short asks for 1, every kind")
+    ap.add_argument("--summary-file", default=os.environ.get("CHAOS_SUMMARY_FILE", ""),
+                    help="also write the summary line, alone, to this file")
+    ap.add_argument("--unreachable-fault", action="store_true",
+                    help="test only: one short job whose only fault can never be injected "
+                         "(a rank on node 2 of a two-node job); the run must fail, missed=1")
+    ap.add_argument("--leave-file", action="store_true",
+                    help="test only: leave a file in the agents' TMPDIR once the jobs are "
+                         "done, as an agent that did not clean up would; the run must fail, "
+                         "leaks=1")
+    ap.add_argument("--check-private-shm", action="store_true",
+                    help="test only: enter the private /dev/shm, fill it, free it, and exit")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args()
     if args.seed is None:
@@ -899,8 +953,31 @@ def main():
         args.seed = int(env_seed) if env_seed else int(time.time()) % 100000
     args.source_dir = os.path.abspath(args.source_dir)
     args.build_dir = os.path.abspath(args.build_dir)
-    args.private_shm = enter_private_shm(args)
-    jobs = make_schedule(args.seed, args.seconds)
+    if args.summary_file:
+        args.summary_file = os.path.abspath(args.summary_file)
+        if os.environ.get(PRIVATE_ENV) != "1" and os.path.exists(args.summary_file):
+            os.unlink(args.summary_file)  # no earlier run's line stands for this one
+    if args.unreachable_fault:
+        jobs = schedule.unreachable_schedule()
+    else:
+        jobs = schedule.make_schedule(args.seed, args.seconds)
+    plan = schedule.planned(jobs)
+    short = [k for k in KINDS if plan[k] < args.min_per_kind]
+    if short:
+        sys.stderr.write("chaos.py: seed %d with --seconds %d plans fewer than --min-per-kind "
+                         "%d faults of %s; choose another seed\n"
+                         % (args.seed, args.seconds, args.min_per_kind, ", ".join(short)))
+        return 2
+    args.shm_problem = enter_private_shm(args)
+    if args.check_private_shm:
+        return check_private_shm(args)
+    if args.shm_problem:
+        log("no private /dev/shm (%s): shm-full cannot be injected, so the run fails"
+            % args.shm_problem)
+    else:
+        log("/dev/shm: a tmpfs of %d MiB in a mount namespace of the run's own%s" % (
+            args.shm_mb, "" if os.environ.get(OUTSIDE_UID_ENV) == "0" else
+            " and a user namespace (started by uid %s)" % os.environ.get(OUTSIDE_UID_ENV)))
     print_schedule(args.seed, args.seconds, jobs)
     log("replay: make chaos CHAOS_SEED=%d CHAOS_SECONDS=%d" % (args.seed, args.seconds))
 
@@ -914,7 +991,7 @@ def main():
     import tempfile
     args.work_dir = tempfile.mkdtemp(prefix="spawnpoint-chaos-")
     tempfile.tempdir = args.work_dir  # the cluster's directory; TMPDIR (the agents') is apart
-    chaos = Chaos(args)
+    chaos = Chaos(args, jobs)
     chaos.shm_before = set(os.listdir("/dev/shm"))
     started = time.monotonic()
     try:
@@ -929,6 +1006,9 @@ def main():
     finally:
         unfill_shm()
         chaos.stop.set()
+    if args.leave_file and os.path.isdir(getattr(chaos, "tmp", "")):
+        with open(os.path.join(chaos.tmp, "left-by-leave-file"), "w") as f:
+            f.write("left by chaos.py --leave-file\n")
     if chaos.cluster is not None:
         try:
             chaos.leaks = chaos.final_leaks()
@@ -938,6 +1018,12 @@ def main():
     code = chaos.report()
     if chaos.cluster is not None:
         if code != 0 or args.keep:
+            try:  # every request the operator made, and the faults each met
+                status, body = chaos.proxy_call("GET", "/testing/requests")
+                with open(os.path.join(chaos.cluster.dir, "requests.json"), "w") as f:
+                    json.dump(body, f)
+            except Exception as err:
+                print("the proxy's request log was not saved: %s" % err)
             kept = os.path.join(args.work_dir, "cluster")
             shutil.copytree(chaos.cluster.dir, kept, symlinks=True,
                             ignore=shutil.ignore_patterns("etcd*", "*.sock"))
@@ -945,6 +1031,9 @@ def main():
         chaos.cluster.stop()
     if code == 0 and not args.keep:
         shutil.rmtree(args.work_dir, ignore_errors=True)
+    print(chaos.summary)
+    sys.stdout.flush()
+    write_summary(args.summary_file, chaos.summary)
     return code
 
 
