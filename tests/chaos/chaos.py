@@ -196,7 +196,7 @@ class Chaos(object):
         self.stop = threading.Event()
         self.tally = schedule.Tally(jobs)  # faults planned, injected and missed by kind
         self.api_windows = []  # end times
-        self.api_rules = []  # (kind, id, spec) of the rules of the open window(s)
+        self.api_rules = []  # (kind, id, spec, job name) of the rules of the open window(s)
         self.api_told = 0  # when a window held open for its rules was last logged
         self.shm_until = None
         self.operator = None
@@ -386,7 +386,7 @@ class Chaos(object):
                 code, body = self.proxy_call("POST", "/testing/faults", spec)
                 if code >= 300:
                     raise RuntimeError("adding fault %s: HTTP %d %s" % (spec, code, body))
-                ids.append((rule_kind, max(r["id"] for r in body["rules"]), spec))
+                ids.append((rule_kind, max(r["id"] for r in body["rules"]), spec, job.name))
             self.api_rules.extend(ids)
             self.api_windows.append(now + fault["window"])
             detail = "%ss: %s" % (fault["window"], ";".join(s for _, s in fault["rules"]))
@@ -460,14 +460,14 @@ class Chaos(object):
         if code != 200:
             raise RuntimeError("reading the fault rules: HTTP %d %s" % (code, body))
         fired = {r["id"]: r["fired"] for r in body.get("rules", [])}
-        return [(spec, fired.get(rule_id, 0)) for _, rule_id, spec in self.api_rules]
+        return [(spec, fired.get(rule_id, 0)) for _, rule_id, spec, _ in self.api_rules]
 
     def collect_api_faults(self):
         """Tallies the open window's rules (a rule that never fired is missed): their
         [(spec, times fired)]."""
         fired = self.api_fired()
-        for (kind, _, _), (_, n) in zip(self.api_rules, fired):
-            self.tally.rule_read(kind, n)
+        for (kind, _, spec, name), (_, n) in zip(self.api_rules, fired):
+            self.tally.rule_read(kind, n, " (job %s): %s" % (name, spec))
         self.api_rules = []
         return fired
 

@@ -219,13 +219,14 @@ class Tally(object):
     def inject(self, kind):
         self.injected[kind] += 1
 
-    def rule_read(self, kind, fired):
-        """An API rule of kind, read back at its window's end with `fired` firings."""
+    def rule_read(self, kind, fired, what=""):
+        """An API rule of kind (`what`: its spec and job), read back at its window's end with
+        `fired` firings."""
         if fired:
             self.fired_rules[kind] += 1
             self.injected[kind] += fired
         else:
-            self.miss(kind, "%s rule fired 0 times" % kind)
+            self.miss(kind, "%s%s fired 0 times" % (kind, what))
 
     def miss(self, kind, why):
         self.missed[kind] += 1

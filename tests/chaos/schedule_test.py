@@ -97,11 +97,12 @@ class TallyTest(unittest.TestCase):
         for kind in ("rank-kill", "worker-stop", "api-window"):
             t.inject(kind)
         t.rule_read("api-500", 3)
-        t.rule_read("api-409", 0)
+        t.rule_read("api-409", 0, " (job chaos-0): code=409")
         t.close()
         self.assertEqual(t.total_missed(), 1)
         self.assertIn("api-409=0/1", t.per_kind())
-        self.assertEqual(t.reasons, [("api-409", "api-409 rule fired 0 times")])
+        self.assertEqual(t.reasons,
+                         [("api-409", "api-409 (job chaos-0): code=409 fired 0 times")])
 
     def test_faults_not_come_to_are_missed_at_the_close(self):
         t = schedule.Tally(self.jobs())
