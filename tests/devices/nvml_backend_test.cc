@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "agent/devices/gpu_backend.h"
+#include "tests/devices/fake_nvml_library.h"
 #include "tests/fakes/fake_sysfs.h"
 
 namespace spawnpoint::devices {
@@ -13,18 +14,11 @@ namespace {
 
 using ::testing::ElementsAre;
 using testing::FakeNvmlConfig;
+using testing::FakeNvmlLibrary;
 using testing::FakeSysfs;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-// Points the fake NVML at a config for the lifetime of the object.
-class ScopedNvmlConfig {
- public:
-  explicit ScopedNvmlConfig(const std::string& path) {
-    setenv("FAKE_NVML_CONFIG", path.c_str(), 1);
-  }
-  ~ScopedNvmlConfig() { unsetenv("FAKE_NVML_CONFIG"); }
-};
+using testing::ScopedNvmlConfig;
 
 std::vector<std::string> BusIds(const std::vector<GpuDevice>& gpus) {
   std::vector<std::string> out;
@@ -36,7 +30,7 @@ TEST(NvmlBackendTest, DiscoversGpusInTopologyOrderWithNumaFromSysfs) {
   FakeSysfs sys;
   sys.AddEightGpuTwoNumaTopology();
   ScopedNvmlConfig config(FakeNvmlConfig("eight_gpus_two_numa.conf"));
-  auto backend = OpenNvmlBackend(FAKE_NVML_PATH, sys.sysfs_root());
+  auto backend = OpenNvmlBackend(FakeNvmlLibrary(), sys.sysfs_root());
   ASSERT_TRUE(backend.ok()) << backend.status().ToString();
   EXPECT_EQ((*backend)->Name(), "nvml");
   auto gpus = (*backend)->Discover();
@@ -64,7 +58,7 @@ TEST(NvmlBackendTest, DiscoversGpusInTopologyOrderWithNumaFromSysfs) {
 TEST(NvmlBackendTest, NumaIsUnknownWithoutSysfsEntry) {
   FakeSysfs sys;  // no PCI devices
   ScopedNvmlConfig config(FakeNvmlConfig("eight_gpus_two_numa.conf"));
-  auto backend = OpenNvmlBackend(FAKE_NVML_PATH, sys.sysfs_root());
+  auto backend = OpenNvmlBackend(FakeNvmlLibrary(), sys.sysfs_root());
   ASSERT_TRUE(backend.ok()) << backend.status().ToString();
   auto gpus = (*backend)->Discover();
   ASSERT_TRUE(gpus.ok());
@@ -77,7 +71,7 @@ TEST(NvmlBackendTest, NumaIsUnknownWithoutSysfsEntry) {
 TEST(NvmlBackendTest, SampleReportsUnitsConverted) {
   FakeSysfs sys;
   ScopedNvmlConfig config(FakeNvmlConfig("eight_gpus_two_numa.conf"));
-  auto backend = OpenNvmlBackend(FAKE_NVML_PATH, sys.sysfs_root());
+  auto backend = OpenNvmlBackend(FakeNvmlLibrary(), sys.sysfs_root());
   ASSERT_TRUE(backend.ok());
   auto samples = (*backend)->Sample();
   ASSERT_TRUE(samples.ok()) << samples.status().ToString();
@@ -103,7 +97,7 @@ TEST(NvmlBackendTest, LostGpuIsReportedUnhealthyNotAsAnError) {
                     "GPU-bbbb|NVIDIA H100|00000000:5E:00.0|100|10|50|300000|60|1\n"
                     "GPU-cccc|NVIDIA H100|00000000:86:00.0|100|10|50|300000|60|2\n");
   ScopedNvmlConfig config(path);
-  auto backend = OpenNvmlBackend(FAKE_NVML_PATH, sys.sysfs_root());
+  auto backend = OpenNvmlBackend(FakeNvmlLibrary(), sys.sysfs_root());
   ASSERT_TRUE(backend.ok()) << backend.status().ToString();
   auto gpus = (*backend)->Discover();
   ASSERT_TRUE(gpus.ok()) << gpus.status().ToString();
@@ -142,7 +136,7 @@ TEST(NvmlBackendTest, PendingEccRepairMakesGpuUnhealthy) {
                                          "GPU-3|A|00000000:03:00.0|1|0|0|0|0|0|3\n"
                                          "GPU-4|A|00000000:04:00.0|1|0|0|0|0|0|0\n");
   ScopedNvmlConfig config(path);
-  auto backend = OpenNvmlBackend(FAKE_NVML_PATH, sys.sysfs_root());
+  auto backend = OpenNvmlBackend(FakeNvmlLibrary(), sys.sysfs_root());
   ASSERT_TRUE(backend.ok());
   auto gpus = (*backend)->Discover();
   ASSERT_TRUE(gpus.ok());
@@ -160,7 +154,7 @@ TEST(NvmlBackendTest, InitFailureCarriesNvmlErrorString) {
   FakeSysfs sys;
   const std::string path = sys.WriteFile("nvml.conf", "init_error 9\n");
   ScopedNvmlConfig config(path);
-  auto backend = OpenNvmlBackend(FAKE_NVML_PATH, sys.sysfs_root());
+  auto backend = OpenNvmlBackend(FakeNvmlLibrary(), sys.sysfs_root());
   ASSERT_FALSE(backend.ok());
   EXPECT_EQ(backend.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(backend.status().message(),
@@ -190,11 +184,11 @@ TEST(SelectGpuBackendTest, AutoPrefersNvmlWhenItHasGpus) {
   FakeSysfs sys;
   sys.AddAmdCard({.card = 0, .pci_bus_id = "0000:03:00.0"});
   ScopedNvmlConfig config(FakeNvmlConfig("eight_gpus_two_numa.conf"));
-  auto backend = SelectGpuBackend("auto", FAKE_NVML_PATH, sys.sysfs_root(), "nvidia.com/gpu");
+  auto backend = SelectGpuBackend("auto", FakeNvmlLibrary(), sys.sysfs_root(), "nvidia.com/gpu");
   ASSERT_TRUE(backend.ok()) << backend.status().ToString();
   EXPECT_EQ((*backend)->Name(), "nvml");
   // The resource hint turns the order around.
-  auto amd = SelectGpuBackend("auto", FAKE_NVML_PATH, sys.sysfs_root(), "amd.com/gpu");
+  auto amd = SelectGpuBackend("auto", FakeNvmlLibrary(), sys.sysfs_root(), "amd.com/gpu");
   ASSERT_TRUE(amd.ok());
   EXPECT_EQ((*amd)->Name(), "amd");
 }
@@ -203,7 +197,7 @@ TEST(SelectGpuBackendTest, AutoFallsBackToAmdWhenNvmlHasNoDevice) {
   FakeSysfs sys;
   sys.AddAmdCard({.card = 0, .pci_bus_id = "0000:03:00.0"});
   unsetenv("FAKE_NVML_CONFIG");  // NVML initialises but has no device
-  auto backend = SelectGpuBackend("auto", FAKE_NVML_PATH, sys.sysfs_root(), "");
+  auto backend = SelectGpuBackend("auto", FakeNvmlLibrary(), sys.sysfs_root(), "");
   ASSERT_TRUE(backend.ok());
   EXPECT_EQ((*backend)->Name(), "amd");
 }
@@ -224,11 +218,11 @@ TEST(SelectGpuBackendTest, AutoEndsWithNoneAndSaysWhatItTried) {
 
 TEST(SelectGpuBackendTest, ExplicitKinds) {
   FakeSysfs sys;
-  auto none = SelectGpuBackend("none", FAKE_NVML_PATH, sys.sysfs_root(), "nvidia.com/gpu");
+  auto none = SelectGpuBackend("none", FakeNvmlLibrary(), sys.sysfs_root(), "nvidia.com/gpu");
   ASSERT_TRUE(none.ok());
   EXPECT_EQ((*none)->Name(), "none");
   EXPECT_EQ((*none)->Describe(), "none");
-  auto amd = SelectGpuBackend("amd", FAKE_NVML_PATH, sys.sysfs_root(), "nvidia.com/gpu");
+  auto amd = SelectGpuBackend("amd", FakeNvmlLibrary(), sys.sysfs_root(), "nvidia.com/gpu");
   ASSERT_TRUE(amd.ok());
   EXPECT_EQ((*amd)->Name(), "amd");
   auto nvml = SelectGpuBackend("nvml", "/nonexistent/libnvidia-ml.so.1", sys.sysfs_root(), "");
