@@ -23,18 +23,36 @@ configure: deps
 build: configure
 	ninja -C $(BUILD) -j $(JOBS)
 
+# Ends with the tests that did not run (skipped, not run, disabled), each with its reason and
+# whether tests/skip-allowlist.txt allows it (scripts/test-skips.py), then the chaos run's
+# summary when it wrote one; the last line `skips: total=N not_run=N allowlisted=N outside=N`.
+# The list prints when tests fail too; the exit status is ctest's. (A test's output past 300 kB
+# loses its middle, not its end, where the runners print why they skipped.) CHECK_SKIPS=1
+# (.ci/run) also fails the target when a test outside the allowlist did not run.
+CHECK_SKIPS ?=
+SKIPS_REPORT = /usr/bin/python3 scripts/test-skips.py --allowlist tests/skip-allowlist.txt \
+  $(if $(CHECK_SKIPS),--check)
 test: build cluster-tools
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+	rm -f $(BUILD)/Testing/ctest-junit.xml $(BUILD)/Testing/chaos-summary.txt
+	status=0; (cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600 \
+	  --output-junit "$$PWD/Testing/ctest-junit.xml" --test-output-truncation middle) \
+	  || status=$$?; \
+	$(SKIPS_REPORT) --title "make test" --junit $(BUILD)/Testing/ctest-junit.xml \
+	  --also $(BUILD)/Testing/chaos-summary.txt || status=$$?; \
+	exit $$status
 
 # The whole suite under sanitizers, each in a build directory of its own (build-asan,
 # build-tsan): ASan + UBSan + LSan (any finding aborts), or TSan. A report from any process
-# fails the run; exclusions and their reasons are in scripts/sanitizer-tests.sh.
+# fails the run; exclusions and their reasons are in scripts/sanitizer-tests.sh. Like make test
+# they end with the tests that did not run (CHECK_SKIPS=1: one outside the allowlist fails).
 # CTEST_ARGS passes more to ctest (e.g. CTEST_ARGS="-R Gang").
 test-asan: deps cluster-tools
-	bash scripts/sanitizer-tests.sh asan --jobs $(JOBS) -- $(CTEST_ARGS)
+	bash scripts/sanitizer-tests.sh asan --jobs $(JOBS) $(if $(CHECK_SKIPS),--check-skips) \
+	  -- $(CTEST_ARGS)
 
 test-tsan: deps cluster-tools
-	bash scripts/sanitizer-tests.sh tsan --jobs $(JOBS) -- $(CTEST_ARGS)
+	bash scripts/sanitizer-tests.sh tsan --jobs $(JOBS) $(if $(CHECK_SKIPS),--check-skips) \
+	  -- $(CTEST_ARGS)
 
 # The process and timing tests N times each with a core kept busy (scripts/test-repeat.sh
 # says which); any failure fails it. Last line: test-repeat n=N tests=T runs=R failed=F ...
@@ -43,7 +61,9 @@ test-repeat: build
 	bash scripts/test-repeat.sh --n $(N) --build-dir $(BUILD) --jobs $(JOBS)
 
 # The libFuzzer targets of tests/fuzz (ASan+UBSan, clang, in $(FUZZ_BUILD)), each run for
-# FUZZ_SECONDS from its seed corpus; last line `fuzz targets=N execs=N crashes=N`.
+# FUZZ_SECONDS from its seed corpus; last line `fuzz targets=N execs=N crashes=N`. A crash (or
+# leak, UB, timeout) fails it, its input kept in $(FUZZ_BUILD)/fuzz-artifacts/. .ci/run runs it
+# when time allows.
 FUZZ_SECONDS ?= 30
 FUZZ_BUILD ?= build-fuzz
 fuzz: deps

@@ -3,7 +3,7 @@
 # directory of its own, then run by ctest.
 #
 #   scripts/sanitizer-tests.sh asan|tsan [--build-dir DIR] [--jobs N] [--no-build]
-#                              [-- ctest args...]
+#                              [--check-skips] [-- ctest args...]
 #
 # asan: AddressSanitizer + UndefinedBehaviorSanitizer (+ LeakSanitizer), any finding aborts
 # (-fno-sanitize-recover=all). tsan: ThreadSanitizer. Every process of the run (tests,
@@ -11,7 +11,9 @@
 # reports into <build-dir>/sanitizer-reports/, and the run fails when a report is there even
 # if the test that started the process passed (a test may expect a worker to die; it does
 # not expect it to die of a heap overflow). Suppressions (system libraries only, one reason
-# per line) are in tests/sanitizers/. What is excluded, and why, is EXCLUDED below.
+# per line) are in tests/sanitizers/. What is excluded, and why, is EXCLUDED below. Like make
+# test, it ends with the tests that did not run (scripts/test-skips.py); --check-skips
+# (.ci/run) fails the run when one outside tests/skip-allowlist.txt did not run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source_dir=$PWD
@@ -29,11 +31,13 @@ esac
 build_dir="build-$mode"
 jobs=2
 build=1
+check_skips=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build_dir=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --no-build) build=0; shift ;;  # run the tests of the tree as it is
+    --check-skips) check_skips=1; shift ;;
     --) shift; break ;;
     *) echo "$0: unknown argument $1" \
             "(allowed: --build-dir DIR, --jobs N, --no-build, -- ctest args)" >&2
@@ -49,7 +53,9 @@ done
 #     artefacts, not sanitizer targets.
 #   fuzz: the corpora are replayed under ASan+UBSan by `make fuzz`'s own build (clang,
 #     libFuzzer); here they would only repeat that.
-exclude_labels="images|fuzz"
+#   ci: tests of the CI scripts (Python and shell; the fuzz one builds its own clang targets,
+#     which crash on purpose): nothing of ours runs instrumented in them.
+exclude_labels="images|fuzz|ci"
 # Tests (regular expressions on ctest names), by sanitizer:
 declare -a exclude_common=(
 )
@@ -107,7 +113,10 @@ if [ "$mode" = asan ]; then exclude+=("${exclude_asan[@]}"); fi
 if [ "$mode" = tsan ]; then exclude+=("${exclude_tsan[@]}"); fi
 regex=""
 for e in "${exclude[@]}"; do regex="${regex:+$regex|}$e"; done
-args=(--output-on-failure -j "$jobs" --timeout 900 -LE "$exclude_labels")
+junit="$PWD/$build_dir/Testing/ctest-junit.xml"
+rm -f "$junit"
+args=(--output-on-failure -j "$jobs" --timeout 900 -LE "$exclude_labels" --output-junit "$junit"
+      --test-output-truncation middle)
 [ -n "$regex" ] && args+=(-E "$regex")
 
 echo "== $mode: ctest ${args[*]} $*"
@@ -134,4 +143,7 @@ fi
 n=$(printf '%s\n' "$found" | grep -c . || true)
 echo "== $mode: build $((built - start)) s, tests $((end - built)) s," \
   "reports $n, ctest exit $status"
+skips=(--title "make test-$mode" --junit "$junit" --allowlist tests/skip-allowlist.txt)
+[ "$check_skips" = 1 ] && skips+=(--check)
+/usr/bin/python3 scripts/test-skips.py "${skips[@]}" || { [ "$status" -eq 0 ] && status=1; }
 exit "$status"

@@ -29,7 +29,9 @@ ARGS = None
 def main(build_dir=False, required=()):
     """Parses --source-dir [--build-dir] [--tools-bin] and the options named in `required`
     (each "--name VALUE") into ARGS and runs the tests of __main__ (the rest of the command
-    line goes to unittest)."""
+    line goes to unittest). Exit status: 0 passed, 1 failed or none ran, 77 when a test was
+    skipped (ctest reports it only with SKIP_RETURN_CODE 77; unittest's own exit 0 would
+    pass it)."""
     global ARGS
     parser = argparse.ArgumentParser()
     parser.add_argument("--source-dir", required=True)
@@ -39,7 +41,14 @@ def main(build_dir=False, required=()):
     for option in required:
         parser.add_argument(option, required=True)
     ARGS, rest = parser.parse_known_args()
-    unittest.main(module="__main__", argv=[sys.argv[0]] + rest, verbosity=2)
+    program = unittest.main(module="__main__", argv=[sys.argv[0]] + rest, verbosity=2,
+                            exit=False)
+    result = program.result
+    if not result.wasSuccessful() or result.testsRun == 0:
+        sys.exit(1)
+    for test, reason in result.skipped:
+        print("SKIP: %s: %s" % (test.id(), reason))
+    sys.exit(77 if result.skipped else 0)
 
 
 def wait_until(condition, deadline_s, interval_s=0.5):

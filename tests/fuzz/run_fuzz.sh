@@ -4,14 +4,18 @@
 # (tests/fuzz/corpus/<target>/ plus regressions/<target>/); new corpus entries go to that
 # temporary copy only, never to the tree. Prints per target the executions per second and
 # the inputs tried (libFuzzer's final stats), and last `fuzz targets=N execs=N crashes=N`.
-# A crashing input is kept in <build>/fuzz-artifacts/<target>/ with the target's log; the
-# script then exits 1.
+# A crashing input (or a leak, UB, a timeout or an out-of-memory: libFuzzer stops at the
+# first and exits non-zero) is kept in <build>/fuzz-artifacts/<target>/ with the target's log;
+# the script then exits 1. A built fuzz-<target> without a seed corpus is an error too (it
+# would never run). .ci/run runs it when time allows; tests/ci/fuzz_crash_test.sh checks that
+# a crash fails it.
 #   FUZZ_SECONDS (30)   FUZZ_BUILD (build-fuzz)   JOBS (2)   FUZZ_CXX/FUZZ_CC (clang-14)
 #   FUZZ_TARGETS        space-separated subset (default: every corpus/<target>)
+#   FUZZ_CORPORA        the folder of corpus/ and regressions/ (default: tests/fuzz)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-HERE=$ROOT/tests/fuzz
+HERE=${FUZZ_CORPORA:-$ROOT/tests/fuzz}
 SECS=${FUZZ_SECONDS:-30}
 BUILD=${FUZZ_BUILD:-$ROOT/build-fuzz}
 JOBS=${JOBS:-2}
@@ -25,6 +29,17 @@ fi
 ninja -C "$BUILD" -j "$JOBS" fuzz-targets
 
 targets=${FUZZ_TARGETS:-$(cd "$HERE/corpus" && ls)}
+if [[ -z ${FUZZ_TARGETS:-} ]]; then
+  for bin in "$BUILD"/bin/fuzz-*; do
+    [[ -e $bin ]] || continue
+    t=${bin##*/fuzz-}
+    if [[ ! -d $HERE/corpus/$t ]]; then
+      echo "run_fuzz.sh: $bin has no seed corpus $HERE/corpus/$t/, so it would never run;" \
+        "add one (tests/fuzz/README.md)" >&2
+      exit 1
+    fi
+  done
+fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/spawnpoint-fuzz-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 artifacts=$BUILD/fuzz-artifacts

@@ -2,7 +2,8 @@
 // StandalonePool spawns `/usr/bin/python3 -m spawnpoint_rank.worker` and the real C++
 // PoolClient drives it with sample indices, as a Python rank's per-rank service will. The
 // datasets and their pickle files come from python_datasets.py beside this file. Skipped
-// when /usr/bin/python3 has no torch.
+// (ctest: Skipped) when /usr/bin/python3 has no torch or numpy; a probe that crashes or hangs
+// fails. The probe itself (tests/support/python_probe.h) is tested here too.
 #include <signal.h>
 
 #include <cstring>
@@ -15,6 +16,7 @@
 
 #include "agent/loader/pool_client.h"
 #include "agent/loader/pool_supervisor.h"
+#include "tests/support/python_probe.h"
 #include "tests/support/test_process.h"
 
 extern char** environ;
@@ -32,11 +34,6 @@ const std::string kPythonPath = kSource + "/agent/python:" + kSource + "/tests/l
 const std::string kHelper = kSource + "/tests/loader/python_datasets.py";
 // Every worker imports torch (seconds on a loaded machine): deadlines are generous.
 constexpr std::chrono::seconds kDeadline(120);
-
-bool PythonHasTorch() {
-  testing::TestProcess p({kPython, "-c", "import torch, numpy"});
-  return p.Wait(kDeadline) == 0;
-}
 
 // Runs python_datasets.py with these arguments; true when it succeeded.
 bool RunHelper(std::vector<std::string> args) {
@@ -68,10 +65,13 @@ std::vector<T> Values(const PoolClient& client, const ReadyBatch& r, const json&
 class PythonWorkerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    static const bool has_torch = PythonHasTorch();
-    if (!has_torch) {
-      GTEST_SKIP() << kPython << " cannot import torch and numpy; install python3-torch "
-                   << "(scripts/install-deps.sh) to test the Python loader worker";
+    static const auto missing =
+        testing::MissingPythonModules(kPython, {"torch", "numpy"}, kDeadline);
+    ASSERT_TRUE(missing.ok()) << missing.status().ToString();
+    if (!missing->empty()) {
+      GTEST_SKIP() << kPython << " has no " << ::testing::PrintToString(*missing)
+                   << "; install python3-torch (scripts/install-deps.sh) to test the Python "
+                   << "loader worker";
     }
   }
 
@@ -475,6 +475,61 @@ TEST_F(PythonWorkerTest, ASigkilledWorkerIsReplacedAndEverySampleStillArrivesOnc
       },
       kDeadline));
   EXPECT_EQ(client.WorkerPids()[0], pids[0]);
+}
+
+// The probe that decides the skip above: only a module that is not installed skips; an
+// installed one that cannot be imported, crashes or hangs fails the test that asked.
+class PythonProbeTest : public ::testing::Test {
+ protected:
+  // A module `name` in a directory on the probe's PYTHONPATH, with this body.
+  void Module(const std::string& name, const std::string& body) {
+    testing::WriteFile(dir_.File(name + ".py"), body);
+  }
+  StatusOr<std::vector<std::string>> Probe(const std::vector<std::string>& modules,
+                                           std::chrono::milliseconds timeout = kDeadline) {
+    return testing::MissingPythonModules(kPython, modules, timeout, {{"PYTHONPATH", dir_.path()}});
+  }
+  testing::TempDir dir_;
+};
+
+TEST_F(PythonProbeTest, ModulesNotInstalledAreNamedInOrder) {
+  auto missing = Probe({"json", "sp_probe_absent_b", "os", "sp_probe_absent_a"});
+  ASSERT_TRUE(missing.ok()) << missing.status().ToString();
+  EXPECT_EQ(*missing, (std::vector<std::string>{"sp_probe_absent_b", "sp_probe_absent_a"}));
+  missing = Probe({"json", "os"});
+  ASSERT_TRUE(missing.ok()) << missing.status().ToString();
+  EXPECT_TRUE(missing->empty());
+}
+
+TEST_F(PythonProbeTest, AnInstalledModuleThatFailsToImportIsAnError) {
+  Module("sp_probe_broken",
+         "raise ImportError('libsp_probe.so: cannot open shared object file')\n");
+  auto missing = Probe({"sp_probe_broken"});
+  ASSERT_FALSE(missing.ok()) << "a broken install passed for a missing module";
+  EXPECT_THAT(missing.status().message(),
+              AllOf(HasSubstr("sp_probe_broken"), HasSubstr("exit 1"),
+                    HasSubstr("installed but cannot be imported"), HasSubstr("libsp_probe.so")));
+}
+
+TEST_F(PythonProbeTest, AModuleWhoseDependencyIsMissingIsAnError) {
+  Module("sp_probe_needs", "import sp_probe_absent_dependency\n");
+  auto missing = Probe({"sp_probe_needs"});
+  ASSERT_FALSE(missing.ok()) << "a missing dependency passed for a missing module";
+  EXPECT_THAT(missing.status().message(), HasSubstr("sp_probe_absent_dependency"));
+}
+
+TEST_F(PythonProbeTest, AnImportThatCrashesIsAnError) {
+  Module("sp_probe_crash", "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n");
+  auto missing = Probe({"sp_probe_crash"});
+  ASSERT_FALSE(missing.ok()) << "a crash passed for a missing module";
+  EXPECT_THAT(missing.status().message(), HasSubstr("killed by signal 11"));
+}
+
+TEST_F(PythonProbeTest, AnImportThatHangsIsAnError) {
+  Module("sp_probe_hang", "import threading\nthreading.Event().wait()\n");
+  auto missing = Probe({"sp_probe_hang"}, std::chrono::milliseconds(500));
+  ASSERT_FALSE(missing.ok()) << "a hang passed for a missing module";
+  EXPECT_EQ(missing.status().code(), StatusCode::kDeadlineExceeded) << missing.status().ToString();
 }
 
 }  // namespace

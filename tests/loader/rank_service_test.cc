@@ -2,7 +2,8 @@
 // (spawnpoint_rank/_pool_iter.py) on real processes: a StandalonePool of Python workers and a
 // RankPoolService run in this process, as the agent runs them, and python_rank.py beside this
 // file is the rank: it iterates DataLoaders through the shim's hooks and checks each case
-// against stock DataLoader in the same process. Skipped when /usr/bin/python3 has no torch.
+// against stock DataLoader in the same process. Skipped (ctest: Skipped) when /usr/bin/python3
+// has no torch or numpy; a probe that crashes or hangs fails (tests/support/python_probe.h).
 #include <atomic>
 
 #include <gmock/gmock.h>
@@ -11,6 +12,7 @@
 #include "agent/loader/contract.h"
 #include "agent/loader/pool_supervisor.h"
 #include "agent/loader/rank_service.h"
+#include "tests/support/python_probe.h"
 #include "tests/support/test_process.h"
 
 extern char** environ;
@@ -27,18 +29,16 @@ const std::string kRank = kSource + "/tests/loader/python_rank.py";
 // Workers and the rank import torch (seconds each on a loaded machine): generous deadlines.
 constexpr std::chrono::seconds kDeadline(300);
 
-bool PythonHasTorch() {
-  testing::TestProcess p({kPython, "-c", "import torch, numpy"});
-  return p.Wait(std::chrono::seconds(120)) == 0;
-}
-
 class RankServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    static const bool has_torch = PythonHasTorch();
-    if (!has_torch) {
-      GTEST_SKIP() << kPython << " cannot import torch and numpy; install python3-torch "
-                   << "(scripts/install-deps.sh) to test the Python loader pool";
+    static const auto missing =
+        testing::MissingPythonModules(kPython, {"torch", "numpy"}, std::chrono::seconds(120));
+    ASSERT_TRUE(missing.ok()) << missing.status().ToString();
+    if (!missing->empty()) {
+      GTEST_SKIP() << kPython << " has no " << ::testing::PrintToString(*missing)
+                   << "; install python3-torch (scripts/install-deps.sh) to test the Python "
+                   << "loader pool";
     }
     PoolSpec spec;
     spec.workers = 2;

@@ -134,7 +134,8 @@ TEST(AgentMetricsTest, GpuJobMetricsCarryTheGpuValuesAndPassPromtool) {
   EXPECT_TRUE(j["stall"].is_null());
 
   auto promtool = PromtoolCheckMetrics(text);
-  if (!promtool) GTEST_SKIP() << "promtool not installed: scripts/install-deps.sh installs it";
+  ASSERT_TRUE(promtool)
+      << "promtool is not installed: scripts/install-deps.sh (make deps) installs it";
   EXPECT_EQ(promtool->code, 0) << promtool->output << "\n" << text;
   EXPECT_EQ(promtool->output, "");
   EXPECT_EQ(agent.Stop(), 143) << agent.Stderr();  // 128 + SIGTERM, as docs/running.md says
@@ -166,7 +167,8 @@ TEST(AgentMetricsTest, DcgmCompatibleNamesHaveDcgmsUnitsAndLabels) {
   EXPECT_EQ(FindSample(s, "spawnpoint_gpu_utilisation_ratio", {"gpu=\"3\""}), 0.4);
 
   auto promtool = PromtoolCheckMetrics(text);
-  if (!promtool) GTEST_SKIP() << "promtool not installed: scripts/install-deps.sh installs it";
+  ASSERT_TRUE(promtool)
+      << "promtool is not installed: scripts/install-deps.sh (make deps) installs it";
   // DCGM's own label name modelName is camelCase, which promtool's linter flags (exit 3).
   // That must be the only complaint: no parse error, nothing about our own families.
   std::istringstream lines(promtool->output);
@@ -212,7 +214,8 @@ TEST(AgentMetricsTest, RankFailuresAndGangRestartsAreCounted) {
   EXPECT_TRUE(j["samplesPerSecond"].is_null());  // spawnpoint-test-rank has no loader
 
   auto promtool = PromtoolCheckMetrics(text);
-  if (!promtool) GTEST_SKIP() << "promtool not installed: scripts/install-deps.sh installs it";
+  ASSERT_TRUE(promtool)
+      << "promtool is not installed: scripts/install-deps.sh (make deps) installs it";
   EXPECT_EQ(promtool->code, 0) << promtool->output;
 }
 

@@ -437,7 +437,8 @@ TEST_F(NodeStatusTest, ProgressTicksCountEachStepOnceAndKeepCountingAcrossAttemp
 
   const std::string text = status.registry().Render();
   auto promtool = testing::PromtoolCheckMetrics(text);
-  if (!promtool) GTEST_SKIP() << "promtool not installed: scripts/install-deps.sh installs it";
+  ASSERT_TRUE(promtool)
+      << "promtool is not installed: scripts/install-deps.sh (make deps) installs it";
   EXPECT_EQ(promtool->code, 0) << promtool->output << "\n" << text;
   EXPECT_EQ(promtool->output, "");
 }

@@ -3,7 +3,8 @@
 // running operator (on the real control plane of the operator_cluster fixture, with a job
 // applied by kubectl), and its HTTP
 // API must return the series and values the fake GPUs, the loader and the job produce.
-// Skipped, with the reason, only when the prometheus binary is not installed.
+// Fails, naming the package, when the prometheus binary is not installed: make deps installs
+// it, and a test that skipped for want of it would pass without having run.
 #include <signal.h>
 
 #include <chrono>
@@ -137,10 +138,8 @@ class Prometheus {
 
 TEST(PrometheusTest, ScrapesTheAgentAndTheOperator) {
   auto binary = FindProgram("prometheus");
-  if (!binary) {
-    GTEST_SKIP() << "prometheus is not installed (Debian package \"prometheus\", which "
-                    "scripts/install-deps.sh installs)";
-  }
+  ASSERT_TRUE(binary) << "prometheus is not installed (Debian package \"prometheus\", which "
+                         "scripts/install-deps.sh installs: make deps)";
   auto env = AgentUnderTest::DefaultEnv();
   env["FAKE_NVML_CONFIG"] = FAKE_NVML_CONFIG_DIR "/eight_gpus_two_numa.conf";
   AgentUnderTest agent(AGENT_BIN, LoaderGpuJobManifest(LOADER_TRAINER_BIN, 2),
