@@ -3,9 +3,8 @@
     lightning_under_agent.py STRATEGY        a 2-rank job (gloo, CPU) of lightning_trainer.py
     lightning_under_agent.py --devices N     strategy ddp, Trainer(devices=N) against 2 ranks
     lightning_under_agent.py --unhooked S    the control: S with the shim off (SPAWNPOINT_SHIM=0)
-    lightning_under_agent.py --pool S        S with workersPerRank: 2: the agent's pool serves
-                                             Lightning's DataLoader (its re-made one, with a
-                                             DistributedSampler)
+    lightning_under_agent.py --pool S        lightning_trainer.py --batches S, workersPerRank 2,
+                                             on the agent's pool and with pythonPool: false
 
 For STRATEGY (ddp, ddp_spawn, ddp_fork, ddp_notebook, auto) the job exits 0 and: exactly the
 agent's 2 ranks ran training steps (no second set of ranks: no other process stepped), each
@@ -18,17 +17,37 @@ printed exactly once. With --devices N (N != 2) the job fails at Trainer creatio
 shim's error naming the values and the trainer's line. The control (--unhooked ddp_fork)
 shows that these checks see what Lightning does without the shim: each rank forks its own 2
 DDP processes (4 'SPAWNPOINT-FORKED' lines), whatever becomes of them afterwards.
+
+With --pool S the same reproducible script (lightning_trainer.py --batches: seeded, shuffled,
+augmented with torch, numpy and random draws in the workers, dropout in the rank, a persistent
+train loader and a validation loader whose workers start anew at each iter(), 2 epochs) runs
+as two 2-rank jobs: on the agent's pool (which serves the DataLoaders Lightning re-makes with
+a DistributedSampler) and with `loader.pythonPool: false` (the same DataLoaders on torch's own
+spawned workers). Every rank must see, step by step (the sanity check's 2 validation batches,
+then per epoch 6 train and 3 validation batches), the same batches on both: stage, epoch,
+batch index, sample indices, a SHA-256 of every field's bytes and the step's loss; and end
+with the same parameters. The checks that make this mean something: each side's iterators
+are the ones asked for (the pool's on one side, torch's with 2 workers on the other; one
+train iterator resumed each epoch, a new validation iterator each time), the shards cover
+the train set each epoch in a new order, and no two batches are alike. On the pool's side
+also: no fork, no child of a rank, its 20 batches / 80 samples in the agent's status, its 2
+workers never restarted, nothing fell back to torch's workers.
 """
 
 import json
 import os
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, "/opt/spawnpoint-foreign")
 import foreign_common as fc  # noqa: E402
 
 TRAINER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lightning_trainer.py")
+# A job of --pool takes 15-50 s on an idle 2-core machine, minutes on a loaded one (the
+# stock job spawns 16 workers that import torch and Lightning); CMakeLists.txt gives the
+# test time for two.
+JOB_TIMEOUT_S = 660
 
 
 def lines(out, tag):
@@ -115,31 +134,109 @@ def run_devices(devices):
     return checks.finish()
 
 
-def run_pool(strategy):
-    checks = fc.Checks("lightning_under_agent --pool %s" % strategy)
-    job = fc.job_yaml("lightning-pool", [sys.executable, TRAINER, strategy], procs=2, workers=2)
-    status = "/tmp/lightning-pool-status.json"
-    proc = fc.run_agent(job, args=["--status-file", status])
-    out = proc.stdout + proc.stderr
+def run_batches(strategy, name, pool):
+    """lightning_trainer.py --batches STRATEGY as a 2-rank job with workersPerRank 2, on the
+    agent's pool or (pool false) on stock DataLoader's workers: (the agent's exit status and
+    output, {rank: its SPAWNPOINT-LIGHTNING document}, the agent's status file)."""
+    job = fc.job_yaml(name, [sys.executable, TRAINER, "--batches", strategy], procs=2,
+                      workers=2, python_pool=pool)
+    status = "/tmp/%s-status.json" % name
+    started = time.monotonic()
+    try:
+        proc = fc.run_agent(job, args=["--status-file", status], timeout=JOB_TIMEOUT_S)
+        rc, out = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as err:  # a failure, with what the job said until then
+        rc, out = "timed out after %d s" % JOB_TIMEOUT_S, "".join(
+            part if isinstance(part, str) else (part or b"").decode(errors="replace")
+            for part in (err.stdout, err.stderr))
     sys.stdout.write(out)
-    if not checks.equal(proc.returncode, 0, "spawnpoint-agent run exit status"):
+    print("%s: the job took %.1f s" % (name, time.monotonic() - started))
+    finals = {int(f["rank_env"]): f for f in lines(out, "SPAWNPOINT-LIGHTNING")}
+    return rc, out, finals, status
+
+
+def batch_differences(got, want):
+    """Where the pool's batches differ from stock's (for the failure message): each differing
+    record of either side, in order, up to 8."""
+    out = []
+    if len(got) != len(want):
+        out.append("%d batches, stock %d" % (len(got), len(want)))
+    for n, (a, b) in enumerate(zip(got, want)):
+        if a != b:
+            out.append("#%d pool  %s\n    stock %s" % (n, a, b))
+    return "\n".join(out[:8])
+
+
+def run_pool(strategy):
+    """--pool S: the same script on the pool and on stock DataLoader, every batch equal."""
+    checks = fc.Checks("lightning_under_agent --pool %s" % strategy)
+    rc, out, pool, status = run_batches(strategy, "lightning-pool", True)
+    stock_rc, stock_out, stock, _ = run_batches(strategy, "lightning-stock", False)
+    checks.equal(rc, 0, "the job on the agent's pool: spawnpoint-agent run exit status")
+    checks.equal(stock_rc, 0, "the job with pythonPool: false: spawnpoint-agent run exit status")
+    if not checks.equal((sorted(pool), sorted(stock)), ([0, 1], [0, 1]),
+                        "ranks that finished fit() (pool, stock)"):
         return checks.finish()
-    finals = lines(proc.stdout, "SPAWNPOINT-LIGHTNING")
-    checks.equal(sorted(f["rank_env"] for f in finals), ["0", "1"], "ranks that finished fit()")
-    checks.equal(lines(proc.stdout, "SPAWNPOINT-FORKED"), [], "processes created by fork()")
-    checks.equal([f["children"] for f in finals], [[]] * len(finals),
+    print("lightning %s, torch %s" % (pool[0]["lightning"], pool[0]["torch"]))
+    checks.equal(lines(out, "SPAWNPOINT-FORKED"), [], "processes created by fork()")
+    checks.equal([pool[r]["children"] for r in (0, 1)], [[], []],
                  "ranks' child processes (the workers are the agent's)")
-    if len(finals) == 2:
-        checks.equal(finals[0]["params"], finals[1]["params"], "both ranks' final parameters")
+    # Which iterator each iter() got: the sanity check's and each epoch's validation, each a
+    # new iterator (persistent_workers=False); the train loader's one persistent iterator,
+    # resumed each epoch; 2 workers (the job's) for both.
+    for side, finals, served in (("pool", pool, "_PoolDataLoaderIter"),
+                                 ("stock", stock, "_MultiProcessingDataLoaderIter")):
+        for rank in (0, 1):
+            its = finals[rank]["iterators"]
+            checks.equal([(i[0], i[1], i[3], i[4]) for i in its],
+                         [("val", served, 2, False)] + [("train", served, 2, True),
+                                                        ("val", served, 2, False)] * 2,
+                         "%s, rank %d: each iter()'s loader, iterator, workers, persistence"
+                         % (side, rank))
+            train = [i[2] for i in its if i[0] == "train"]
+            val = [i[2] for i in its if i[0] == "val"]
+            checks.check(len(set(train)) == 1 and len(set(val)) == len(val),
+                         "%s, rank %d: one train iterator for every epoch, a new validation "
+                         "iterator each time: %s" % (side, rank, its))
+    # What every step saw, in order: the sanity check's 2 validation batches, then per epoch
+    # 6 train batches (24 samples a rank) and 3 validation batches (12 samples a rank).
+    layout = ([("sanity", 0, b) for b in range(2)]
+              + [(stage, e, b) for e in range(2)
+                 for stage, n in (("train", 6), ("val", 3)) for b in range(n)])
+    for rank in (0, 1):
+        got, want = pool[rank]["batches"], stock[rank]["batches"]
+        checks.equal([tuple(b[:3]) for b in want], layout,
+                     "stock, rank %d: (stage, epoch, batch) of every step" % rank)
+        checks.check(got == want, "rank %d: every batch the pool served (stage, epoch, batch, "
+                     "sample indices, SHA-256 of its fields, the step's loss) equals stock "
+                     "DataLoader's (%d batches)" % (rank, len(want)),
+                     batch_differences(got, want))
+        checks.equal(pool[rank]["params"], stock[rank]["params"],
+                     "rank %d: final parameters, pool against stock" % rank)
+    # The comparison means something: the ranks saw disjoint shards, each sample of the train
+    # set once an epoch, in an order that changes each epoch; no two batches (augmented
+    # differently each epoch) alike.
+    train = {r: [b for b in stock[r]["batches"] if b[0] == "train"] for r in (0, 1)}
+    for e in range(2):
+        shards = [sorted(i for b in train[r] if b[1] == e for i in b[3]) for r in (0, 1)]
+        checks.equal(sorted(shards[0] + shards[1]), list(range(48)),
+                     "epoch %d: the train samples both ranks saw" % e)
+    orders = [[i for b in train[0] if b[1] == e for i in b[3]] for e in range(2)]
+    checks.check(len(set(map(tuple, orders))) == 2, "rank 0: a new order each epoch: %s" % orders)
+    digests = [b[4] for r in (0, 1) for b in stock[r]["batches"]]
+    checks.equal(len(set(digests)), len(digests), "distinct batches (augmentations differ)")
+    checks.equal(pool[0]["params"], pool[1]["params"], "both ranks' final parameters (pool)")
     with open(status) as f:
         loaders = json.load(f)["loader"]
     checks.equal(sorted(l["rank"] for l in loaders), [0, 1], "ranks with a loader pool")
     for l in sorted(loaders, key=lambda l: l["rank"]):
-        # 64 samples, DistributedSampler over 2 ranks, batch 8: 4 batches a rank per epoch.
-        checks.equal((l["stats"]["batches"], l["stats"]["samples"]), (8, 64),
-                     "rank %d: batches and samples the pool served in 2 epochs" % l["rank"])
+        checks.equal((l["stats"]["batches"], l["stats"]["samples"]), (20, 80),
+                     "rank %d: batches and samples the pool served" % l["rank"])
         checks.equal([(w["incarnation"], w["exits"]) for w in l["pool"]["workers"]],
                      [(0, 0), (0, 0)], "rank %d: its 2 workers, never restarted" % l["rank"])
+    checks.check(not [l for l in out.splitlines() if "falls back" in l or "fall back" in l
+                      or "runs on torch's own workers" in l],
+                 "no loader fell back to torch's workers")
     return checks.finish()
 
 
