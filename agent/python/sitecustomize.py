@@ -32,8 +32,10 @@ environment, so that processes the rank starts never see them:
                                  collectors, torch's native destructors: 0.3-0.7 s that the
                                  restart would wait for), as if it had no SIGTERM handler of its
                                  own (Lightning's) that let it run on
-A hook that fails is reported once on stderr and the trainer's import goes on without it. Without
-SPAWNPOINT_SHIM=1 it only chains.
+A hook that fails is reported once on stderr and the trainer's import goes on without it. A hook
+that relies on a private name of torch, multiprocessing or Lightning that this version lacks
+says once which feature is off and falls back (spawnpoint_rank/_private.py lists every such name
+and the fallback of each). Without SPAWNPOINT_SHIM=1 it only chains.
 
 Standby. With SPAWNPOINT_STANDBY_FD (a warm standby rank, spawnpoint_rank/_standby.py), the
 process prepares a rank's imports and waits for the agent to release it into an attempt

@@ -8,6 +8,7 @@ run_shim_tests.py (ctest).
 import contextlib
 import dataclasses
 import io
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -211,7 +212,7 @@ class LoaderPolicyTest(unittest.TestCase):
         self.assertNotIn("persistent_workers", kwargs)
 
     def test_explicit_fork_is_honoured_with_a_warning_note(self):
-        fork_object = types.SimpleNamespace(_name="fork")  # like get_context("fork")
+        fork_object = multiprocessing.get_context("fork")  # told by its get_start_method()
         for context, shown in (("fork", "'fork'"), (fork_object, "'fork'")):
             kwargs, notes = self.decide(explicit={"multiprocessing_context": context})
             self.assertNotIn("multiprocessing_context", kwargs)

@@ -12,6 +12,9 @@ start-up shim (sitecustomize.py beside this package), never by the trainer:
   _optimizer.py   hook: each optimizer step counts as a training step (_progress.py)
   _progress.py    the rank's writer of its progress record; spawnpoint.step() calls it
   _report.py      one stderr line per problem; warnings at the trainer's line
+  _private.py     every private name of torch, multiprocessing and Lightning the hooks rely
+                  on, and the rule when one is missing: said once, the feature falls back
+  _private_audit.py  checks those names in this interpreter's libraries (tests, tools)
 The Python loader worker, run by a pool owner (`python -m spawnpoint_rank.worker`), never
 inside a rank:
   worker.py       the worker half of agent/loader/protocol.h for pickled Python datasets

@@ -15,6 +15,10 @@ call it only from there. It wraps two methods of dlmod.DataLoader:
                  that came from the job, a RuntimeWarning and the loader runs in the main
                  process (as the code asked); for workers the code asked for, a RuntimeError
                  that explains the spawn requirement (chained to the pickling error).
+                 It also hands the loader to the agent's pool (_pool_iter.py). A torch whose
+                 DataLoader has no _get_iterator (a private name: _private.py) gets no job
+                 workers for loaders that asked for none, since nothing could take them back
+                 at iter(), and no pool: said once, and every loader runs as the code asked.
 
 What is not touched: pin_memory and everything else (pinning needs the code's device
 handling, torch already seeds worker w with base_seed + w, spawn is the only start method a
@@ -23,15 +27,16 @@ trainer that mutates its dataset between epochs must pass persistent_workers=Fal
 with the job's persistentWorkers: false.
 """
 
+import dataclasses
 import functools
 import inspect
 import os
 import sys
 
-from . import _script
+from . import _private, _script
 from . import env as _env
 from ._report import fatal, report_once, warn
-from .policy import debug_line, loader_defaults, warnings_in
+from .policy import context_start_method, debug_line, loader_defaults, warnings_in
 
 _PICKLE_FALLBACK = (
     "spawnpoint: the job asked for %d DataLoader workers, but spawned workers need the "
@@ -53,10 +58,8 @@ def _spawns(loader):
     """Whether torch's workers for `loader` would be spawned (or forkserver'd): children that
     import the trainer's script before they work."""
     context = loader.multiprocessing_context
-    if isinstance(context, str):
-        name = context
-    elif context is not None:
-        name = getattr(context, "_name", None)
+    if context is not None:
+        name = context_start_method(context)
     else:
         mp = sys.modules.get("multiprocessing")
         try:
@@ -115,6 +118,9 @@ def patch(dlmod):
         return
     accepted = frozenset(parameters)
     iterable_base = getattr(dlmod, "IterableDataset", None)
+    # Without the iterator hook nothing could take the job's workers back from a loader whose
+    # dataset does not pickle: loaders keep the workers the code asked for (said once).
+    iterator_hook = not _private.missing("iterator_hook", {"torch.utils.data.dataloader": dlmod})
 
     @functools.wraps(original_init)
     def __init__(self, *args, **kwargs):
@@ -125,6 +131,8 @@ def patch(dlmod):
         env = _env.current()
         if env is None:  # SPAWNPOINT_SHIM unset after start-up: stock behaviour
             return original_init(self, *args, **kwargs)
+        if not iterator_hook:
+            env = dataclasses.replace(env, loader_workers=None)
         dataset = bound.arguments.get("dataset")
         iterable = iterable_base is not None and isinstance(dataset, iterable_base)
         defaults, notes = loader_defaults(env, bound.arguments, iterable, _in_daemon_process(),
@@ -147,9 +155,9 @@ def patch(dlmod):
     __init__._spawnpoint_shim = True
     cls.__init__ = __init__
 
-    original_get_iterator = getattr(cls, "_get_iterator", None)
-    if original_get_iterator is None:
+    if not iterator_hook:
         return
+    original_get_iterator = cls._get_iterator
 
     @functools.wraps(original_get_iterator)
     def _get_iterator(self):

@@ -28,13 +28,31 @@ TORCHELASTIC_RUN_ID set), the hook wraps `_check_strategy_and_fallback` to
   - say what it did, one line per job (rank 0 only) on stderr:
     "Lightning strategy ddp_notebook: the agent's 2 ranks run it; nothing is forked".
 Anything else (other strategies, single device) is left to Lightning.
+
+A new Lightning may rename the private names this relies on (_private.py lists them: the
+connector, its _check_strategy_and_fallback and _strategy_flag, DDPStrategy's _start_method,
+the launcher's use of torch.multiprocessing.start_processes). Then the mapping is off, said
+once, and what is safe is kept: strategy 'ddp' runs as it is (it launches nothing under
+TORCHELASTIC_RUN_ID), and torch.multiprocessing.start_processes, where Lightning's launcher
+starts the processes of ddp_spawn, ddp_fork and ddp_notebook, ends the rank with one line
+instead (refuse_own_processes): a second set of ranks under each of the agent's would take the
+same RANK, port and devices, and hang or fail in words that do not say why. Without
+_parallel_devices or _num_nodes_flag only the devices check is off; without _choose_strategy
+only the "auto (...)" of the line.
 """
 
+import functools
 import os
 import sys
 import traceback
 
+from . import _private
+from ._report import fatal, report_once
+
 _MARK = "_spawnpoint_lightning"
+_MODULE = "lightning.pytorch.trainer.connectors.accelerator_connector"
+_CONNECTOR = _MODULE + ":_AcceleratorConnector()"  # _private's spelling for either package
+_DDP = "lightning.pytorch.strategies.ddp:DDPStrategy()"
 _FORMS = (("ddp_spawn", "ddp", "spawned"), ("ddp_fork", "ddp", "forked"),
           ("ddp_notebook", "ddp", "forked"))
 
@@ -100,9 +118,12 @@ def _wrap_choose(original):
     return _choose_strategy
 
 
-def _wrap_check(original):
+def _wrap_check(original, module, package):
     def _check_strategy_and_fallback(self):
         original(self)
+        if _private.missing("lightning", {_MODULE: module, _CONNECTOR: self}, package):
+            refuse_own_processes()  # said: strategy 'ddp' still runs as it is
+            return
         flag = self._strategy_flag
         env = os.environ
         if isinstance(flag, str):
@@ -112,9 +133,12 @@ def _wrap_check(original):
             self._strategy_flag = used
             requested = flag
         else:
-            start = getattr(flag, "_start_method", None)
-            if start is None or not type(flag).__name__.startswith("DDP"):
+            if not type(flag).__name__.startswith("DDP"):
                 return
+            if _private.missing("lightning", {_MODULE: module, _DDP: flag}, package):
+                refuse_own_processes()
+                return
+            start = flag._start_method
             verb = None
             if start in ("spawn", "fork", "forkserver"):
                 flag._start_method = "popen"
@@ -124,11 +148,13 @@ def _wrap_check(original):
         auto = self.__dict__.get("_spawnpoint_auto")  # set only when the Trainer said auto
         if isinstance(auto, str) and auto == requested:
             requested = "auto (%s)" % auto
-        devices = len(getattr(self, "_parallel_devices", None) or [])
-        num_nodes = int(getattr(self, "_num_nodes_flag", 1) or 1)
-        error = check_devices(devices, num_nodes, env)
-        if error is not None:
-            raise ValueError("%s (at %s)" % (error, _trainer_line()))
+        if not _private.missing("lightning_devices", {_MODULE: module, _CONNECTOR: self},
+                                package):
+            devices = len(self._parallel_devices or [])
+            num_nodes = int(self._num_nodes_flag or 1)
+            error = check_devices(devices, num_nodes, env)
+            if error is not None:
+                raise ValueError("%s (at %s)" % (error, _trainer_line()))
         if env.get("RANK") == "0":
             sys.stderr.write("spawnpoint-shim: %s\n" % mapping_line(
                 requested, used, verb, int(env["WORLD_SIZE"])))
@@ -141,13 +167,82 @@ def _wrap_check(original):
 def patch(module):
     if not agent_rank():
         return
-    connector = getattr(module, "_AcceleratorConnector", None)
-    if connector is None:
-        raise AttributeError("no _AcceleratorConnector in %s" % module.__name__)
-    for name, wrap in (("_choose_strategy", _wrap_choose),
-                       ("_check_strategy_and_fallback", _wrap_check)):
-        original = connector.__dict__.get(name)
-        if original is None:
-            raise AttributeError("no %s.%s in %s" % (connector.__name__, name, module.__name__))
+    package = "pytorch_lightning" if module.__name__.startswith("pytorch_lightning") else None
+    scope = {_MODULE: module}
+    if _private.missing("lightning", scope, package):
+        refuse_own_processes()  # said: strategy 'ddp' still runs as it is
+        return
+    connector = module._AcceleratorConnector
+    wraps = [("_check_strategy_and_fallback", lambda f: _wrap_check(f, module, package))]
+    if not _private.missing("lightning_auto", scope, package):
+        wraps.append(("_choose_strategy", _wrap_choose))
+    for name, wrap in wraps:
+        original = getattr(connector, name)
         if not getattr(original, _MARK, False):
             setattr(connector, name, wrap(original))
+
+
+# ------------------------------------------------------------------------------------------
+# When the hook is off: Lightning's own processes are refused where they would start.
+
+REFUSAL = (
+    "Lightning is about to start %s processes of its own (start method %r) under this rank of "
+    "the agent, which already runs the job's ranks: the agent could not run Lightning's "
+    "strategy on its ranks (the line above says which of Lightning's names it lacks), and "
+    "those processes would take the same RANK, port and devices. Use Trainer(strategy='ddp'), "
+    "which runs on the agent's ranks as it is")
+_LIGHTNING_MODULES = ("lightning.pytorch.", "pytorch_lightning.")
+_refusing = []  # [True] once the guard is in place in this process
+
+
+def called_from_lightning(frames=None):
+    """Whether one of `frames` (the caller's stack by default) runs code of Lightning's
+    Trainer (lightning.pytorch or pytorch_lightning)."""
+    if frames is None:
+        frames = (frame for frame, _ in traceback.walk_stack(None))
+    return any(str(frame.f_globals.get("__name__", "")).startswith(_LIGHTNING_MODULES)
+               for frame in frames)
+
+
+def refusing(start_processes):
+    """torch.multiprocessing.start_processes, ending the rank with one line (REFUSAL) when
+    Lightning calls it: its launcher for ddp_spawn, ddp_fork and ddp_notebook starts its
+    processes there (lightning 2.6's _MultiProcessingLauncher.launch; 1.x's mp.spawn calls
+    it too)."""
+    @functools.wraps(start_processes)
+    def guarded(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn", **kwargs):
+        if called_from_lightning():
+            fatal(REFUSAL % (nprocs, start_method))
+        return start_processes(fn, args, nprocs, join, daemon, start_method, **kwargs)
+
+    guarded._spawnpoint_lightning = True
+    return guarded
+
+
+def refuse_own_processes():
+    """Once per process: torch.multiprocessing.start_processes refuses Lightning's calls.
+    Without it nothing would stop a spawning or forking strategy from starting a second set
+    of ranks under each of the agent's (said once, then)."""
+    if _refusing:
+        return
+    _refusing.append(True)
+    try:
+        import importlib
+
+        mp = importlib.import_module("torch.multiprocessing")
+    except Exception:
+        mp = None
+    original = getattr(mp, "start_processes", None)
+    if original is None:
+        report_once("Lightning's own processes cannot be refused either: this torch has no "
+                    "torch.multiprocessing.start_processes; a strategy that spawns or forks "
+                    "(ddp_spawn, ddp_fork, ddp_notebook) starts a second set of ranks under "
+                    "each of the agent's. Use Trainer(strategy='ddp')")
+        return
+    if getattr(original, _MARK, False):
+        return
+    guarded = refusing(original)
+    mp.start_processes = guarded
+    spawn_module = sys.modules.get("torch.multiprocessing.spawn")
+    if spawn_module is not None and getattr(spawn_module, "start_processes", None) is original:
+        spawn_module.start_processes = guarded  # torch.multiprocessing.spawn() calls it there

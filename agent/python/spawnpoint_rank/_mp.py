@@ -16,35 +16,42 @@ What it does, all deliberate:
   - a spawn or forkserver child started from an unguarded top-level line of the trainer's
     script (no `if __name__ == "__main__":`) ends the process with one line naming the line
     and the fix (_script.py), where the children would run the script again.
-Imports nothing beyond the package's _report (this runs in every process that imports
-multiprocessing, loader workers included); _script only when a child is about to start.
+A private name of multiprocessing it needs that is missing turns that part off, said once
+(_private.py). Imports nothing beyond the package's _report and _private (this runs in every
+process that imports multiprocessing, loader workers included); _script only when a child is
+about to start.
 """
 
+from . import _private
 from ._report import FORK_WARNING, warn
+
+_SCOPE = "multiprocessing.context"
 
 
 def patch(ctxmod):
-    default = getattr(ctxmod, "_default_context", None)
-    concrete = getattr(ctxmod, "_concrete_contexts", None)
-    if default is None or not concrete or "spawn" not in concrete:
-        return
+    # Each class whose _Popen is there is guarded; a missing one is said once.
+    _private.missing("popen_guard", {_SCOPE: ctxmod})
+    for name, method in (("SpawnProcess", "spawn"), ("ForkServerProcess", "forkserver")):
+        _guard_popen(getattr(ctxmod, name, None), method)
+    if _private.missing("spawn_default", {_SCOPE: ctxmod}):
+        return  # said: multiprocessing's own default start method stays
+    default = ctxmod._default_context
     if getattr(default, "_spawnpoint_patched", False):
         return
-    if getattr(default, "_actual_context", None) is None:
-        default._default_context = concrete["spawn"]
+    if _private.missing("spawn_default", {_SCOPE + ":DefaultContext()": default}):
+        return
+    if default.get_start_method(allow_none=True) is None:  # not chosen yet (public: no side effect)
+        default._default_context = default.get_context("spawn")
     original = default.set_start_method
 
     def set_start_method(method, force=False):
         if method == "fork":
             warn(FORK_WARNING, 1)
-        actual = getattr(default, "_actual_context", None)
-        if (not force and method is not None and actual is not None
-                and getattr(actual, "_name", None) == method):
+        if (not force and method is not None
+                and default.get_start_method(allow_none=True) == method):
             return None  # already in effect: no "context has already been set" error
         return original(method, force=force)
 
-    for name in ("SpawnProcess", "ForkServerProcess"):
-        _guard_popen(getattr(ctxmod, name, None))
     set_start_method.__doc__ = original.__doc__
     # An instance attribute: multiprocessing/__init__ exports the bound methods of the
     # default context after this hook ran, so multiprocessing.set_start_method (and
@@ -53,14 +60,20 @@ def patch(ctxmod):
     default._spawnpoint_patched = True
 
 
-def _guard_popen(cls):
+def _guard_popen(cls, method):
     """Wraps cls._Popen (every spawn or forkserver child starts there: Process.start, Pool,
     ProcessPoolExecutor, DataLoader) so that a child started from an unguarded top-level line
     of the trainer's script ends the process with one line that says why (_script), instead
     of children that run the script again: a second init_process_group's port clash, or a
-    Pool that respawns workers forever as each fails its bootstrapping."""
-    original = getattr(cls, "__dict__", {}).get("_Popen") if cls is not None else None
-    if not isinstance(original, staticmethod):
+    Pool that respawns workers forever as each fails its bootstrapping. A class without a
+    static _Popen is left alone, said once."""
+    if cls is None or getattr(cls, "_Popen", None) is None:
+        return  # patch() has said so
+    original = cls.__dict__.get("_Popen")
+    if not isinstance(original, staticmethod):  # inherited, or not static: not ours to wrap
+        _private.say_off("popen_guard", ["%s:%s._Popen" % (_SCOPE, cls.__name__)])
+        return
+    if getattr(original.__func__, "_spawnpoint_guard", False):
         return
     popen = original.__func__
 
@@ -71,7 +84,8 @@ def _guard_popen(cls):
         if where is not None:
             from ._report import fatal
 
-            fatal(_script.advice(where, "starts a %s process" % cls._start_method))
+            fatal(_script.advice(where, "starts a %s process" % method))
         return popen(process_obj)
 
+    _Popen._spawnpoint_guard = True
     cls._Popen = staticmethod(_Popen)

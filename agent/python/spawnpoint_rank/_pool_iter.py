@@ -3,8 +3,12 @@ workers replaced by the agent's.
 
 `pool_iterator(loader)` returns the iterator for a map-style DataLoader with workers, or None
 with the reason the pool cannot serve it (the caller falls back to torch's iterator and says
-why). The class subclasses torch's `_BaseDataLoaderIter` of whatever torch is installed, so
-the sampler, the batch sampler and the base seed are drawn from the loader's generator
+why). It first looks up every private name of torch the iterator and the workers rely on
+(_private.py, feature "pool"), the iterator's own attributes as soon as torch's __init__ set
+them: a torch that lacks one gets torch's own iterator, said once, with nothing drawn.
+
+The class subclasses torch's `_BaseDataLoaderIter` of whatever torch is installed, so the
+sampler, the batch sampler and the base seed are drawn from the loader's generator
 exactly as torch draws them; like `_MultiProcessingDataLoaderIter` it primes prefetch_factor x
 num_workers batches at each (re)start, puts one more index after each batch, and numbers the
 batches of each epoch from 0 so that batch b goes to worker b % num_workers (the service's
@@ -67,7 +71,7 @@ import sys
 import time
 import weakref
 
-from . import _byvalue, _pool, _script, env, policy
+from . import _byvalue, _pool, _private, _script, env, policy
 from ._report import report_once
 
 _COPY_NOTE = (
@@ -92,6 +96,11 @@ _HERE_NOTE = (
 _HERE_MAX_PAYLOAD = 8 << 20  # a larger dataset is not copied into the rank for batch 0
 _counter = itertools.count()
 _classes = {}
+_DL = "torch.utils.data.dataloader"
+
+
+class _NamesMissing(Exception):
+    """torch's iterator lacks an attribute the pool's relies on (_private has said which)."""
 _MAX_SPECULATION_MISSES = 2  # wrong predictions in a row before an iterator stops predicting
 
 
@@ -113,6 +122,9 @@ def pool_iterator(loader):
     dlmod = sys.modules.get("torch.utils.data.dataloader")
     if dlmod is None:
         return None, "torch.utils.data.dataloader is not loaded"
+    # torch's private names the iterator and the workers use, before anything is drawn or sent.
+    if _private.missing("pool", {_DL: dlmod, _DL + ":DataLoader()": loader}):
+        return None, None  # said once: torch's own workers
     if loader._dataset_kind != dlmod._DatasetKind.Map:
         return None, "an IterableDataset is read by torch's own workers"
     try:
@@ -145,6 +157,9 @@ def pool_iterator(loader):
         it = cls(loader, svc, payload, by_value, watch)
         _pool.iterators_served = True
         return it, None
+    except _NamesMissing:  # said once: torch's own iterator draws again
+        drawn.put_back()
+        return None, None
     except _pool.ServiceError as err:
         if err.kind in ("workers", "protocol", "gone"):
             # torch's own iterator draws its base seed and its first indices again.
@@ -183,6 +198,9 @@ def _make_class(dlmod):
     class _PoolDataLoaderIter(base):
         def __init__(self, loader, svc, payload, by_value, watch=False):
             base.__init__(self, loader)  # draws the base seed from loader.generator
+            if _private.missing("pool", {_DL + ":_BaseDataLoaderIter()": self}):
+                raise _NamesMissing()
+            self._pin_device = getattr(loader, "pin_memory_device", None) or None
             self._svc = svc
             self._lazy = watch             # workers from the job: draws as in-process
             self._watch = watch            # and may go back there at batch 0
@@ -458,7 +476,7 @@ def _make_class(dlmod):
                 self._submit([indices] if indices is not None else [])
                 self._predict_next()
             if self._pin_memory:
-                data = _pin(data, getattr(self, "_pin_memory_device", None))
+                data = _pin(data, self._pin_device)
             return data
 
         def _first_batch_here(self, payload):
@@ -489,7 +507,7 @@ def _make_class(dlmod):
                 indices = self._draw()
                 self._submit([indices] if indices is not None else [])
             if self._pin_memory:
-                data = _pin(data, getattr(self, "_pin_memory_device", None))
+                data = _pin(data, self._pin_device)
             return data
 
         def _decide_where(self, ready):
@@ -540,7 +558,7 @@ def _make_class(dlmod):
             self._rcvd_idx += 1
             data = self._fetcher.fetch(index)
             if self._pin_memory:
-                data = _pin(data, getattr(self, "_pin_memory_device", None))
+                data = _pin(data, self._pin_device)
             return data
 
         def _wait_for(self, batch):
@@ -750,11 +768,8 @@ def _raise_batch_error(body):
     exc_type = _exception_type(body.get("excType")) if body.get("kind") == "dataset" else None
     if exc_type is None:
         raise RuntimeError(message)
-    if exc_type is KeyError:
-        utils = sys.modules.get("torch._utils")
-        wrap = getattr(utils, "KeyErrorMessage", None)
-        if wrap is not None:
-            message = wrap(message)
+    if exc_type is KeyError and not _private.missing("key_error_message"):
+        message = sys.modules["torch._utils"].KeyErrorMessage(message)
     try:
         error = exc_type(message)
     except Exception:

@@ -78,6 +78,10 @@ def unguarded_call(depth=1):
     path = main_script()
     if path is None:
         return None
+    from . import _private
+
+    if _private.missing("unguarded_script"):
+        return None  # said once: cannot tell
     try:
         frame = sys._getframe(depth + 1)
     except ValueError:

@@ -83,7 +83,7 @@ def loader_defaults(env: RankEnv, explicit: Mapping[str, Any], iterable: bool, d
             kwargs["multiprocessing_context"] = "spawn"
             notes.append(SET + "multiprocessing_context='spawn'")
         else:
-            name = context if isinstance(context, str) else getattr(context, "_name", None)
+            name = context_start_method(context)
             notes.append(KEPT + "multiprocessing_context=%r" % (name or context,))
             if name == "fork":
                 notes.append(WARN + FORK_WARNING)
@@ -106,6 +106,18 @@ def loader_defaults(env: RankEnv, explicit: Mapping[str, Any], iterable: bool, d
     if "timeout" in explicit:
         notes.append(KEPT + "timeout=%r" % (explicit["timeout"],))
     return kwargs, notes
+
+
+def context_start_method(context: Any) -> Optional[str]:
+    """The start method a DataLoader's multiprocessing_context names: the string itself, or a
+    multiprocessing context's get_start_method() (public; None for the default context before
+    a method is chosen, or an object that is no context)."""
+    if isinstance(context, str):
+        return context
+    try:
+        return context.get_start_method(allow_none=True)
+    except Exception:
+        return None
 
 
 def debug_line(notes: List[str]) -> str:
