@@ -33,6 +33,8 @@ struct ChildArgs {
   int stdin_fd, stdout_fd, stderr_fd;
   const std::pair<int, int>* inherit;
   size_t inherit_count;
+  const int* ignored;  // signals set to SIG_IGN after the reset
+  size_t ignored_count;
   int highest_kept_fd;
   // Written by the child (shared memory under CLONE_VM): which step failed and errno.
   volatile int failed_step;
@@ -117,6 +119,11 @@ SP_CHILD_CODE int ChildMain(void* raw) {
         old.handler != SIG_DFL) {
       syscall(SYS_rt_sigaction, sig, &dfl, nullptr, kKernelSigsetSize);
     }
+  }
+  KernelSigaction ign{};
+  ign.handler = SIG_IGN;
+  for (size_t i = 0; i < a->ignored_count; ++i) {
+    syscall(SYS_rt_sigaction, a->ignored[i], &ign, nullptr, kKernelSigsetSize);
   }
   long r = 0;
   if (a->new_process_group && (r = Sys(syscall(SYS_setpgid, 0, 0))) < 0) {
@@ -256,6 +263,8 @@ class VforkSpawner : public ProcessSpawner {
     args.stderr_fd = options.stderr_fd;
     args.inherit = inherit.data();
     args.inherit_count = inherit.size();
+    args.ignored = options.ignored_signals.data();
+    args.ignored_count = options.ignored_signals.size();
     args.failed_step = kNone;
     args.child_errno = 0;
 

@@ -33,6 +33,11 @@ struct SpawnOptions {
   // Further descriptors the child keeps, as (fd in the agent, fd number in the child);
   // every other descriptor above 2 is closed in the child.
   std::vector<std::pair<int, int>> inherit_fds;
+  // Signals the child starts with ignored (every other one at its default): exec keeps them
+  // ignored, and a handler the program installs later restores SIG_IGN when it is removed.
+  // The stack-request signal of Python ranks (agent/run/stall_monitor.h): one that comes
+  // before the rank's handler is installed or after it is gone at exit costs nothing.
+  std::vector<int> ignored_signals;
 };
 
 class ProcessSpawner {

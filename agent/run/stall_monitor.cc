@@ -123,6 +123,9 @@ Status StallMonitor::Prepare(std::vector<GangMember>& members) {
       unlink(r.stack_file.c_str());
       m.spawn.env.push_back("SPAWNPOINT_STACK_SIGNAL=" + std::to_string(StackSignal()));
       m.spawn.env.push_back("SPAWNPOINT_STACK_FILE=" + r.stack_file);
+      // Ignored until faulthandler registers, and again once it unregisters at exit: a
+      // request that meets a rank shutting down must not kill it (the signal's default).
+      m.spawn.ignored_signals.push_back(StackSignal());
     }
     r.started_ns = progress::MonotonicNs();
     ranks_.push_back(std::move(r));

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
@@ -88,6 +89,23 @@ TEST_F(SpawnerTest, TheChildStartsWithNoIgnoredAndNoBlockedSignals) {
   sigaction(SIGPIPE, &old_pipe, nullptr);
   EXPECT_EQ(StatusLine(status, "SigIgn"), "0000000000000000") << status;
   EXPECT_EQ(StatusLine(status, "SigBlk"), "0000000000000000") << status;
+}
+
+// What ignored_signals asks for is ignored in the started program, and only that (SIGPIPE,
+// which the agent ignores, stays at its default); the bit of signal n is 1 << (n - 1).
+TEST_F(SpawnerTest, TheSignalsItIsToldToIgnoreAreIgnoredAfterExec) {
+  struct sigaction ignore {
+  }, old_pipe{};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &ignore, &old_pipe);
+  SpawnOptions options;
+  options.argv = {"cat", "/proc/self/status"};
+  options.ignored_signals = {SIGRTMIN + 6};
+  std::string status = Run(options);
+  sigaction(SIGPIPE, &old_pipe, nullptr);
+  char expected[17];
+  snprintf(expected, sizeof(expected), "%016llx", 1ULL << (SIGRTMIN + 6 - 1));
+  EXPECT_EQ(StatusLine(status, "SigIgn"), expected) << status;
 }
 
 TEST_F(SpawnerTest, KeepsExactlyTheDescriptorsItIsGivenUnderTheirNewNumbers) {

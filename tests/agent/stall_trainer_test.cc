@@ -206,6 +206,23 @@ std::map<int, Counted> CountedWork(const std::string& out) {
   return counted;
 }
 
+// The stack request's signal meets a Python rank after faulthandler has let go of it, as at
+// interpreter exit (tests/python/stall_scripts/stack_request_at_exit.py does both by hand):
+// the rank lives on and the job succeeds, because the agent starts Python ranks with the
+// signal ignored. Under its default action the rank died of it and the job restarted.
+TEST(StackRequestTest, ASignalThatMeetsAPythonRankAtExitDoesNotKillIt) {
+  TempDir dir;
+  WriteFile(dir.File("job.yaml"),
+            "apiVersion: spawnpoint.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: exit}\n"
+            "spec:\n  procsPerNode: 1\n  backend: gloo\n  shmSize: 256Mi\n"
+            "  loader: {workersPerRank: 0}\n  restartPolicy: {maxRestarts: 0}\n"
+            "  template:\n    spec:\n      containers:\n      - name: trainer\n        image: x\n"
+            "        command: [/usr/bin/python3, \"" STACK_REQUEST_AT_EXIT_PY "\"]\n");
+  TestProcess agent({AGENT_BIN, "run", "-f", dir.File("job.yaml"), "--master-port", "0"});
+  ASSERT_EQ(agent.Wait(kTimeout), 0) << agent.Stderr();
+  EXPECT_THAT(agent.Stdout() + agent.Stderr(), HasSubstr("alive after the stack signal"));
+}
+
 // Rank 1 does twice rank 0's work per step: the same unit (50 ms of sleep, a forward and a
 // backward) counted twice; both steps last as long (DDP's allreduce makes rank 0 wait). The
 // agent names rank 1 from its own work per step, and the ratio it reports, in the log and in
