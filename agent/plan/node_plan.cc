@@ -323,13 +323,16 @@ nlohmann::json NodePlanToJson(const NodePlan& plan, bool full_env) {
     }
     nlohmann::json gpus = nlohmann::json::array();
     for (const auto& g : r.devices.visible) {
-      gpus.push_back({{"index", g.index},
-                      {"uuid", g.uuid},
-                      {"pciBusId", g.pci_bus_id},
-                      {"name", g.name},
-                      {"vendor", g.vendor},
-                      {"numaNode", g.numa_node},
-                      {"memoryTotalBytes", g.memory_total_bytes}});
+      gpus.push_back(
+          {{"index", g.index},
+           {"uuid", g.uuid},
+           {"pciBusId", g.pci_bus_id},
+           {"name", g.name},
+           {"vendor", g.vendor},
+           {"numaNode", g.numa_node},
+           // 0: NVML gave no total (an error it answered); unknown, not "no memory".
+           {"memoryTotalBytes", g.memory_total_bytes > 0 ? nlohmann::json(g.memory_total_bytes)
+                                                         : nlohmann::json(nullptr)}});
     }
     nlohmann::json rank = {{"rank", r.rank},
                            {"localRank", r.local_rank},

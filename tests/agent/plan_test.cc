@@ -132,6 +132,10 @@ TEST_F(PlanTest, PlanJsonListsArgvEnvDevicesAndCpus) {
   EXPECT_EQ(j["ranks"][2]["env"]["RANK"], "6");
   EXPECT_FALSE(j["ranks"][2]["env"].contains("PATH"));  // inherited: only with --full-env
   EXPECT_TRUE(NodePlanToJson(plan, true)["ranks"][2]["env"].contains("PATH"));
+  EXPECT_EQ(j["ranks"][2]["devices"][0]["memoryTotalBytes"], 85899345920LL);
+  // A total NVML did not give (the backend leaves it 0) is unknown: null, never 0 bytes.
+  plan.ranks[2].devices.visible[0].memory_total_bytes = 0;
+  EXPECT_TRUE(NodePlanToJson(plan, false)["ranks"][2]["devices"][0]["memoryTotalBytes"].is_null());
 }
 
 // The CLI on the same fakes, including every error that must stop a job before it starts.
