@@ -6,7 +6,7 @@
 # and kube-scheduler, at the pinned versions scripts/install-tools.sh builds into .tools/bin.
 #
 #   scripts/cluster.sh up [--dir DIR] [--port PORT] [--nodes N] [--pod-start-delay S]
-#                         [--gpus G] [--simulate-pods] [--apply FILE]...
+#                         [--gpus G] [--simulate-pods] [--apply FILE]... [--kueue] [--volcano]
 #                                          start; the last line is "kubeconfig: PATH"
 #   scripts/cluster.sh down [--dir DIR]    stop what `up` started in DIR, remove DIR
 #   scripts/cluster.sh status [--dir DIR]  exit 0 when it answers /readyz
@@ -24,6 +24,10 @@
 # the controllers start, so that a CRD in it is known to the garbage collector from its first
 # discovery (a CRD made later is seen at its next sync, up to 30 s on).
 #
+# --kueue, --volcano: also Kueue (plain-pod groups) and the Volcano scheduler, with their CRDs,
+# at that same point (scripts/gang.sh up kueue|volcano, which says how; their logs: kueue.log and
+# vc-scheduler.log in DIR); `down` stops them.
+#
 # DIR (default <repo>/.cache/cluster) holds everything: certificates and keys, kubeconfigs
 # (admin.kubeconfig: system:masters), the components' logs (*.log), etcd's data, the audit
 # log and pids. PORT is the API server's secure port (default: a free one); etcd and the
@@ -38,7 +42,7 @@ tools=${SPAWNPOINT_TOOLS_BIN:-$repo/.tools/bin}
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 dir=$repo/.cache/cluster
-port="" nodes=1 start_delay=0 simulate="" gpus=0 apply=()
+port="" nodes=1 start_delay=0 simulate="" gpus=0 apply=() gang=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) dir=$2; shift 2 ;;
@@ -48,7 +52,9 @@ while [ $# -gt 0 ]; do
     --simulate-pods) simulate=--simulate; shift ;;
     --gpus) gpus=$2; shift 2 ;;
     --apply) apply+=("$2"); shift 2 ;;
-    *) echo "cluster: unknown argument $1 (usage: cluster.sh up|down|status [--dir DIR] [--port PORT] [--nodes N] [--pod-start-delay S] [--gpus G] [--simulate-pods] [--apply FILE])" >&2; exit 2 ;;
+    --kueue) gang+=(kueue); shift ;;
+    --volcano) gang+=(volcano); shift ;;
+    *) echo "cluster: unknown argument $1 (usage: cluster.sh up|down|status [--dir DIR] [--port PORT] [--nodes N] [--pod-start-delay S] [--gpus G] [--simulate-pods] [--apply FILE] [--kueue] [--volcano])" >&2; exit 2 ;;
   esac
 done
 
@@ -70,7 +76,7 @@ readyz() {
 
 stop_all() {
   local pid
-  for name in local-node kube-scheduler kube-controller-manager kube-apiserver etcd; do
+  for name in local-node kueue vc-scheduler kube-scheduler kube-controller-manager kube-apiserver etcd; do
     [ -f "$dir/$name.pid" ] || continue
     pid=$(cat "$dir/$name.pid")
     if kill -0 "$pid" 2>/dev/null && grep -q "${name/-/_}\|$name" "/proc/$pid/cmdline" 2>/dev/null; then
@@ -189,7 +195,7 @@ launch kube-apiserver --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --s
   --allow-privileged=false --profiling=false --v=1
 failed() {
   local name
-  for name in etcd kube-apiserver kube-controller-manager kube-scheduler local-node; do
+  for name in etcd kube-apiserver kube-controller-manager kube-scheduler local-node kueue vc-scheduler; do
     [ -f "$dir/$name.pid" ] || continue
     if ! kill -0 "$(cat "$dir/$name.pid")" 2>/dev/null; then
       say "$name exited; the end of $dir/$name.log:"
@@ -209,6 +215,10 @@ done
 for file in "${apply[@]}"; do
   "$tools/kubectl" --kubeconfig "$dir/admin.kubeconfig" apply -f "$file" >/dev/null ||
     { say "kubectl apply -f $file failed"; stop_all; exit 1; }
+done
+for what in "${gang[@]}"; do
+  SPAWNPOINT_TOOLS_BIN=$tools SPAWNPOINT_CLUSTER_TIMEOUT=$((deadline - SECONDS)) \
+    bash "$repo/scripts/gang.sh" up "$what" --dir "$dir" || { stop_all; exit 1; }
 done
 # The controllers once the API server is ready: before, its RBAC bootstrap policy may not be
 # there yet, and kube-controller-manager exits when it cannot read its configmap.

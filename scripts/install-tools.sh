@@ -16,6 +16,9 @@
 #   first build takes several minutes and ~2 GiB of memory per binary)
 #   kube-fault-proxy  tools/faultproxy  -> .tools/bin/ (fault rules and a request log in
 #   front of that API server: /testing/faults, /testing/requests, as the tests use them)
+#   kueue, vc-scheduler  tools/kueue, tools/volcano -> .tools/bin/, their CRDs and manifests
+#   -> .tools/kueue, .tools/volcano (scripts/install-gang-tools.sh: the gang tests' Kueue and
+#   Volcano scheduler, built from their module zips; the first build: ~20 CPU-minutes)
 set -euo pipefail
 
 control_plane=0
@@ -255,4 +258,11 @@ if [ "$control_plane" -eq 1 ]; then
   build_tool etcd "$etcd_version" "" kube ./cmd/etcd
   # The fault-injecting proxy the tests put in front of it (stdlib only, no go.sum entries).
   build_tool kube-fault-proxy v0 "" faultproxy .
+fi
+
+# The gang schedulers of the `gang` tests (issue 40): Kueue and the Volcano scheduler, built
+# from their module zips by scripts/install-gang-tools.sh (its header says how they are
+# pinned). It runs under this script's lock.
+if [ "$control_plane" -eq 1 ]; then
+  SPAWNPOINT_TOOLS_LOCKED=1 bash "$root/scripts/install-gang-tools.sh"
 fi

@@ -35,7 +35,13 @@ no image, no namespaces, no mounts):
   status.podIP, so that several pods can each serve the same port on their podIP. Binding
   it is the pod's business: every process still shares the host's network.
 - Deletion: when a pod gets a deletionTimestamp its processes get SIGTERM, then SIGKILL after
-  its grace period, and the node removes the pod (DELETE with grace 0), as a kubelet does.
+  its grace period (deletionGracePeriodSeconds); the pod then reports a terminal phase (Failed
+  unless every container exited 0) and the node deletes it with grace 0, as a kubelet does:
+  while it has finalizers (Kueue's kueue.x-k8s.io/managed) the API server keeps it, terminal,
+  with its deletionTimestamp, and the node never runs it again. A bound pod the node never
+  ran (it started after the deletion) is reported Failed before that delete.
+- Status is written with a strategic merge patch, as a kubelet does: pod conditions of other
+  writers (Kueue's TerminationTarget, DisruptionTarget) stay.
 - --pod-start-delay: a SIMULATED wait before a pod's containers start (image pull, sandbox).
 - --simulate: nothing runs (for the operator's tests, which play the kubelet's part themselves):
   a bound pod is reported Running with its containers running, and then left alone, so the
@@ -407,7 +413,7 @@ class Pod(object):
                       "containerStatuses": self.statuses(self.containers)}
             code, body = self.api.call(
                 "PATCH", "/api/v1/namespaces/%s/pods/%s/status" % (self.ns, self.name),
-                {"status": status}, "application/merge-patch+json")
+                {"status": status}, "application/strategic-merge-patch+json")
             if code >= 300 and code != 404:
                 log("pod %s/%s status: HTTP %d %s"
                     % (self.ns, self.name, code, body.get("message")))
@@ -489,8 +495,13 @@ class LocalNode(object):
                 return  # finished before this node started (a previous run of it)
             pod = self.pods[meta["uid"]] = Pod(self, obj)
             pod.thread.start()
-        elif pod is None:
-            Pod(self, obj).remove()  # nothing of it runs here: let it go
+        elif pod is None:  # bound here, never run here: terminal, then let it go (once)
+            pod = self.pods[meta["uid"]] = Pod(self, obj)
+            pod.deleting = True
+            if obj.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
+                pod.phase = "Failed"
+                pod.report()
+            pod.remove()
         elif meta.get("deletionTimestamp") is not None:
             pod.delete(float(meta.get("deletionGracePeriodSeconds", 30)))
 
