@@ -55,6 +55,14 @@ class KueueOnRealServerTest(unittest.TestCase):
         cls.cluster = gang_fixture.GangCluster(args().source_dir, args().tools_bin, nodes=2,
                                                gpus=2, kueue=True)
         cls.tmp = tempfile.mkdtemp(prefix="spawnpoint-kueue-test-")
+        try:
+            cls.set_up_queues()
+        except BaseException:
+            cls.tearDownClass()  # unittest does not when setUpClass fails
+            raise
+
+    @classmethod
+    def set_up_queues(cls):
         code, out = cls.cluster.kubectl("create", "namespace", NS)
         if code != 0:
             raise RuntimeError(out)
@@ -74,9 +82,8 @@ class KueueOnRealServerTest(unittest.TestCase):
         # is admitted and the test would only measure Kueue's start-up.
         if not gang_fixture.wait_until(lambda: condition(cls.cluster.get(
                 "clusterqueue", "gpus"), "Active").get("status") == "True", DEADLINE_S):
-            log = cls.cluster.component_log("kueue")[-3000:]
-            cls.tearDownClass()
-            raise RuntimeError("ClusterQueue gpus not Active; kueue.log:\n" + log)
+            raise RuntimeError("ClusterQueue gpus not Active; kueue.log:\n" +
+                               cls.cluster.component_log("kueue")[-3000:])
 
     @classmethod
     def tearDownClass(cls):
