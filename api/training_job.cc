@@ -33,7 +33,7 @@ constexpr std::string_view kTopFields[] = {"apiVersion", "kind", "metadata", "sp
 constexpr std::string_view kSpecFields[] = {
     "nodes",   "gpusPerNode", "procsPerNode", "gpuResource",   "gpuAssignment",
     "backend", "template",    "loader",       "restartPolicy", "rendezvous",
-    "shmSize", "runPolicy",   "stallPolicy"};
+    "shmSize", "runPolicy",   "stallPolicy",  "scheduling"};
 constexpr std::string_view kLoaderFields[] = {
     "workersPerRank", "prefetchFactor", "persistentWorkers", "pinMemory",  "timeoutSeconds",
     "seed",           "startMethod",    "workerCommand",     "pythonPool", "preloadModules"};
@@ -55,6 +55,7 @@ const KnownObject kKnownObjects[] = {
     {"spec.rendezvous", kRendezvousFields},
     {"spec.runPolicy", kRunPolicyFields},
     {"spec.stallPolicy", kStallFields},
+    {"spec.scheduling", kSchedulingFields},
 };
 
 // " (did you mean spec.loader.prefetchFactor?)" when `key`, found in the object at `here`,
@@ -127,6 +128,10 @@ Status Decoder::Decode(const json& object, TrainingJob* job) {
   SP_RETURN_IF_ERROR(CheckFields(object, FieldPath(), kTopFields));
   SP_RETURN_IF_ERROR(DecodeMetadata(object, job));
   SP_RETURN_IF_ERROR(DecodeSpec(Get(object, FieldPath(), "spec"), &job->spec));
+  // Reads metadata too: Kueue users name the queue with a label on the job.
+  SP_RETURN_IF_ERROR(DecodeScheduling(*this,
+                                      Get(object.at("spec"), FieldPath() / "spec", "scheduling"),
+                                      Get(object, FieldPath(), "metadata"), &job->spec.scheduling));
   auto status = object.find("status");
   job->status = status == object.end() ? json() : *status;
   return Status::Ok();

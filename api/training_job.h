@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/scheduling.h"
 #include "api/stall_policy.h"
 #include "api/torchrun_command.h"
 #include "common/status.h"
@@ -121,6 +122,7 @@ struct TrainingJobSpec {
   std::string shm_size = "8Gi";
   int64_t shm_size_bytes = 8LL << 30;
   RunPolicy run_policy;
+  SchedulingSpec scheduling;  // spec.scheduling (api/scheduling.h)
 };
 
 struct TrainingJob {

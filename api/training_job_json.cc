@@ -65,6 +65,7 @@ json TrainingJobToJson(const TrainingJob& job) {
       {"shmSize", s.shm_size},
       {"runPolicy", run_policy},
       {"stallPolicy", StallPolicyJson(s.stall_policy)},
+      {"scheduling", SchedulingJson(s.scheduling)},
   };
   json out = {
       {"apiVersion", kApiVersion},

@@ -69,6 +69,17 @@ Status KubeCluster::DeleteService(const std::string& ns, const std::string& name
   return deleted.ok() ? Status::Ok() : deleted.status();
 }
 
+StatusOr<json> KubeCluster::CreatePodGroup(const json& pod_group) {
+  return client_->Create(kube::resources::PodGroups(), pod_group);
+}
+
+Status KubeCluster::DeletePodGroup(const std::string& ns, const std::string& name) {
+  kube::DeleteOptions options;
+  options.propagation_policy = "Background";
+  auto deleted = client_->Delete(kube::resources::PodGroups(), ns, name, options);
+  return deleted.ok() ? Status::Ok() : deleted.status();
+}
+
 StatusOr<json> KubeCluster::UpdateJobStatus(const json& job) {
   return client_->UpdateStatus(kube::resources::TrainingJobs(), job);
 }

@@ -46,6 +46,10 @@ inline GroupVersionResource ConfigMaps() { return {"", "v1", "configmaps"}; }
 inline GroupVersionResource Secrets() { return {"", "v1", "secrets"}; }
 inline GroupVersionResource Events() { return {"", "v1", "events"}; }
 inline GroupVersionResource Leases() { return {"coordination.k8s.io", "v1", "leases"}; }
+// Volcano's (spec.scheduling.gang volcano).
+inline GroupVersionResource PodGroups() {
+  return {"scheduling.volcano.sh", "v1beta1", "podgroups"};
+}
 inline GroupVersionResource TrainingJobs() {
   return {"spawnpoint.dev", "v1alpha1", "trainingjobs"};
 }

@@ -6,6 +6,7 @@
 #include "common/random.h"
 #include "operator/common/names.h"
 #include "operator/common/object.h"
+#include "operator/reconciler/pod_group.h"
 
 namespace spawnpoint::op {
 namespace {
@@ -276,7 +277,9 @@ json BuildPod(const api::TrainingJob& job, const json& owner, int node, int atte
     resources["requests"][spec.gpu_resource] = count;
   }
 
-  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", metadata}, {"spec", pod_spec}};
+  json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", metadata}, {"spec", pod_spec}};
+  ApplyGangScheduling(job, owner, pod);
+  return pod;
 }
 
 }  // namespace spawnpoint::op

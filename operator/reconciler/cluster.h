@@ -46,6 +46,11 @@ class Cluster {
                                const std::string& uid) = 0;
   // Creates a Secret (the gang token); never read back: AlreadyExists means it is there.
   virtual StatusOr<nlohmann::json> CreateSecret(const nlohmann::json& secret) = 0;
+  // Creates the job's Volcano PodGroup (scheduling.volcano.sh/v1beta1, gang volcano); never read
+  // back: AlreadyExists means it is there.
+  virtual StatusOr<nlohmann::json> CreatePodGroup(const nlohmann::json& pod_group) = 0;
+  // Deletes the PodGroup of this name (it is named after the job's UID: never a successor's).
+  virtual Status DeletePodGroup(const std::string& ns, const std::string& name) = 0;
   // PUT .../status with the object's resourceVersion as precondition.
   virtual StatusOr<nlohmann::json> UpdateJobStatus(const nlohmann::json& job) = 0;
   // Deletes the job (its children are garbage-collected through their owner references).

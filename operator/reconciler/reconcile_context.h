@@ -46,6 +46,7 @@ struct Reconciler::Context {
   std::optional<GangReading> gang;
   bool restarted_in_place = false;
   bool gang_secret_ready = false;  // the gang Secret exists (created by this reconcile or before)
+  bool pod_group_ready = false;    // gang volcano: the PodGroup exists (created now or before)
 
   void RequeueAfter(Clock::Duration d) {
     if (d < Clock::Duration::zero()) d = Clock::Duration::zero();

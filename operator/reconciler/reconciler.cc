@@ -334,6 +334,7 @@ void Reconciler::CreateMissingPods(Context& c) {
     if (present.count(name)) continue;
     if (!ConfirmJobLive(c)) return;
     if (c.in_place && !EnsureGangSecret(c)) return;
+    if (!EnsurePodGroup(c)) return;
     if (gang_ran) {
       PodFailure lost;
       lost.node = node;
@@ -475,6 +476,10 @@ ReconcileResult Reconciler::Finish(Context& c) {
   result.restarts = c.status.restarts;
   json desired = c.status.ToJson();
   if (desired != c.old_status) {
+    if (!ReleasePodGroup(c)) {
+      result.status = c.error;
+      return result;
+    }
     json updated = c.object;
     updated["status"] = desired;
     StatusOr<json> written = cluster_->UpdateJobStatus(updated);

@@ -2,7 +2,8 @@
 // the job, its pods and its service (from the caches), computes what the world should be,
 // runs a flat list of guarded steps that may return early (finished → clean up and TTL;
 // suspend; deadline; service; stale pods; failure → restart or fail; success; restart
-// backoff; create missing pods; pending check; phase; stalled and straggling ranks), and
+// backoff; create missing pods, after the gang scheduler's PodGroup; pending check; phase;
+// stalled and straggling ranks), and
 // writes status ONCE at the end, skipped when nothing changed. Every step is idempotent, so
 // a reconcile may be repeated or interrupted at any line and the next one converges to the
 // same state.
@@ -160,6 +161,11 @@ class Reconciler {
   // a pod's loss is missing (the readings then change no more, so nothing else enqueues the
   // job); nullopt when a new reading must come first.
   std::optional<Clock::Duration> LossSettleRemaining(const Context& c) const;
+  // Gang volcano (gang_scheduling.cc): true once the job's PodGroup exists.
+  bool EnsurePodGroup(Context& c);
+  // Gang volcano: deletes the PodGroup when the job enters Succeeded, Failed or Suspended; false
+  // if that failed (the status is then not written, so the next reconcile does it again).
+  bool ReleasePodGroup(Context& c);
   bool SuccessStep(Context& c);
   bool BackoffElapsed(Context& c);
   void CreateMissingPods(Context& c);

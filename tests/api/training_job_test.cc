@@ -210,7 +210,8 @@ TEST(TrainingJob, ToJsonFillsDefaults) {
     "runPolicy": {"suspend": false, "activeDeadlineSeconds": null,
                   "ttlSecondsAfterFinished": null, "cleanPodPolicy": "Running"},
     "stallPolicy": {"timeoutSeconds": "auto", "startupTimeoutSeconds": 0, "action": "Report",
-                    "stragglerRatio": 1.5}
+                    "stragglerRatio": 1.5},
+    "scheduling": {"gang": "none"}
   })");
   EXPECT_EQ(out["spec"], expected_spec) << out["spec"].dump(2);
 }
@@ -514,11 +515,13 @@ INSTANTIATE_TEST_SUITE_P(
             "  node: 2\n",
             "job.yaml:11:3: spec.node: unknown field (did you mean \"nodes\"?); allowed: nodes, "
             "gpusPerNode, procsPerNode, gpuResource, gpuAssignment, backend, template, loader, "
-            "restartPolicy, rendezvous, shmSize, runPolicy, stallPolicy"},
+            "restartPolicy, rendezvous, shmSize, runPolicy, stallPolicy, "
+            "scheduling"},
         BadCase{"  port: 29501\n",
                 "job.yaml:11:3: spec.port: unknown field (did you mean spec.rendezvous.port?); "
                 "allowed: nodes, gpusPerNode, procsPerNode, gpuResource, gpuAssignment, backend, "
-                "template, loader, restartPolicy, rendezvous, shmSize, runPolicy, stallPolicy"},
+                "template, loader, restartPolicy, rendezvous, shmSize, runPolicy, stallPolicy, "
+                "scheduling"},
         BadCase{"  restartPolicy:\n    max_restarts: 1\n",
                 "job.yaml:12:5: spec.restartPolicy.max_restarts: unknown field (did you mean "
                 "\"maxRestarts\"?); allowed: mode, maxRestarts, backoffSeconds, "
@@ -529,7 +532,38 @@ INSTANTIATE_TEST_SUITE_P(
                 "job.yaml:12:5: spec.runPolicy.backoffLimit: unknown field; allowed: suspend, "
                 "activeDeadlineSeconds, ttlSecondsAfterFinished, cleanPodPolicy"},
         BadCase{"  nodes: 1\n  nodes: 2\n",
-                "job.yaml:12:3: spec.nodes: duplicate key; each field may appear once"}));
+                "job.yaml:12:3: spec.nodes: duplicate key; each field may appear once"},
+        // spec.scheduling (issue 40).
+        BadCase{"  scheduling:\n    gang: Volcano\n",
+                "job.yaml:12:11: spec.scheduling.gang: must be one of none, volcano, kueue; got "
+                "\"Volcano\" (did you mean \"volcano\"?)"},
+        BadCase{"  scheduling:\n    gang: kueue\n",
+                "job.yaml:12:11: spec.scheduling.gang: \"kueue\" needs a LocalQueue of the job's "
+                "namespace: set spec.scheduling.queue, or the label kueue.x-k8s.io/queue-name on "
+                "metadata.labels"},
+        BadCase{"  scheduling:\n    queue: team-a\n",
+                "job.yaml:12:12: spec.scheduling.queue: is used only by a gang scheduler, and "
+                "spec.scheduling.gang is \"none\"; set gang to \"volcano\" or \"kueue\", or "
+                "remove the queue"},
+        BadCase{"  scheduling:\n    gang: volcano\n    queue: Team_A\n",
+                "job.yaml:13:12: spec.scheduling.queue: must be the name of a Volcano Queue: "
+                "lowercase letters, digits, '-' and '.', starting and ending with a letter or "
+                "digit, at most 253 characters; got \"Team_A\""},
+        BadCase{"  scheduling:\n    gang: kueue\n    queue: " + std::string(64, 'q') + "\n",
+                "job.yaml:13:12: spec.scheduling.queue: must be the name of a LocalQueue: "
+                "lowercase letters, digits, '-' and '.', starting and ending with a letter or "
+                "digit, at most 63 characters; got \"" +
+                    std::string(64, 'q') + "\""},
+        BadCase{"  scheduling:\n    gang: volcano\n    priorityClassName: High\n",
+                "job.yaml:13:24: spec.scheduling.priorityClassName: must be the name of a "
+                "PriorityClass: lowercase letters, digits, '-' and '.', starting and ending with "
+                "a letter or digit, at most 253 characters; got \"High\""},
+        BadCase{"  scheduling:\n    queueName: a\n",
+                "job.yaml:12:5: spec.scheduling.queueName: unknown field; allowed: gang, queue, "
+                "priorityClassName"},
+        BadCase{"  scheduling: volcano\n",
+                "job.yaml:11:15: spec.scheduling: must be an object (the gang scheduling "
+                "settings), got string \"volcano\""}));
 
 TEST(TrainingJob, MetadataErrors) {
   auto with_metadata = [](const std::string& metadata) {
@@ -797,6 +831,84 @@ TEST(TrainingJob, PythonPoolAndPreloadModules) {
             (std::vector<std::string>{"torch", "__main__"}));
 }
 
+// spec.scheduling (issue 40): the gang scheduler, its queue and the pods' priority, defaulted;
+// the Kueue label on the job is honoured as Kueue users write it.
+std::string WithLabels(const std::string& labels, const std::string& spec) {
+  std::string yaml = WithSpec(spec);
+  yaml.replace(yaml.find("  name: job\n"), 12, "  name: job\n  labels:\n" + labels);
+  return yaml;
+}
+
+TEST(TrainingJob, SchedulingDefaultsAndQueues) {
+  EXPECT_EQ(ParseOne(WithSpec("")).spec.scheduling.gang, GangScheduler::kNone);
+  EXPECT_EQ(ParseOne(WithSpec("")).spec.scheduling.queue, "");
+
+  TrainingJob volcano = ParseOne(WithSpec("  scheduling: {gang: volcano}\n"));
+  EXPECT_EQ(volcano.spec.scheduling.gang, GangScheduler::kVolcano);
+  EXPECT_EQ(volcano.spec.scheduling.queue, "default");  // Volcano's default queue
+  EXPECT_EQ(TrainingJobToJson(volcano)["spec"]["scheduling"],
+            json({{"gang", "volcano"}, {"queue", "default"}}));
+
+  TrainingJob named = ParseOne(WithSpec(
+      "  scheduling: {gang: volcano, queue: research, priorityClassName: high.priority}\n"));
+  EXPECT_EQ(named.spec.scheduling.queue, "research");
+  EXPECT_EQ(named.spec.scheduling.priority_class_name, "high.priority");
+
+  TrainingJob kueue = ParseOne(WithSpec("  scheduling: {gang: kueue, queue: team-a}\n"));
+  EXPECT_EQ(kueue.spec.scheduling.gang, GangScheduler::kKueue);
+  EXPECT_EQ(kueue.spec.scheduling.queue, "team-a");
+
+  // The label alone: a Kueue workload of that LocalQueue, as any Kueue user writes it.
+  TrainingJob labelled = ParseOne(WithLabels("    kueue.x-k8s.io/queue-name: team-b\n", ""));
+  EXPECT_EQ(labelled.spec.scheduling.gang, GangScheduler::kKueue);
+  EXPECT_EQ(labelled.spec.scheduling.queue, "team-b");
+  // ... with gang kueue, or the same queue in both places.
+  EXPECT_EQ(ParseOne(WithLabels("    kueue.x-k8s.io/queue-name: team-b\n",
+                                "  scheduling: {gang: kueue}\n"))
+                .spec.scheduling.queue,
+            "team-b");
+  EXPECT_EQ(ParseOne(WithLabels("    kueue.x-k8s.io/queue-name: team-b\n",
+                                "  scheduling: {queue: team-b}\n"))
+                .spec.scheduling.gang,
+            GangScheduler::kKueue);
+
+  // What the operator hands the agent (metadata without labels) still parses, and round trips.
+  for (const TrainingJob* job : {&volcano, &named, &kueue, &labelled}) {
+    json out = TrainingJobToJson(*job);
+    out["metadata"] = {{"name", "job"}};
+    auto again = TrainingJobFromJson(out);
+    ASSERT_TRUE(again.ok()) << again.status().message();
+    EXPECT_EQ(again->spec.scheduling.gang, job->spec.scheduling.gang);
+    EXPECT_EQ(again->spec.scheduling.queue, job->spec.scheduling.queue);
+    EXPECT_EQ(again->spec.scheduling.priority_class_name, job->spec.scheduling.priority_class_name);
+  }
+}
+
+TEST(TrainingJob, SchedulingErrorsNameTheLabelOrTheField) {
+  EXPECT_EQ(ParseError(WithLabels("    kueue.x-k8s.io/queue-name: team-b\n",
+                                  "  scheduling: {gang: volcano}\n")),
+            "job.yaml:6:32: metadata.labels.kueue.x-k8s.io/queue-name: the label "
+            "kueue.x-k8s.io/queue-name queues the job in Kueue, but spec.scheduling.gang is "
+            "\"volcano\"; remove the label, or set gang to \"kueue\"");
+  EXPECT_EQ(ParseError(WithLabels("    kueue.x-k8s.io/queue-name: team-b\n",
+                                  "  scheduling:\n    gang: kueue\n    queue: team-c\n")),
+            "job.yaml:15:12: spec.scheduling.queue: \"team-c\" differs from the label "
+            "kueue.x-k8s.io/queue-name \"team-b\" on the job; give the LocalQueue once, or the "
+            "same name in both");
+  EXPECT_EQ(ParseError(WithLabels("    kueue.x-k8s.io/queue-name: Team_B\n", "")),
+            "job.yaml:6:32: metadata.labels.kueue.x-k8s.io/queue-name: must be the name of a "
+            "LocalQueue: lowercase letters, digits, '-' and '.', starting and ending with a "
+            "letter or digit, at most 63 characters; got \"Team_B\"");
+  // From an API object (the operator's view): the field path alone.
+  json object = TrainingJobToJson(ParseOne(WithSpec("")));
+  object["spec"]["scheduling"] = {{"gang", "kueue"}};
+  auto job = TrainingJobFromJson(object);
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().message(),
+            "spec.scheduling.gang: \"kueue\" needs a LocalQueue of the job's namespace: set "
+            "spec.scheduling.queue, or the label kueue.x-k8s.io/queue-name on metadata.labels");
+}
+
 TEST(TrainingJob, JsonTextIsYaml) {
   std::string text =
       R"({"apiVersion": "spawnpoint.dev/v1alpha1", "kind": "TrainingJob", "metadata": {"name": "j"},)"
@@ -838,7 +950,8 @@ TEST(TrainingJob, MisplacedFieldIsPointedToItsPlace) {
   EXPECT_EQ(ParseError(WithSpec("  suspend: true\n")),
             "job.yaml:11:3: spec.suspend: unknown field (did you mean spec.runPolicy.suspend?); "
             "allowed: nodes, gpusPerNode, procsPerNode, gpuResource, gpuAssignment, backend, "
-            "template, loader, restartPolicy, rendezvous, shmSize, runPolicy, stallPolicy");
+            "template, loader, restartPolicy, rendezvous, shmSize, runPolicy, stallPolicy, "
+            "scheduling");
   EXPECT_EQ(ParseError(WithSpec("  loader:\n    nodes: 2\n")),
             "job.yaml:12:5: spec.loader.nodes: unknown field (did you mean spec.nodes?); allowed: "
             "workersPerRank, prefetchFactor, persistentWorkers, pinMemory, timeoutSeconds, seed, "

@@ -275,6 +275,37 @@ TEST_P(ChartTest, NeverBindsTheOperatorsRulesToTheDefaultServiceAccount) {
   EXPECT_EQ(One(named, "ClusterRoleBinding")["subjects"][0]["name"], "ops");
 }
 
+// Volcano PodGroups (issue 40): create and delete, in a rule of their own, only when asked.
+TEST_P(ChartTest, PodGroupRulesOnlyWithVolcano) {
+  auto podgroup_rules = [](const Rendered& r, const char* kind) {
+    std::vector<json> out;
+    for (const auto& role : OfKind(r, kind)) {
+      for (const auto& rule : role.value("rules", json::array())) {
+        if (rule.value("resources", json::array()).dump().find("podgroups") != std::string::npos) {
+          out.push_back(rule);
+        }
+      }
+    }
+    return out;
+  };
+  Rendered off = Render({});
+  ASSERT_EQ(off.code, 0) << off.err;
+  EXPECT_TRUE(podgroup_rules(off, "ClusterRole").empty());
+  for (const auto& [values, kind] : {std::pair<std::vector<std::string>, const char*>{
+                                         {"--set", "scheduling.volcano=true"}, "ClusterRole"},
+                                     {{"--values", CHART_DIR "/ci/namespace-scope-values.yaml",
+                                       "--set", "scheduling.volcano=true"},
+                                      "Role"}}) {
+    Rendered on = Render(values);
+    ASSERT_EQ(on.code, 0) << on.err;
+    const std::vector<json> rules = podgroup_rules(on, kind);
+    ASSERT_EQ(rules.size(), 1u) << kind;
+    EXPECT_EQ(rules[0]["apiGroups"], json::array({"scheduling.volcano.sh"}));
+    EXPECT_EQ(rules[0]["resources"], json::array({"podgroups"}));
+    EXPECT_EQ(rules[0]["verbs"], json::array({"create", "delete"}));
+  }
+}
+
 TEST_P(ChartTest, NamespaceScopeCreatesNoClusterScopedObjectsButTheCrd) {
   Rendered r = Render({"--values", CHART_DIR "/ci/namespace-scope-values.yaml", "--set",
                        "rbac.aggregateToDefaultRoles=true"});

@@ -213,6 +213,35 @@ StatusOr<json> FakeCluster::CreateSecret(const json& secret) {
   return s;
 }
 
+StatusOr<json> FakeCluster::CreatePodGroup(const json& pod_group) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Status injected;
+  if (Injected("create-podgroup", &injected)) return injected;
+  const std::string name = pod_group["metadata"]["name"];
+  if (pod_groups_.count(name)) return Status(StatusCode::kAlreadyExists, "exists");
+  json g = pod_group;
+  g["metadata"]["uid"] = "pg-uid-" + std::to_string(next_uid_++);
+  Stamp(g);
+  pod_groups_[name] = g;
+  Log("create-podgroup " + name);
+  return g;
+}
+
+Status FakeCluster::DeletePodGroup(const std::string& ns, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Status injected;
+  if (Injected("delete-podgroup", &injected)) return injected;
+  if (!pod_groups_.erase(name)) return Status(StatusCode::kNotFound, "not found");
+  Log("delete-podgroup " + name);
+  return Status::Ok();
+}
+
+json* FakeCluster::PodGroup(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pod_groups_.find(name);
+  return it == pod_groups_.end() ? nullptr : &it->second;
+}
+
 json* FakeCluster::Secret(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = secrets_.find(name);

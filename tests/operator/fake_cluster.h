@@ -39,6 +39,7 @@ class FakeCluster : public Cluster {
   std::vector<std::string> PodNames() const;
   bool HasService(const std::string& name) const;
   json* Secret(const std::string& name);
+  json* PodGroup(const std::string& name);  // nullptr when there is none
   void SetPodPhase(const std::string& name, const std::string& phase);
   // Pod Failed with the trainer's terminated state (exit code, reason, message).
   void FailPod(const std::string& name, int exit_code, const std::string& reason = "Error",
@@ -49,7 +50,7 @@ class FakeCluster : public Cluster {
   void FinishDeletions();
 
   // The next `count` calls of `op` ("create-pod", "delete-pod", "create-service", "create-secret",
-  // "update-status", "delete-job") fail with `status`.
+  // "create-podgroup", "delete-podgroup", "update-status", "delete-job") fail with `status`.
   void FailNext(const std::string& op, Status status, int count = 1);
   std::vector<std::string> Writes() const;  // "create-pod x-node-0", "update-status x", ...
   void ClearWrites();
@@ -70,6 +71,8 @@ class FakeCluster : public Cluster {
   Status DeleteService(const std::string& ns, const std::string& name,
                        const std::string& uid) override;
   StatusOr<json> CreateSecret(const json& secret) override;
+  StatusOr<json> CreatePodGroup(const json& pod_group) override;
+  Status DeletePodGroup(const std::string& ns, const std::string& name) override;
   StatusOr<json> UpdateJobStatus(const json& job) override;
   Status DeleteJob(const std::string& ns, const std::string& name, const std::string& uid) override;
   void RecordEvent(const json& job, EventType type, const std::string& reason,
@@ -82,7 +85,7 @@ class FakeCluster : public Cluster {
 
   const WallClock* const clock_;
   mutable std::mutex mu_;
-  std::map<std::string, json> jobs_, pods_, services_, secrets_;
+  std::map<std::string, json> jobs_, pods_, services_, secrets_, pod_groups_;
   std::map<std::string, std::deque<Status>> faults_;
   std::vector<std::string> writes_;
   std::vector<RecordedEvent> events_;
