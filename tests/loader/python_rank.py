@@ -239,8 +239,15 @@ def case_kill(args):
 
 
 def case_hang(args):
+    # The workers' start-up (torch's import, at idle CPU priority beside this rank) is not what
+    # the timeout below is about: a first loader without one waits it out, however loaded the
+    # machine. The hung worker's successor starts within the timeout too (the pool gives a
+    # connection that long): 20 s, which a start-up at normal priority fits on a machine loaded
+    # 20 deep (at 3 s both starting workers were killed as silent there).
+    warm = DataLoader(Augmented(4), batch_size=2, num_workers=2)
+    check([int(i) for b in warm for i in b["index"]] == [0, 1, 2, 3], "the warm-up's samples")
     marker = args.out + ".hung"
-    dl = DataLoader(Hanging(marker, 30), batch_size=3, num_workers=2, timeout=3,
+    dl = DataLoader(Hanging(marker, 30), batch_size=3, num_workers=2, timeout=20,
                     persistent_workers=True)
     order = [int(i) for batch in dl for i in batch["index"]]
     check(os.path.exists(marker), "the dataset never hung")
