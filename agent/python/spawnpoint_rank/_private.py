@@ -145,7 +145,7 @@ NAMES = (
     Name("torch.utils.data._utils.worker:_worker_info", "pool",
          ("torch.utils.data._utils.worker:get_worker_info", "_worker_info")),
     Name("torch.utils.data._utils.worker:WorkerInfo", "pool"),
-    Name("torch.utils.data._utils.worker:HAS_NUMPY", "pool"),
+    Name("torch.utils.data._utils.worker:HAS_NUMPY", "pool", since=(1, 9)),
     Name("torch.utils.data._utils.worker:_generate_state", "pool", since=(1, 9)),
     Name("torch.utils.data._utils.collate:default_collate", "pool"),
     Name("torch.utils.data._utils.collate:default_convert", "pool"),
