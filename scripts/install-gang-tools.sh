@@ -36,21 +36,8 @@ die() {
   exit 1
 }
 
-# The Go toolchain: $GO, then go on PATH, then /usr/local/go; the first at least as new as
-# the go directive NEED.
-find_go() {
-  local need=$1 candidate version
-  for candidate in ${GO:-} "$(command -v go || true)" /usr/local/go/bin/go; do
-    [ -n "$candidate" ] && [ -x "$candidate" ] || continue
-    version=$(GOTOOLCHAIN=local "$candidate" env GOVERSION 2>/dev/null) || continue
-    version=${version#go}
-    if [ "$(printf '%s\n%s\n' "$need" "$version" | sort -V | head -n1)" = "$need" ]; then
-      echo "$candidate"
-      return 0
-    fi
-  done
-  return 1
-}
+# find_go NEED: the Go toolchain to build with (scripts/find-go.sh).
+. "$root/scripts/find-go.sh"
 
 # download PIN_DIR MODULE: the module at the version PIN_DIR/go.mod requires, checked against
 # PIN_DIR/go.sum; prints three lines: its folder in the module cache, its version, its commit.

@@ -51,21 +51,8 @@ die() {
   exit 1
 }
 
-# The Go toolchain: $GO, then go on PATH, then /usr/local/go; the first at least as new
-# as the module's go directive (Debian 12's golang-go 1.19 is too old).
-find_go() {
-  local need=$1 candidate version
-  for candidate in ${GO:-} "$(command -v go || true)" /usr/local/go/bin/go; do
-    [ -n "$candidate" ] && [ -x "$candidate" ] || continue
-    version=$(GOTOOLCHAIN=local "$candidate" env GOVERSION 2>/dev/null) || continue
-    version=${version#go}
-    if [ "$(printf '%s\n%s\n' "$need" "$version" | sort -V | head -n1)" = "$need" ]; then
-      echo "$candidate"
-      return 0
-    fi
-  done
-  return 1
-}
+# find_go NEED: the Go toolchain to build with (scripts/find-go.sh).
+. "$root/scripts/find-go.sh"
 
 # Builds a main package into .tools/bin/<name>: $2 is the version it reports, $3 extra
 # -ldflags, $4 the module under tools/ (default: <name>), $5 the package (default: the
