@@ -12,11 +12,18 @@ namespace spawnpoint::op {
 namespace {
 
 // What the reconciler reads of a child: metadata (without managedFields) and, for pods,
-// the status. Pod specs (with the job's JSON in an env var) are the bulk of a pod and are
-// never read, so the cache does not keep them.
+// the status and spec.schedulingGates (Kueue's, admission_policy.h). The rest of a pod's spec
+// (with the job's JSON in an env var) is the bulk of a pod and is never read, so the cache
+// does not keep it.
 void TrimChild(nlohmann::json& object) {
   kube::StripManagedFields(object);
-  object.erase("spec");
+  auto spec = object.find("spec");
+  if (spec != object.end() && spec->is_object() && spec->contains("schedulingGates")) {
+    nlohmann::json gates = std::move((*spec)["schedulingGates"]);
+    *spec = nlohmann::json{{"schedulingGates", std::move(gates)}};
+  } else {
+    object.erase("spec");
+  }
   auto status = object.find("status");
   if (status != object.end() && status->is_object()) {
     for (const char* drop : {"hostIPs", "podIPs", "qosClass", "ephemeralContainerStatuses"}) {

@@ -15,8 +15,9 @@ using metrics::CollectedFamily;
 using metrics::MetricType;
 
 // Phases as the reconciler writes them; a job it has not seen yet counts as Pending.
-constexpr const char* kPhases[] = {phase::kPending,   phase::kRunning, phase::kRestarting,
-                                   phase::kSucceeded, phase::kFailed,  phase::kSuspended};
+constexpr const char* kPhases[] = {phase::kPending,    phase::kQueued,    phase::kRunning,
+                                   phase::kRestarting, phase::kSucceeded, phase::kFailed,
+                                   phase::kSuspended};
 
 // Registration can only fail on a programming error (a bad or duplicate name), which the
 // unit tests catch; crash loudly rather than run without metrics.

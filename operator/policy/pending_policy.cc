@@ -1,6 +1,7 @@
 #include "operator/policy/pending_policy.h"
 
 #include "operator/common/object.h"
+#include "operator/policy/admission_policy.h"
 
 namespace spawnpoint::op {
 namespace {
@@ -38,6 +39,7 @@ PendingCheck CheckPending(const std::vector<const nlohmann::json*>& pods, Clock:
     if (IsTerminating(*pod)) continue;
     const std::string phase = PodPhase(*pod);
     if (phase != "Pending" && !phase.empty()) continue;
+    if (!KueueGates(*pod).empty()) continue;  // waits for Kueue's admission, not the scheduler
     auto created = ParseTime(Str(*pod, "/metadata/creationTimestamp"_json_pointer));
     if (!created) continue;
     const auto since = std::chrono::duration_cast<Clock::Duration>(now - *created);

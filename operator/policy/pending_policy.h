@@ -1,7 +1,10 @@
 // Pods stuck Pending: a pod of the current attempt still Pending (not running, not being
 // deleted) longer than the operator's pending timeout is reported in status (the Running
 // condition's reason PodPending, naming the pod and the scheduler's message) and in an
-// event. Measured from the pod's creationTimestamp. Pure; thread-safe.
+// event. Measured from the pod's creationTimestamp. A pod that still carries a Kueue scheduling
+// gate waits for admission (admission_policy.h), not for the scheduler, and is not counted;
+// pods record no time for a gate's removal, so once admitted its clock still counts from its
+// creationTimestamp. Pure; thread-safe.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -14,6 +14,8 @@ namespace spawnpoint::op {
 
 namespace phase {
 inline constexpr const char* kPending = "Pending";
+// Gang kueue: the pods wait, gated, for Kueue to admit the group (admission_policy.h).
+inline constexpr const char* kQueued = "Queued";
 inline constexpr const char* kRunning = "Running";
 inline constexpr const char* kRestarting = "Restarting";
 inline constexpr const char* kSucceeded = "Succeeded";
@@ -29,6 +31,7 @@ inline constexpr const char* kSucceeded = "Succeeded";
 inline constexpr const char* kFailed = "Failed";
 inline constexpr const char* kSuspended = "Suspended";
 inline constexpr const char* kStalled = "Stalled";  // operator/policy/stall_policy.h
+inline constexpr const char* kQueued = "Queued";    // operator/policy/admission_policy.h
 }  // namespace condition
 
 struct Condition {

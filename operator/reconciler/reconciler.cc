@@ -92,6 +92,7 @@ ReconcileResult Reconciler::Reconcile(const std::string& ns, const std::string& 
   if (SuccessStep(c)) return Finish(c);
   if (!BackoffElapsed(c)) return Finish(c);
   CreateMissingPods(c);
+  if (AdmissionStep(c)) return Finish(c);
   PendingStep(c);
   UpdatePhase(c);
   StallStep(c);

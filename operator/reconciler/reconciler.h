@@ -169,6 +169,9 @@ class Reconciler {
   bool SuccessStep(Context& c);
   bool BackoffElapsed(Context& c);
   void CreateMissingPods(Context& c);
+  // Gang kueue (admission_policy.h): true while the pods wait, gated, for Kueue's admission
+  // (phase and condition Queued); once the gates are gone the condition Queued turns False.
+  bool AdmissionStep(Context& c);
   void PendingStep(Context& c);
   void UpdatePhase(Context& c);
   void StallStep(Context& c);

@@ -141,10 +141,11 @@ TEST(OperatorMetricsTest, ApiRequestsByVerbAndCode) {
 
 TEST(OperatorMetricsTest, JobFamiliesCountPhasesAndExportOnlyRunningJobs) {
   const json util = {{"gpu", 0.75}, {"dataStall", 0.1}, {"samplesPerSecond", 1200.5}};
-  auto families = JobFamilies({Job("ml", "a", {{"phase", "Running"}, {"utilisation", util}}),
-                               Job("ml", "b", {{"phase", "Succeeded"}, {"utilisation", util}}),
-                               Job("ml", "c", nullptr),  // not reconciled yet
-                               Job("cv", "d", {{"phase", "Running"}})});
+  auto families =
+      JobFamilies({Job("ml", "a", {{"phase", "Running"}, {"utilisation", util}}),
+                   Job("ml", "b", {{"phase", "Succeeded"}, {"utilisation", util}}),
+                   Job("ml", "c", nullptr),  // not reconciled yet
+                   Job("cv", "d", {{"phase", "Running"}}), Job("cv", "e", {{"phase", "Queued"}})});
   std::map<std::string, const metrics::CollectedFamily*> by_name;
   for (const auto& f : families) by_name[f.name] = &f;
   ASSERT_TRUE(by_name.count("spawnpoint_jobs"));
@@ -155,7 +156,8 @@ TEST(OperatorMetricsTest, JobFamiliesCountPhasesAndExportOnlyRunningJobs) {
   EXPECT_EQ(phases[std::vector<std::string>({"ml", "Pending"})], 1);
   EXPECT_EQ(phases[std::vector<std::string>({"ml", "Failed"})], 0);
   EXPECT_EQ(phases[std::vector<std::string>({"cv", "Running"})], 1);
-  EXPECT_EQ(phases.size(), 12u) << "six phases for each of two namespaces";
+  EXPECT_EQ(phases[std::vector<std::string>({"cv", "Queued"})], 1);
+  EXPECT_EQ(phases.size(), 14u) << "seven phases for each of two namespaces";
 
   ASSERT_TRUE(by_name.count("spawnpoint_job_gpu_utilisation_ratio"));
   const auto& gpu = by_name["spawnpoint_job_gpu_utilisation_ratio"]->samples;
