@@ -11,8 +11,10 @@ Standard library only (plus tests/cluster/cluster_fixture.py).
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import unittest
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(_HERE, "..", "cluster"))
@@ -112,6 +114,60 @@ class GangCluster(cluster_fixture.Cluster):
             raise RuntimeError("local_node.py %s: nodes not Ready in 60 s: %s"
                                % (name, self.log(name)))
         return proc
+
+
+    def gpu_queue(self, namespace, quota, deadline_s):
+        """Namespace `namespace`, ClusterQueue `gpus` of `quota` nvidia.com/gpu (one
+        ResourceFlavor) and LocalQueue `team-queue` in it; returns once Kueue marks the
+        ClusterQueue Active (before, nothing is admitted: a test would only measure Kueue's
+        start-up). Raises with Kueue's log on a failure."""
+        code, out = self.kubectl("create", "namespace", namespace)
+        if code != 0:
+            raise RuntimeError(out)
+        self.apply([
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+             "metadata": {"name": "gpu-flavor"}},
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+             "metadata": {"name": "gpus"},
+             "spec": {"namespaceSelector": {},
+                      "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"],
+                                          "flavors": [{"name": "gpu-flavor", "resources": [
+                                              {"name": "nvidia.com/gpu",
+                                               "nominalQuota": quota}]}]}]}},
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+             "metadata": {"name": "team-queue", "namespace": namespace},
+             "spec": {"clusterQueue": "gpus"}}])
+        if not wait_until(lambda: condition(self.get("clusterqueue", "gpus"),
+                                            "Active").get("status") == "True", deadline_s):
+            raise RuntimeError("ClusterQueue gpus not Active; kueue.log:\n" +
+                               self.component_log("kueue")[-3000:])
+
+
+class GangTest(unittest.TestCase):
+    """A test class on one GangCluster: its setUpClass sets cls.cluster and cls.tmp (and calls
+    tearDownClass itself when it fails after that: unittest does not); tearDownClass stops the
+    cluster and removes tmp. wait() fails with the tails of the logs LOGS names."""
+    DEADLINE_S = 180
+    POLL_S = None  # wait_until's own interval
+    LOGS = ()  # (log, characters): a component of cluster.sh's (kueue, vc-scheduler,
+    # local-node) or a process the cluster started (operator)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop()
+        if getattr(cls, "tmp", None):
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def wait(self, what, check, deadline_s=None):
+        deadline_s = deadline_s or self.DEADLINE_S
+        if wait_until(check, deadline_s, *([self.POLL_S] if self.POLL_S else [])):
+            return
+        tails = []
+        for name, chars in self.LOGS:
+            text = (self.cluster.log(name) if name == "operator"
+                    else self.cluster.component_log(name))
+            tails.append("%s:\n%s" % (name, text[-chars:]))
+        self.fail("%s not within %d s\n%s" % (what, deadline_s, "\n".join(tails)))
 
 
 def condition(obj, kind):

@@ -16,7 +16,6 @@ GPUs); without the operator's admission step the second job would show Pending.
 import calendar
 import json
 import os
-import shutil
 import tempfile
 import time
 import unittest
@@ -62,50 +61,24 @@ def training_job(name, port, build_dir, release=None):
             "runPolicy": {"cleanPodPolicy": "None"}}}
 
 
-class KueueJobOnRealServerTest(unittest.TestCase):
+class KueueJobOnRealServerTest(gang_fixture.GangTest):
+    DEADLINE_S = DEADLINE_S
+    LOGS = (("operator", 3000), ("kueue", 3000))
+
     @classmethod
     def setUpClass(cls):
         cls.cluster = gang_fixture.GangCluster(args().source_dir, args().tools_bin, nodes=2,
                                                gpus=1, kueue=True)
         cls.tmp = tempfile.mkdtemp(prefix="spawnpoint-kueue-job-test-")
         try:
-            code, out = cls.cluster.kubectl("create", "namespace", NS)
-            if code != 0:
-                raise RuntimeError(out)
-            cls.cluster.apply([
-                {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-                 "metadata": {"name": "gpu-flavor"}},
-                {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-                 "metadata": {"name": "gpus"},
-                 "spec": {"namespaceSelector": {},
-                          "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"],
-                                              "flavors": [{"name": "gpu-flavor", "resources": [
-                                                  {"name": "nvidia.com/gpu",
-                                                   "nominalQuota": 1}]}]}]}},
-                {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-                 "metadata": {"name": "team-queue", "namespace": NS},
-                 "spec": {"clusterQueue": "gpus"}}])
-            if not gang_fixture.wait_until(lambda: condition(cls.cluster.get(
-                    "clusterqueue", "gpus"), "Active").get("status") == "True", DEADLINE_S):
-                raise RuntimeError("ClusterQueue gpus not Active; kueue.log:\n" +
-                                   cls.cluster.component_log("kueue")[-3000:])
+            cls.cluster.gpu_queue(NS, quota=1, deadline_s=DEADLINE_S)
             cls.cluster.start_operator(args().build_dir,
                                        args=["--pending-timeout", "%ds" % PENDING_TIMEOUT_S])
         except BaseException:
             cls.tearDownClass()  # unittest runs none after a failed setUpClass
             raise
 
-    @classmethod
-    def tearDownClass(cls):
-        cls.cluster.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def wait(self, what, check, deadline_s=DEADLINE_S):
-        if gang_fixture.wait_until(check, deadline_s):
-            return
-        self.fail("%s not within %d s\noperator:\n%s\nkueue.log:\n%s" % (
-            what, deadline_s, self.cluster.log("operator")[-3000:],
-            self.cluster.component_log("kueue")[-3000:]))
 
     def pod(self, job):
         return self.cluster.get("pod", "-n", NS, job + "-node-0")

@@ -11,7 +11,6 @@ removes; so without Kueue (or with its webhook not called) every one fails.
 """
 
 import os
-import shutil
 import tempfile
 import unittest
 
@@ -49,7 +48,10 @@ def group(name, count, release, queue="team-queue", gpus=1):
     return pods
 
 
-class KueueOnRealServerTest(unittest.TestCase):
+class KueueOnRealServerTest(gang_fixture.GangTest):
+    DEADLINE_S = DEADLINE_S
+    LOGS = (("kueue", 4000), ("local-node", 2000))
+
     @classmethod
     def setUpClass(cls):
         cls.cluster = gang_fixture.GangCluster(args().source_dir, args().tools_bin, nodes=2,
@@ -63,39 +65,9 @@ class KueueOnRealServerTest(unittest.TestCase):
 
     @classmethod
     def set_up_queues(cls):
-        code, out = cls.cluster.kubectl("create", "namespace", NS)
-        if code != 0:
-            raise RuntimeError(out)
-        cls.cluster.apply([
-            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-             "metadata": {"name": "gpu-flavor"}},
-            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-             "metadata": {"name": "gpus"},
-             "spec": {"namespaceSelector": {},
-                      "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"],
-                                          "flavors": [{"name": "gpu-flavor", "resources": [
-                                              {"name": "nvidia.com/gpu", "nominalQuota": 4}]}]}]}},
-            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-             "metadata": {"name": "team-queue", "namespace": NS},
-             "spec": {"clusterQueue": "gpus"}}])
-        # Kueue marks the ClusterQueue Active once it has seen the flavor: before, nothing
-        # is admitted and the test would only measure Kueue's start-up.
-        if not gang_fixture.wait_until(lambda: condition(cls.cluster.get(
-                "clusterqueue", "gpus"), "Active").get("status") == "True", DEADLINE_S):
-            raise RuntimeError("ClusterQueue gpus not Active; kueue.log:\n" +
-                               cls.cluster.component_log("kueue")[-3000:])
+        cls.cluster.gpu_queue(NS, quota=4, deadline_s=DEADLINE_S)
 
-    @classmethod
-    def tearDownClass(cls):
-        cls.cluster.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def wait(self, what, check, deadline_s=DEADLINE_S):
-        if gang_fixture.wait_until(check, deadline_s):
-            return
-        self.fail("%s not within %d s\nkueue.log:\n%s\nlocal-node.log:\n%s" % (
-            what, deadline_s, self.cluster.component_log("kueue")[-4000:],
-            self.cluster.component_log("local-node")[-2000:]))
 
     def pods(self, name):
         listing = self.cluster.get("pods", "-n", NS, "-l", "kueue.x-k8s.io/pod-group-name=" + name)

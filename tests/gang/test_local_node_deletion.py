@@ -13,7 +13,6 @@ and a bound pod deleted while its node was down is reported Failed, never run.
 
 import json
 import os
-import shutil
 import tempfile
 import unittest
 
@@ -42,22 +41,17 @@ def args():
     return gang_fixture.cluster_fixture.ARGS
 
 
-class LocalNodeDeletionTest(unittest.TestCase):
+class LocalNodeDeletionTest(gang_fixture.GangTest):
+    DEADLINE_S = DEADLINE_S
+    POLL_S = 0.2
+    LOGS = (("local-node", 3000),)
+
     @classmethod
     def setUpClass(cls):
         cls.cluster = gang_fixture.GangCluster(args().source_dir, args().tools_bin, nodes=1)
         cls.tmp = tempfile.mkdtemp(prefix="spawnpoint-deletion-test-")
 
-    @classmethod
-    def tearDownClass(cls):
-        cls.cluster.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def wait(self, what, check, deadline_s=DEADLINE_S):
-        if gang_fixture.wait_until(check, deadline_s, 0.2):
-            return
-        self.fail("%s not within %d s\nlocal-node.log:\n%s" % (
-            what, deadline_s, self.cluster.component_log("local-node")[-3000:]))
 
     def pod(self, name, on_term="exit", node=None):
         started = os.path.join(self.tmp, name + ".started")

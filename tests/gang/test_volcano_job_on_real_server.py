@@ -47,7 +47,10 @@ def training_job(name, nodes, gpus, port, build_dir):
             "runPolicy": {"cleanPodPolicy": "None"}}}
 
 
-class VolcanoJobOnRealServerTest(unittest.TestCase):
+class VolcanoJobOnRealServerTest(gang_fixture.GangTest):
+    DEADLINE_S = DEADLINE_S
+    LOGS = (("operator", 3000), ("vc-scheduler", 3000))
+
     @classmethod
     def setUpClass(cls):
         cls.cluster = gang_fixture.GangCluster(args().source_dir, args().tools_bin, nodes=2,
@@ -61,16 +64,7 @@ class VolcanoJobOnRealServerTest(unittest.TestCase):
             cls.cluster.stop()
             raise
 
-    @classmethod
-    def tearDownClass(cls):
-        cls.cluster.stop()
 
-    def wait(self, what, check, deadline_s=DEADLINE_S):
-        if gang_fixture.wait_until(check, deadline_s):
-            return
-        self.fail("%s not within %d s\noperator:\n%s\nvc-scheduler.log:\n%s" % (
-            what, deadline_s, self.cluster.log("operator")[-3000:],
-            self.cluster.component_log("vc-scheduler")[-3000:]))
 
     def pods(self, job):
         listing = self.cluster.get("pods", "-n", NS, "-l", "spawnpoint.dev/job-name=" + job)

@@ -11,7 +11,6 @@ written and no pod is ever bound (kube-scheduler leaves pods of another schedule
 """
 
 import os
-import shutil
 import tempfile
 import unittest
 
@@ -26,7 +25,10 @@ def args():
     return gang_fixture.cluster_fixture.ARGS
 
 
-class VolcanoOnRealServerTest(unittest.TestCase):
+class VolcanoOnRealServerTest(gang_fixture.GangTest):
+    DEADLINE_S = DEADLINE_S
+    LOGS = (("vc-scheduler", 5000),)
+
     @classmethod
     def setUpClass(cls):
         cls.cluster = gang_fixture.GangCluster(args().source_dir, args().tools_bin, nodes=2,
@@ -37,16 +39,7 @@ class VolcanoOnRealServerTest(unittest.TestCase):
             cls.tearDownClass()
             raise RuntimeError(out)
 
-    @classmethod
-    def tearDownClass(cls):
-        cls.cluster.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def wait(self, what, check, deadline_s=DEADLINE_S):
-        if gang_fixture.wait_until(check, deadline_s):
-            return
-        self.fail("%s not within %d s\nvc-scheduler.log:\n%s" % (
-            what, deadline_s, self.cluster.component_log("vc-scheduler")[-5000:]))
 
     def pods(self):
         listing = self.cluster.get("pods", "-n", NS, "-l", "gang=pg")
