@@ -72,9 +72,11 @@ fuzz: deps
 # The chaos run (tests/chaos/README.md): the operator behind kube-fault-proxy on the real control
 # plane, two-node jobs for about CHAOS_SECONDS while a seeded schedule SIGKILLs the operator, a
 # rank and a loader worker, SIGSTOPs a worker, SIGTERMs an agent, injects API errors and fills
-# /dev/shm; then phases, parameters, status histories and leaks are checked. Last line `chaos
-# seed=S faults=N jobs=N succeeded=N failed_as_expected=N wrong_phase=N leaks=N`. CHAOS_SEED
-# (default: from the clock, printed first) replays a run: make chaos CHAOS_SEED=S
+# /dev/shm; then phases, parameters, status histories, leaks and the faults injected are
+# checked: a planned fault that was not injected fails the run. Last line `chaos seed=S
+# faults=N jobs=N succeeded=N failed_as_expected=N wrong_phase=N leaks=N <kind>=I/M ...
+# missed=N` (injected/missed per kind). CHAOS_SEED (default: from the clock, printed first)
+# replays a run: make chaos CHAOS_SEED=S
 CHAOS_SECONDS ?= 240
 chaos: build cluster-tools
 	CHAOS_SEED=$(CHAOS_SEED) CHAOS_SECONDS=$(CHAOS_SECONDS) /usr/bin/python3 tests/chaos/chaos.py \
