@@ -14,6 +14,7 @@
 
 #include "api/field_path.h"
 #include "api/field_reader.h"
+#include "api/loader_spec.h"
 #include "api/restart_rule.h"
 #include "api/schema.h"
 #include "api/torchrun_spec.h"
@@ -26,17 +27,12 @@ using nlohmann::json;
 
 // Pod names are "<job>-node-<index>" and must stay within a 63-character DNS label.
 constexpr size_t kMaxNameLength = 52;
-// spec.loader.preloadModules: every Python loader worker imports each of them.
-constexpr size_t kMaxPreloadModules = 32;
 
 constexpr std::string_view kTopFields[] = {"apiVersion", "kind", "metadata", "spec", "status"};
 constexpr std::string_view kSpecFields[] = {
     "nodes",   "gpusPerNode", "procsPerNode", "gpuResource",   "gpuAssignment",
     "backend", "template",    "loader",       "restartPolicy", "rendezvous",
     "shmSize", "runPolicy",   "stallPolicy",  "scheduling"};
-constexpr std::string_view kLoaderFields[] = {
-    "workersPerRank", "prefetchFactor", "persistentWorkers", "pinMemory",  "timeoutSeconds",
-    "seed",           "startMethod",    "workerCommand",     "pythonPool", "preloadModules"};
 constexpr std::string_view kRendezvousFields[] = {"port"};
 constexpr std::string_view kRunPolicyFields[] = {"suspend", "activeDeadlineSeconds",
                                                  "ttlSecondsAfterFinished", "cleanPodPolicy"};
@@ -99,8 +95,6 @@ class Decoder : public FieldReader {
   Status DecodeTemplate(const Field& field, TrainingJobSpec* spec);
   Status DecodeTrainer(const json& container, const FieldPath& path, TrainerContainer* trainer);
   Status DecodeEnv(const json& container, const FieldPath& path, TrainerContainer* trainer);
-  Status DecodeLoader(const Field& field, LoaderSpec* loader);
-  Status DecodePreloadModules(const Field& field, std::vector<std::string>* modules);
   Status DecodeRendezvous(const Field& field, int* port);
   Status DecodeShmSize(const Field& field, TrainingJobSpec* spec);
   Status DecodeRunPolicy(const Field& field, RunPolicy* policy);
@@ -233,7 +227,7 @@ Status Decoder::DecodeSpec(const Field& spec_field, TrainingJobSpec* spec) {
   }
 
   SP_RETURN_IF_ERROR(DecodeTemplate(Get(s, path, "template"), spec));
-  SP_RETURN_IF_ERROR(DecodeLoader(Get(s, path, "loader"), &spec->loader));
+  SP_RETURN_IF_ERROR(DecodeLoaderSpec(*this, Get(s, path, "loader"), &spec->loader));
   SP_RETURN_IF_ERROR(
       DecodeRestartPolicy(*this, Get(s, path, "restartPolicy"), &spec->restart_policy));
   SP_RETURN_IF_ERROR(DecodeRendezvous(Get(s, path, "rendezvous"), &spec->rendezvous_port));
@@ -354,119 +348,6 @@ Status Decoder::DecodeEnv(const json& container, const FieldPath& path, TrainerC
     SP_RETURN_IF_ERROR(ReadString(Get(*entry.value, entry.path, "value"), &var.value));
     trainer->env.push_back(std::move(var));
   }
-  return Status::Ok();
-}
-
-Status Decoder::DecodeLoader(const Field& field, LoaderSpec* loader) {
-  if (!field.value) return Status::Ok();
-  SP_RETURN_IF_ERROR(CheckObject(*field.value, field.path, "the loader settings", kLoaderFields));
-  const json& l = *field.value;
-  const FieldPath& path = field.path;
-
-  Field workers = Get(l, path, "workersPerRank");
-  if (workers.value && workers.value->is_string()) {
-    if (*workers.value != "auto") {
-      return Fail(workers.path,
-                  "must be an integer >= 0 or \"auto\", got " + Describe(*workers.value));
-    }
-    loader->workers_per_rank = std::nullopt;
-  } else if (workers.value) {
-    if (!workers.value->is_number()) return WrongType(workers, "an integer >= 0 or \"auto\"");
-    int value = 0;
-    SP_RETURN_IF_ERROR(ReadInt(workers, 0, kIntMax, &value));
-    loader->workers_per_rank = value;
-  }
-  SP_RETURN_IF_ERROR(ReadInt(Get(l, path, "prefetchFactor"), 1, kIntMax, &loader->prefetch_factor));
-  SP_RETURN_IF_ERROR(ReadBool(Get(l, path, "persistentWorkers"), &loader->persistent_workers));
-  SP_RETURN_IF_ERROR(ReadBool(Get(l, path, "pinMemory"), &loader->pin_memory));
-  SP_RETURN_IF_ERROR(ReadInt(Get(l, path, "timeoutSeconds"), 1, kIntMax, &loader->timeout_seconds));
-
-  Field seed = Get(l, path, "seed");
-  if (seed.value) {
-    if (seed.value->is_number_unsigned()) {
-      loader->seed = seed.value->get<uint64_t>();
-    } else {
-      int64_t value = 0;
-      SP_RETURN_IF_ERROR(ReadInt64(seed, 0, kInt64Max, &value));
-      loader->seed = static_cast<uint64_t>(value);
-    }
-  }
-
-  Field start_method = Get(l, path, "startMethod");
-  if (start_method.value && !start_method.value->is_string()) {
-    return WrongType(start_method, "\"spawn\"");
-  }
-  SP_RETURN_IF_ERROR(ReadString(start_method, &loader->start_method));
-  if (loader->start_method == "fork") {
-    return Fail(start_method.path,
-                "\"fork\" is not allowed: forking a process after it initialised CUDA/ROCm "
-                "corrupts the GPU context (and OpenMP thread pools); use \"spawn\"");
-  }
-  if (loader->start_method == "forkserver") {
-    return Fail(start_method.path,
-                "\"forkserver\" is not allowed: the agent starts every worker as a fresh "
-                "process; use \"spawn\"");
-  }
-  if (loader->start_method != "spawn") {
-    return Fail(start_method.path,
-                "must be \"spawn\" (the only start method), got " + Quote(loader->start_method));
-  }
-  SP_RETURN_IF_ERROR(ReadStringList(Get(l, path, "workerCommand"), &loader->worker_command));
-  SP_RETURN_IF_ERROR(ReadBool(Get(l, path, "pythonPool"), &loader->python_pool));
-  return DecodePreloadModules(Get(l, path, "preloadModules"), &loader->preload_modules);
-}
-
-// "numpy" and "torchvision.transforms": identifiers (ASCII letters, digits and '_', not
-// starting with a digit) separated by '.'.
-bool IsDottedModuleName(std::string_view name) {
-  bool start = true;  // at the start of an identifier
-  for (char c : name) {
-    if (c == '.') {
-      if (start) return false;
-      start = true;
-    } else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_') {
-      start = false;
-    } else if (c >= '0' && c <= '9') {
-      if (start) return false;
-    } else {
-      return false;
-    }
-  }
-  return !start;
-}
-
-Status Decoder::DecodePreloadModules(const Field& field, std::vector<std::string>* modules) {
-  if (!field.value) return Status::Ok();
-  const std::string what = "a list of at most " + std::to_string(kMaxPreloadModules) +
-                           " Python module names (e.g. [torch, numpy])";
-  if (!field.value->is_array()) return WrongType(field, what);
-  if (field.value->size() > kMaxPreloadModules) {
-    return Fail(field.path, "must hold at most " + std::to_string(kMaxPreloadModules) +
-                                " modules, got " + std::to_string(field.value->size()));
-  }
-  std::vector<std::string> out;
-  for (size_t i = 0; i < field.value->size(); ++i) {
-    Field item{&(*field.value)[i], field.path.Index(i)};
-    if (!item.value->is_string()) {
-      return WrongType(item, "a Python module name (a string such as \"numpy\")");
-    }
-    std::string name = item.value->get<std::string>();
-    if (!IsDottedModuleName(name)) {
-      return Fail(item.path,
-                  "must be a Python module name: identifiers (letters, digits and '_', not "
-                  "starting with a digit) separated by '.', such as \"torch\" or "
-                  "\"torchvision.transforms\"; got " +
-                      Quote(name));
-    }
-    auto earlier = std::find(out.begin(), out.end(), name);
-    if (earlier != out.end()) {
-      return Fail(item.path, Quote(name) + " is listed twice (also at index " +
-                                 std::to_string(earlier - out.begin()) +
-                                 "); each module may appear once");
-    }
-    out.push_back(std::move(name));
-  }
-  *modules = std::move(out);
   return Status::Ok();
 }
 
