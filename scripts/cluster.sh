@@ -74,17 +74,11 @@ readyz() {
     --key "$dir/pki/admin.key" "https://127.0.0.1:$(cat "$dir/apiserver.port")/readyz" >/dev/null 2>&1
 }
 
+. "$repo/scripts/pidfile.sh"  # stop_pidfile DIR NAME
 stop_all() {
-  local pid
+  local name
   for name in local-node kueue vc-scheduler kube-scheduler kube-controller-manager kube-apiserver etcd; do
-    [ -f "$dir/$name.pid" ] || continue
-    pid=$(cat "$dir/$name.pid")
-    if kill -0 "$pid" 2>/dev/null && grep -q "${name/-/_}\|$name" "/proc/$pid/cmdline" 2>/dev/null; then
-      kill -TERM "$pid" 2>/dev/null || true
-      for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
-    rm -f "$dir/$name.pid"
+    stop_pidfile "$dir" "$name"
   done
 }
 

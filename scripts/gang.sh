@@ -61,17 +61,8 @@ free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-stop() {
-  local pid
-  [ -f "$dir/$binary.pid" ] || return 0
-  pid=$(cat "$dir/$binary.pid")
-  if kill -0 "$pid" 2>/dev/null && grep -q "$binary" "/proc/$pid/cmdline" 2>/dev/null; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$dir/$binary.pid"
-}
+. "$repo/scripts/pidfile.sh"  # stop_pidfile DIR NAME
+stop() { stop_pidfile "$dir" "$binary"; }
 
 case "$cmd" in
   down) stop; exit 0 ;;
