@@ -80,6 +80,17 @@ Status KubeCluster::DeletePodGroup(const std::string& ns, const std::string& nam
   return deleted.ok() ? Status::Ok() : deleted.status();
 }
 
+Status KubeCluster::AnnotatePod(const std::string& ns, const std::string& name,
+                                const std::string& uid, const json& annotations) {
+  json patch = {{"metadata", {{"uid", uid}, {"annotations", annotations}}}};
+  auto patched = client_->Patch(kube::resources::Pods(), ns, name, patch);
+  return patched.ok() ? Status::Ok() : patched.status();
+}
+
+StatusOr<json> KubeCluster::GetKueueWorkload(const std::string& ns, const std::string& name) {
+  return client_->Get(kube::resources::KueueWorkloads(), ns, name);
+}
+
 StatusOr<json> KubeCluster::UpdateJobStatus(const json& job) {
   return client_->UpdateStatus(kube::resources::TrainingJobs(), job);
 }

@@ -28,6 +28,10 @@ class KubeCluster : public Cluster {
   StatusOr<nlohmann::json> CreateSecret(const nlohmann::json& secret) override;
   StatusOr<nlohmann::json> CreatePodGroup(const nlohmann::json& pod_group) override;
   Status DeletePodGroup(const std::string& ns, const std::string& name) override;
+  Status AnnotatePod(const std::string& ns, const std::string& name, const std::string& uid,
+                     const nlohmann::json& annotations) override;
+  StatusOr<nlohmann::json> GetKueueWorkload(const std::string& ns,
+                                            const std::string& name) override;
   StatusOr<nlohmann::json> UpdateJobStatus(const nlohmann::json& job) override;
   Status DeleteJob(const std::string& ns, const std::string& name, const std::string& uid) override;
   void RecordEvent(const nlohmann::json& job, EventType type, const std::string& reason,

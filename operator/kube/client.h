@@ -50,6 +50,8 @@ inline GroupVersionResource Leases() { return {"coordination.k8s.io", "v1", "lea
 inline GroupVersionResource PodGroups() {
   return {"scheduling.volcano.sh", "v1beta1", "podgroups"};
 }
+// Kueue's (spec.scheduling.gang kueue): read only.
+inline GroupVersionResource KueueWorkloads() { return {"kueue.x-k8s.io", "v1beta2", "workloads"}; }
 inline GroupVersionResource TrainingJobs() {
   return {"spawnpoint.dev", "v1alpha1", "trainingjobs"};
 }

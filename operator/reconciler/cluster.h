@@ -51,6 +51,14 @@ class Cluster {
   virtual StatusOr<nlohmann::json> CreatePodGroup(const nlohmann::json& pod_group) = 0;
   // Deletes the PodGroup of this name (it is named after the job's UID: never a successor's).
   virtual Status DeletePodGroup(const std::string& ns, const std::string& name) = 0;
+  // Gang kueue: merges `annotations` into the pod's (a merge patch carrying the UID, so a
+  // successor of the same name is never touched: kConflict or kInvalidArgument then).
+  virtual Status AnnotatePod(const std::string& ns, const std::string& name, const std::string& uid,
+                             const nlohmann::json& annotations) = 0;
+  // Gang kueue: Kueue's Workload of this name (kueue.x-k8s.io/v1beta2), a live read (Workloads
+  // are not watched); kNotFound when there is none.
+  virtual StatusOr<nlohmann::json> GetKueueWorkload(const std::string& ns,
+                                                    const std::string& name) = 0;
   // PUT .../status with the object's resourceVersion as precondition.
   virtual StatusOr<nlohmann::json> UpdateJobStatus(const nlohmann::json& job) = 0;
   // Deletes the job (its children are garbage-collected through their owner references).

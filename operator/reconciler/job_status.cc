@@ -23,6 +23,7 @@ JobStatus JobStatus::FromJson(const json& s) {
   st.world_size = s.value("worldSize", 0);
   st.gpus = s.value("gpus", 0);
   st.restarts = s.value("restarts", 0);
+  st.evictions = s.value("evictions", 0);
   if (s.contains("gangAttempt") && s["gangAttempt"].is_number_integer()) {
     st.gang_attempt = s["gangAttempt"].get<int>();
   }
@@ -36,6 +37,9 @@ JobStatus JobStatus::FromJson(const json& s) {
     st.nodes.failed = nodes.value("failed", 0);
   }
   if (s.contains("lastFailure") && s["lastFailure"].is_object()) st.last_failure = s["lastFailure"];
+  if (s.contains("lastEviction") && s["lastEviction"].is_object()) {
+    st.last_eviction = s["lastEviction"];
+  }
   if (s.contains("utilisation") && s["utilisation"].is_object()) st.utilisation = s["utilisation"];
   if (s.contains("stall") && s["stall"].is_object()) st.stall = s["stall"];
   if (s.contains("straggler") && s["straggler"].is_object()) st.straggler = s["straggler"];
@@ -59,6 +63,7 @@ json JobStatus::ToJson() const {
   s["worldSize"] = world_size;
   s["gpus"] = gpus;
   s["restarts"] = restarts;
+  if (evictions > 0) s["evictions"] = evictions;
   if (gang_attempt) s["gangAttempt"] = *gang_attempt;
   if (!start_time.empty()) s["startTime"] = start_time;
   if (!completion_time.empty()) s["completionTime"] = completion_time;
@@ -67,6 +72,7 @@ json JobStatus::ToJson() const {
                 {"succeeded", nodes.succeeded},
                 {"failed", nodes.failed}};
   if (last_failure.is_object()) s["lastFailure"] = last_failure;
+  if (last_eviction.is_object()) s["lastEviction"] = last_eviction;
   if (utilisation.is_object()) s["utilisation"] = utilisation;
   if (stall.is_object()) s["stall"] = stall;
   if (straggler.is_object()) s["straggler"] = straggler;

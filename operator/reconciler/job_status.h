@@ -1,8 +1,8 @@
 // The typed form of TrainingJob.status, which only the operator writes: phase, metav1
 // Conditions (lastTransitionTime moves only when a condition's status flips), counts,
-// lastFailure, utilisation, stall and straggler. ToJson(FromJson(x)) drops unknown fields, so
-// comparing the JSON before and after a reconcile tells whether a status write is needed. A value
-// type; not thread-safe to mutate concurrently.
+// lastFailure, lastEviction, utilisation, stall and straggler. ToJson(FromJson(x)) drops unknown
+// fields, so comparing the JSON before and after a reconcile tells whether a status write is
+// needed. A value type; not thread-safe to mutate concurrently.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -57,16 +57,19 @@ struct JobStatus {
   int world_size = 0;
   int gpus = 0;
   int restarts = 0;
+  // Gang kueue: times Kueue evicted the gang (preemption, ...); never counted as restarts.
+  int evictions = 0;
   // restartPolicy.mode InPlace: the attempt at which the current gang's pods were created
   // (pods labelled earlier are stale); nullopt in Recreate mode, where it is `restarts`.
   std::optional<int> gang_attempt;
   std::string start_time;       // "" when unset
   std::string completion_time;  // "" when unset
   NodeCounts nodes;
-  nlohmann::json last_failure;  // object, or null when none
-  nlohmann::json utilisation;   // object, or null when never read
-  nlohmann::json stall;         // the stalled rank reported (stall_policy.h), or null
-  nlohmann::json straggler;     // the job's straggler named (stall_policy.h), or null
+  nlohmann::json last_failure;   // object, or null when none
+  nlohmann::json last_eviction;  // gang kueue: Kueue's last eviction of the gang, or null
+  nlohmann::json utilisation;    // object, or null when never read
+  nlohmann::json stall;          // the stalled rank reported (stall_policy.h), or null
+  nlohmann::json straggler;      // the job's straggler named (stall_policy.h), or null
 
   static JobStatus FromJson(const nlohmann::json& status);
   nlohmann::json ToJson() const;

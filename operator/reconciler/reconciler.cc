@@ -87,6 +87,7 @@ ReconcileResult Reconciler::Reconcile(const std::string& ns, const std::string& 
   if (DeadlineStep(c)) return Finish(c);
   EnsureService(c);
   DeleteStalePods(c);
+  KueueEvictionStep(c);
   if (c.in_place) GangStep(c);  // before the pods: a restart just before the end is counted
   if (c.in_place ? InPlaceFailureStep(c) : FailureStep(c)) return Finish(c);
   if (SuccessStep(c)) return Finish(c);
@@ -329,10 +330,22 @@ void Reconciler::CreateMissingPods(Context& c) {
       c.in_place && !c.CurrentPods().empty() &&
       (c.status.phase == phase::kRunning ||
        (c.status.phase == phase::kRestarting && c.status.GangAttempt() < c.status.restarts));
+  const bool kueue = c.job.spec.scheduling.gang == api::GangScheduler::kKueue;
   std::vector<std::string> created;
   for (int node = 0; node < c.job.spec.nodes; ++node) {
-    const std::string name = PodName(c.job.name, node);
-    if (present.count(name)) continue;
+    std::string name = PodName(c.job.name, node);
+    if (kueue) {
+      // A replacement gets a name of its own (Kueue holds its predecessor, Failed, until it
+      // exists), once Kueue no longer counts the predecessor as active.
+      if (KueueNodeCovered(c, node)) continue;
+      name = KueueNewPodName(c, node);
+      if (name.empty()) {
+        c.RequeueAfter(kRecheckAfter);
+        continue;
+      }
+    } else if (present.count(name)) {
+      continue;
+    }
     if (!ConfirmJobLive(c)) return;
     if (c.in_place && !EnsureGangSecret(c)) return;
     if (!EnsurePodGroup(c)) return;
@@ -345,8 +358,9 @@ void Reconciler::CreateMissingPods(Context& c) {
       lost.retryable = true;
       RecordLoss(c, lost);
     }
-    StatusOr<json> pod =
-        cluster_->CreatePod(BuildPod(c.job, c.object, node, c.status.restarts, options_.pods));
+    json built = BuildPod(c.job, c.object, node, c.status.restarts, options_.pods);
+    built["metadata"]["name"] = name;  // its hostname stays PodName's (the gang's DNS names)
+    StatusOr<json> pod = cluster_->CreatePod(built);
     if (!pod.ok() && pod.status().code() == StatusCode::kAlreadyExists) {
       // Usually cache lag; look again soon in case it was not (the pod was not made).
       c.RequeueAfter(kRecheckAfter);
@@ -477,7 +491,7 @@ ReconcileResult Reconciler::Finish(Context& c) {
   result.restarts = c.status.restarts;
   json desired = c.status.ToJson();
   if (desired != c.old_status) {
-    if (!ReleasePodGroup(c)) {
+    if (!ReleasePodGroup(c) || !ReleaseKueueGroup(c)) {
       result.status = c.error;
       return result;
     }

@@ -166,6 +166,20 @@ class Reconciler {
   // Gang volcano: deletes the PodGroup when the job enters Succeeded, Failed or Suspended; false
   // if that failed (the status is then not written, so the next reconcile does it again).
   bool ReleasePodGroup(Context& c);
+  // Gang kueue (gang_scheduling.cc, kueue_pods.h): Kueue evicted the current gang (its pods'
+  // condition TerminationTarget): recorded once (status.evictions and lastEviction, condition
+  // Queued with Kueue's reason, an event), no restart counted; the gang is recreated and waits
+  // for admission again.
+  void KueueEvictionStep(Context& c);
+  // Gang kueue: whether node `node` has a pod of the current gang that is not going away.
+  bool KueueNodeCovered(const Context& c, int node) const;
+  // Gang kueue: the name of node `node`'s new pod, or "" while a predecessor still counts as
+  // active for Kueue (a new pod now would be deleted as excess).
+  std::string KueueNewPodName(const Context& c, int node) const;
+  // Gang kueue: when the job enters Failed, marks its pods kueue.x-k8s.io/retriable-in-group
+  // "false" so that Kueue ends the group and frees its quota; false if that failed (the status
+  // is then not written, so the next reconcile does it again).
+  bool ReleaseKueueGroup(Context& c);
   bool SuccessStep(Context& c);
   bool BackoffElapsed(Context& c);
   void CreateMissingPods(Context& c);

@@ -116,24 +116,25 @@ class GangCluster(cluster_fixture.Cluster):
         return proc
 
 
-    def gpu_queue(self, namespace, quota, deadline_s):
+    def gpu_queue(self, namespace, quota, deadline_s, preemption=None):
         """Namespace `namespace`, ClusterQueue `gpus` of `quota` nvidia.com/gpu (one
-        ResourceFlavor) and LocalQueue `team-queue` in it; returns once Kueue marks the
-        ClusterQueue Active (before, nothing is admitted: a test would only measure Kueue's
-        start-up). Raises with Kueue's log on a failure."""
+        ResourceFlavor; `preemption`: its spec.preemption) and LocalQueue `team-queue` in it;
+        returns once Kueue marks the ClusterQueue Active (before, nothing is admitted: a test
+        would only measure Kueue's start-up). Raises with Kueue's log on a failure."""
         code, out = self.kubectl("create", "namespace", namespace)
         if code != 0:
             raise RuntimeError(out)
+        spec = {"namespaceSelector": {},
+                "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"],
+                                    "flavors": [{"name": "gpu-flavor", "resources": [
+                                        {"name": "nvidia.com/gpu", "nominalQuota": quota}]}]}]}
+        if preemption:
+            spec["preemption"] = preemption
         self.apply([
             {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
              "metadata": {"name": "gpu-flavor"}},
             {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-             "metadata": {"name": "gpus"},
-             "spec": {"namespaceSelector": {},
-                      "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"],
-                                          "flavors": [{"name": "gpu-flavor", "resources": [
-                                              {"name": "nvidia.com/gpu",
-                                               "nominalQuota": quota}]}]}]}},
+             "metadata": {"name": "gpus"}, "spec": spec},
             {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
              "metadata": {"name": "team-queue", "namespace": namespace},
              "spec": {"clusterQueue": "gpus"}}])

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -303,6 +304,50 @@ TEST_P(ChartTest, PodGroupRulesOnlyWithVolcano) {
     EXPECT_EQ(rules[0]["apiGroups"], json::array({"scheduling.volcano.sh"}));
     EXPECT_EQ(rules[0]["resources"], json::array({"podgroups"}));
     EXPECT_EQ(rules[0]["verbs"], json::array({"create", "delete"}));
+  }
+}
+
+// Kueue (issue 40): patch on pods and get on Workloads, only when asked; nothing else gains a
+// verb.
+TEST_P(ChartTest, KueueRulesOnlyWithKueue) {
+  auto verbs_of = [](const Rendered& r, const char* kind) {
+    std::map<std::string, std::set<std::string>> out;  // "group/resource" -> verbs
+    for (const auto& role : OfKind(r, kind)) {
+      for (const auto& rule : role.value("rules", json::array())) {
+        for (const auto& g : rule.value("apiGroups", json::array())) {
+          for (const auto& res : rule.value("resources", json::array())) {
+            for (const auto& v : rule.value("verbs", json::array())) {
+              out[g.get<std::string>() + "/" + res.get<std::string>()].insert(v);
+            }
+          }
+        }
+      }
+    }
+    return out;
+  };
+  Rendered off = Render({});
+  ASSERT_EQ(off.code, 0) << off.err;
+  auto before = verbs_of(off, "ClusterRole");
+  EXPECT_FALSE(before["/pods"].count("patch"));
+  EXPECT_FALSE(before.count("kueue.x-k8s.io/workloads"));
+  for (const auto& [values, kind] : {std::pair<std::vector<std::string>, const char*>{
+                                         {"--set", "scheduling.kueue=true"}, "ClusterRole"},
+                                     {{"--values", CHART_DIR "/ci/namespace-scope-values.yaml",
+                                       "--set", "scheduling.kueue=true"},
+                                      "Role"}}) {
+    Rendered on = Render(values);
+    ASSERT_EQ(on.code, 0) << on.err;
+    auto after = verbs_of(on, kind);
+    EXPECT_EQ(after["kueue.x-k8s.io/workloads"], std::set<std::string>{"get"}) << kind;
+    EXPECT_TRUE(after["/pods"].count("patch")) << kind;
+    // Nothing else changed: the same verbs on everything but those two.
+    after["/pods"].erase("patch");
+    after.erase("kueue.x-k8s.io/workloads");
+    Rendered plain = Render(
+        std::string(kind) == "Role"
+            ? std::vector<std::string>{"--values", CHART_DIR "/ci/namespace-scope-values.yaml"}
+            : std::vector<std::string>{});
+    EXPECT_EQ(after, verbs_of(plain, kind)) << kind;
   }
 }
 

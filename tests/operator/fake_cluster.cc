@@ -173,6 +173,7 @@ StatusOr<json> FakeCluster::CreatePod(const json& pod) {
   p["metadata"]["uid"] = "pod-uid-" + std::to_string(next_uid_++);
   p["metadata"]["creationTimestamp"] = FormatTime(clock_->Now());
   p["status"] = {{"phase", "Pending"}};
+  if (pod_webhook_) pod_webhook_(p);
   Stamp(p);
   pods_[name] = p;
   Log("create-pod " + name);
@@ -234,6 +235,38 @@ Status FakeCluster::DeletePodGroup(const std::string& ns, const std::string& nam
   if (!pod_groups_.erase(name)) return Status(StatusCode::kNotFound, "not found");
   Log("delete-podgroup " + name);
   return Status::Ok();
+}
+
+Status FakeCluster::AnnotatePod(const std::string& ns, const std::string& name,
+                                const std::string& uid, const json& annotations) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Status injected;
+  if (Injected("annotate-pod", &injected)) return injected;
+  auto it = pods_.find(name);
+  if (it == pods_.end()) return NotFound("pods \"" + name + "\" not found");
+  if (UidOf(it->second) != uid) {
+    return Status(StatusCode::kConflict, "precondition failed: UID mismatch");
+  }
+  for (const auto& [key, value] : annotations.items()) {
+    it->second["metadata"]["annotations"][key] = value;
+  }
+  Stamp(it->second);
+  Log("annotate-pod " + name);
+  return Status::Ok();
+}
+
+StatusOr<json> FakeCluster::GetKueueWorkload(const std::string& ns, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Status injected;
+  if (Injected("get-workload", &injected)) return injected;
+  auto it = workloads_.find(name);
+  if (it == workloads_.end()) return NotFound("workloads \"" + name + "\" not found");
+  return it->second;
+}
+
+void FakeCluster::SetKueueWorkload(const std::string& name, json workload) {
+  std::lock_guard<std::mutex> lock(mu_);
+  workloads_[name] = std::move(workload);
 }
 
 json* FakeCluster::PodGroup(const std::string& name) {

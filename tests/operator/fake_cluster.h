@@ -47,10 +47,13 @@ class FakeCluster : public Cluster {
   void RemovePod(const std::string& name);  // as if its deletion completed
   // Deletions leave pods terminating (deletionTimestamp) until FinishDeletions().
   void SetGracefulDeletion(bool graceful) { graceful_ = graceful; }
+  // Changes every pod as it is created, as a mutating admission webhook would (Kueue's gates).
+  void SetPodWebhook(std::function<void(json& pod)> webhook) { pod_webhook_ = std::move(webhook); }
   void FinishDeletions();
 
   // The next `count` calls of `op` ("create-pod", "delete-pod", "create-service", "create-secret",
-  // "create-podgroup", "delete-podgroup", "update-status", "delete-job") fail with `status`.
+  // "create-podgroup", "delete-podgroup", "annotate-pod", "get-workload", "update-status",
+  // "delete-job") fail with `status`.
   void FailNext(const std::string& op, Status status, int count = 1);
   std::vector<std::string> Writes() const;  // "create-pod x-node-0", "update-status x", ...
   void ClearWrites();
@@ -73,6 +76,11 @@ class FakeCluster : public Cluster {
   StatusOr<json> CreateSecret(const json& secret) override;
   StatusOr<json> CreatePodGroup(const json& pod_group) override;
   Status DeletePodGroup(const std::string& ns, const std::string& name) override;
+  Status AnnotatePod(const std::string& ns, const std::string& name, const std::string& uid,
+                     const json& annotations) override;
+  StatusOr<json> GetKueueWorkload(const std::string& ns, const std::string& name) override;
+  // Kueue's Workload as GetKueueWorkload reads it (gang kueue); nullptr-like absent by default.
+  void SetKueueWorkload(const std::string& name, json workload);
   StatusOr<json> UpdateJobStatus(const json& job) override;
   Status DeleteJob(const std::string& ns, const std::string& name, const std::string& uid) override;
   void RecordEvent(const json& job, EventType type, const std::string& reason,
@@ -85,13 +93,14 @@ class FakeCluster : public Cluster {
 
   const WallClock* const clock_;
   mutable std::mutex mu_;
-  std::map<std::string, json> jobs_, pods_, services_, secrets_, pod_groups_;
+  std::map<std::string, json> jobs_, pods_, services_, secrets_, pod_groups_, workloads_;
   std::map<std::string, std::deque<Status>> faults_;
   std::vector<std::string> writes_;
   std::vector<RecordedEvent> events_;
   int64_t next_rv_ = 100;
   int64_t next_uid_ = 1;
   bool graceful_ = false;
+  std::function<void(json& pod)> pod_webhook_;
   bool gone_for_live_reads_ = false;
 };
 

@@ -25,6 +25,8 @@ TEST(JobStatusTest, RoundTripDropsUnknownFields) {
              {"worldSize", 8},
              {"gpus", 8},
              {"restarts", 1},
+             {"evictions", 2},
+             {"lastEviction", {{"reason", "Preempted"}, {"at", "2024-05-01T09:30:00Z"}}},
              {"startTime", "2024-05-01T09:00:00Z"},
              {"nodes", {{"pending", 0}, {"running", 2}, {"succeeded", 0}, {"failed", 0}}},
              {"lastFailure", {{"node", 1}, {"exitCode", 137}}},
