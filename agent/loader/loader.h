@@ -23,7 +23,8 @@
 //
 // Every sample of an epoch is delivered exactly once and, unless in_order is false, in
 // sampler order, also when workers die or hang: a dead worker's tasks are reissued and its
-// respawned incarnation reconnected; a task outstanding longer than `timeout` gets its worker
+// respawned incarnation reconnected; a task outstanding longer than `timeout` (not counting
+// the time its worker waited for a CPU, up to 10 timeouts: hang_clock.h) gets its worker
 // SIGKILLed and is treated the same. A batch that cannot be built (its worker died on it
 // max_attempts times, the dataset failed on one of its indices, or it is larger than a slot)
 // fails Next() when the trainer reaches it, so earlier batches are still delivered; the

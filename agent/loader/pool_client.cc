@@ -62,8 +62,10 @@ Status PoolClient::Start() {
     std::lock_guard<std::mutex> lock(mu_);
     times_.start = opts_.clock->Now();
     for (Conn& c : conns_) {
-      c.down_since = opts_.clock->Now();
+      c.SetDownSince(opts_.clock->Now());
       Connect(c, c.down_since);
+      // The CPU wait of a worker already running counts from now, not from the first look.
+      if (opts_.timeout.count() > 0) LookAtSilentWorker(c, c.down_since);
     }
   }
   io_ = std::thread([this] { IoLoop(); });
@@ -76,21 +78,32 @@ Status PoolClient::Start() {
     if (!opts_.start_waits_for_all_workers) return conns_.front().said_hello;
     return std::all_of(conns_.begin(), conns_.end(), [](const Conn& c) { return c.said_hello; });
   };
-  bool settled = cv_.wait_for(lock, setup, ready);
+  // Until `deadline` on the injected clock, or ready(): the I/O thread notifies cv_ after each
+  // of its rounds, and the wait's slices bound how late a deadline no round marks is seen.
+  auto wait_until = [&](Clock::TimePoint deadline) {
+    while (!ready() && opts_.clock->Now() < deadline) {
+      cv_.wait_for(lock, std::chrono::milliseconds(50));
+    }
+    return ready();
+  };
+  bool settled = wait_until(opts_.clock->Now() + setup);
   // A worker that connected and never said Hello is killed as hung at the timeout (here, or
   // by the I/O thread's CheckHung, whichever looks first): its successor gets the whole time
-  // again. Each connection's kills are bounded by max_attempts.
+  // again. Each connection's kills are bounded by max_attempts. One spared because it waited
+  // for a CPU is waited for until its next look (the hang clock's ceiling ends that).
   for (int seen = 0; !settled && error_.ok();) {
     const Clock::TimePoint now = opts_.clock->Now();
+    std::optional<Clock::TimePoint> starved;  // the earliest next look at a spared worker
     for (Conn& c : conns_) {
       if (c.state == ConnState::kAwaitHello && !c.hung_killed &&
-          now - c.down_since >= opts_.timeout) {
-        KillSilentWorker(c, now);
+          now - c.down_since >= opts_.timeout && KillSilentWorker(c, now)) {
+        const Clock::TimePoint look = c.hang_clock.NextLook(opts_.timeout);
+        if (!starved || look < *starved) starved = look;
       }
     }
-    if (hello_kills_ == seen) break;
+    if (hello_kills_ == seen && !starved) break;
     seen = hello_kills_;
-    settled = cv_.wait_for(lock, setup, ready);
+    settled = wait_until(starved ? std::min(*starved, now + setup) : now + setup);
   }
   if (!error_.ok()) return error_;
   if (!settled) {
@@ -233,6 +246,7 @@ PoolClientStats PoolClient::Stats() const {
   s.restarts_hung = restarts_[static_cast<int>(RestartKind::kHung)];
   s.restarts_oom = restarts_[static_cast<int>(RestartKind::kOom)];
   s.restarts_shm = restarts_[static_cast<int>(RestartKind::kShm)];
+  s.hung_kills = hung_kills_;
   s.slots = ring_ ? ring_->slots() : 0;
   s.slot_bytes = ring_ ? ring_->slot_bytes() : 0;
   return s;
@@ -419,7 +433,7 @@ bool PoolClient::SendTask(Conn& c, int64_t id, Clock::TimePoint now) {
     ConnDown(c, now);
     return false;
   }
-  if (c.queue.empty()) c.head_since = now;
+  if (c.queue.empty()) c.SetHeadSince(now);
   c.queue.push_back(id);
   t.worker = c.id;
   return true;

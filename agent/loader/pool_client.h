@@ -3,7 +3,8 @@
 // indices, reissues a dead worker's tasks to its successor, kills a worker whose task is
 // overdue, and hands every batch back exactly once as a ready slot. It knows nothing of
 // datasets, samplers or torch: the C++ Loader drives it, and so can a per-rank service for
-// a Python rank.
+// a Python rank. Time a worker spent waiting for a CPU does not count toward its timeout
+// (hang_clock.h), up to a ceiling of wall time.
 //
 // Thread-safety: every public method may be called from any thread. Start() starts an I/O
 // thread that does all socket work; PoolClientOptions::on_tick runs on it without the
@@ -28,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/loader/hang_clock.h"
 #include "agent/loader/protocol.h"
 #include "agent/loader/shm_ring.h"
 #include "agent/loader/slot_pool.h"
@@ -41,8 +43,11 @@ struct PoolClientOptions {
   int workers = 0;          // the pool's size
   int initial_active = 0;   // workers given tasks at first (SetActiveWorkers changes it)
   int prefetch_factor = 2;  // tasks outstanding per active worker; slots: workers x this + 4
-  std::chrono::milliseconds timeout{120'000};  // an overdue task kills its worker; 0: never
-  int max_attempts = 3;                        // failures of one batch (or worker start) allowed
+  // An overdue task kills its worker, as does a connected worker that says no Hello; time
+  // the worker waited for a CPU does not count, up to HangClock::kCeilingTimeouts x this of
+  // wall time (hang_clock.h). 0: never.
+  std::chrono::milliseconds timeout{120'000};
+  int max_attempts = 3;  // failures of one batch (or worker start) allowed
   // Batch b is built by worker b % active workers, as DataLoader's _try_put_index assigns
   // it, so per-worker random streams match PyTorch's exactly; a task waits for its worker's
   // queue to have room rather than going to an idle worker. Batches are issued in order and
@@ -76,6 +81,9 @@ struct PoolClientOptions {
   std::function<void()> on_tick;
   Clock::Duration tick_interval{0};
   const Clock* clock = RealClock::Get();
+  // How long a worker's process has lived and waited for a CPU (hang_clock.h); tests inject
+  // readings, to run on a SimulatedClock.
+  ProcessTimesReader process_times = ReadProcessTimes;
 };
 
 // A built batch, handed over by Take(): the caller owns `slot` until it calls Release.
@@ -97,6 +105,7 @@ struct PoolClientStats {
   int active_workers = 0;
   int pool_workers = 0;
   int64_t restarts_died = 0, restarts_hung = 0, restarts_oom = 0, restarts_shm = 0;
+  int64_t hung_kills = 0;  // workers killed as hung (restarts_hung counts them once handled)
   size_t slots = 0;
   size_t slot_bytes = 0;
 };
@@ -185,7 +194,9 @@ class PoolClient {
     Clock::TimePoint down_since{};  // when it stopped serving (or Start began)
     std::string connect_error;
     Clock::TimePoint record_deadline{};
-    Clock::TimePoint head_since{};
+    Clock::TimePoint head_since{};  // since when the first task in `queue` is owed
+    // Times the wait for the worker: from head_since while kReady, else from down_since.
+    HangClock hang_clock;
     pid_t pid = 0;
     int incarnation = -1;
     int last_record_incarnation = -1;
@@ -196,6 +207,16 @@ class PoolClient {
     std::string hang_note;
     int start_failures = 0;     // deaths before Hello, in a row
     std::deque<int64_t> queue;  // task ids in the order the worker will build them
+
+    // Set head_since (down_since) and restart the hang clock from it.
+    void SetHeadSince(Clock::TimePoint t) {
+      head_since = t;
+      hang_clock.Restart(t);
+    }
+    void SetDownSince(Clock::TimePoint t) {
+      down_since = t;
+      hang_clock.Restart(t);
+    }
   };
 
   struct Task {
@@ -243,6 +264,9 @@ class PoolClient {
   std::string LastExitNote(const Conn& c) const;
   // How long a worker may be out of service before the client gives up on the pool.
   std::chrono::milliseconds ServiceTimeout() const;
+  // How long `c` has been out of service as that limit counts it: not the time its worker
+  // waited for a CPU, below the hang clock's ceiling.
+  Clock::Duration OutOfService(const Conn& c, Clock::TimePoint now) const;
 
   // Messages from a worker.
   void ReadConn(Conn& c, Clock::TimePoint now);
@@ -278,7 +302,17 @@ class PoolClient {
   // The I/O thread (takes mu_ itself).
   void IoLoop();
   void CheckHung(Clock::TimePoint now);
-  void KillSilentWorker(Conn& c, Clock::TimePoint now);
+  // A look at a connected worker that has said no Hello (hang_clock.h): kills it if hung.
+  // Returns true when it is spared only because it waited for a CPU (so whoever waits for
+  // it should wait until c.hang_clock.NextLook).
+  bool KillSilentWorker(Conn& c, Clock::TimePoint now);
+  // The process in c's pid file, if it is a child of the pool's owner: its CPU wait goes to
+  // c's hang clock (a look).
+  struct WorkerProcess {
+    pid_t pid = 0;
+    ProcessTimes times;
+  };
+  std::optional<WorkerProcess> LookAtSilentWorker(Conn& c, Clock::TimePoint now);
   std::optional<Clock::TimePoint> NextDeadline(Clock::TimePoint now) const;
 
   // Constant after construction.
@@ -321,6 +355,7 @@ class PoolClient {
   Clock::TimePoint next_tick_{};
   int64_t restarts_[4] = {0, 0, 0, 0};  // by RestartKind
   int hello_kills_ = 0;                 // workers killed for never saying Hello (CheckHung)
+  int64_t hung_kills_ = 0;              // workers killed as hung, both ways
 };
 
 }  // namespace spawnpoint::loader

@@ -31,30 +31,17 @@ namespace {
 // without one.
 constexpr auto kExitRecordWait = std::chrono::seconds(3);
 
-// The parent of live process `pid` and how long it has lived (/proc/PID/stat, /proc/uptime);
-// a parent of 0 when it is gone or a zombie.
-struct ProcessFacts {
-  pid_t parent = 0;
-  double age_seconds = 0;
-};
-
-ProcessFacts FactsOf(pid_t pid) {
+// The parent of live process `pid` (/proc/PID/stat); 0 when it is gone or a zombie.
+pid_t ParentOf(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const size_t paren = stat.rfind(')');
-  if (paren == std::string::npos) return {};
+  if (paren == std::string::npos) return 0;
   std::istringstream fields(stat.substr(paren + 1));
   std::string state;
   long long ppid = 0;
-  fields >> state >> ppid;
-  std::string skip;
-  for (int f = 5; f < 22 && fields; ++f) fields >> skip;  // to field 22, starttime
-  unsigned long long start_ticks = 0;
-  double uptime = 0;
-  if (!(fields >> start_ticks) || !(std::ifstream("/proc/uptime") >> uptime)) return {};
-  if (state == "Z" || state == "X") return {};
-  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
-  return {static_cast<pid_t>(ppid), uptime - static_cast<double>(start_ticks) / ticks};
+  if (!(fields >> state >> ppid) || state == "Z" || state == "X") return 0;
+  return static_cast<pid_t>(ppid);
 }
 
 }  // namespace
@@ -107,7 +94,7 @@ void PoolClient::ConnDown(Conn& c, Clock::TimePoint now) {
   c.reader->Reset(-1);
   if (c.fd >= 0) close(c.fd);
   c.fd = -1;
-  if (c.state == ConnState::kReady) c.down_since = now;
+  if (c.state == ConnState::kReady) c.SetDownSince(now);
   c.state = ConnState::kAwaitRecord;
   c.record_deadline = now + kExitRecordWait;
 }
@@ -125,6 +112,12 @@ std::string PoolClient::LastExitNote(const Conn& c) const {
 
 std::chrono::milliseconds PoolClient::ServiceTimeout() const {
   return opts_.timeout.count() > 0 ? opts_.timeout : std::chrono::minutes(5);
+}
+
+Clock::Duration PoolClient::OutOfService(const Conn& c, Clock::TimePoint now) const {
+  // Credit is only ever given with a timeout (CheckHung looks), so 0 means wall time.
+  if (c.hang_clock.AtCeiling(now, opts_.timeout)) return now - c.down_since;
+  return now - c.down_since - c.hang_clock.Credit();
 }
 
 // The connection's worker is gone (EOF): learn why, charge the batch it was building,
@@ -238,7 +231,7 @@ void PoolClient::OnHello(Conn& c, const nlohmann::json& b, Clock::TimePoint now)
   c.hello_this_connection = true;
   c.start_failures = 0;
   c.state = ConnState::kReady;
-  c.head_since = now;
+  c.SetHeadSince(now);
   if (c.id == 0 && times_.hello == Clock::TimePoint{}) times_.hello = now;
   if (phase_ == Phase::kProbing && c.id == 0) StartProbe(c);
 }
@@ -304,7 +297,7 @@ void PoolClient::OnDone(Conn& c, const nlohmann::json& b, Clock::TimePoint now) 
   auto qit = std::find(c.queue.begin(), c.queue.end(), id);
   if (qit == c.queue.end()) return;  // not ours any more
   c.queue.erase(qit);
-  c.head_since = now;
+  c.SetHeadSince(now);
   Task& t = tasks_.at(id);
   t.worker = -1;
   if (t.canceled) return Remove(t);
@@ -337,7 +330,7 @@ void PoolClient::OnWorkerError(Conn& c, const nlohmann::json& b, Clock::TimePoin
   // failing batch in order is the one reported.
   auto qit = std::find(c.queue.begin(), c.queue.end(), id);
   if (qit != c.queue.end()) c.queue.erase(qit);
-  c.head_since = now;
+  c.SetHeadSince(now);
   t->worker = -1;
   if (t->canceled) return Remove(*t);
   t->error_body = b;
@@ -350,17 +343,22 @@ void PoolClient::CheckHung(Clock::TimePoint now) {
   if (opts_.timeout.count() <= 0) return;
   for (Conn& c : conns_) {
     if (c.state == ConnState::kAwaitHello && !c.hung_killed &&
-        now - c.down_since >= opts_.timeout) {
+        now >= c.hang_clock.NextLook(opts_.timeout)) {
       KillSilentWorker(c, now);
       continue;
     }
     if (c.state != ConnState::kReady || c.queue.empty() || c.hung_killed || c.pid <= 0) {
       continue;
     }
-    if (now - c.head_since < opts_.timeout) continue;
+    if (now < c.hang_clock.NextLook(opts_.timeout)) continue;
+    // The worker ran before the task was owed: its first reading is the baseline.
+    const auto times = opts_.process_times(c.pid);
+    c.hang_clock.Look(now, c.pid, times ? times->cpu_wait : std::nullopt, false);
+    if (!c.hang_clock.Overdue(now, opts_.timeout)) continue;
     const Task& t = tasks_.at(c.queue.front());
     c.hung_killed = true;
-    c.hang_note = HangNote(opts_.timeout, t.batch, t.epoch);
+    c.hang_note = HangNote(opts_.timeout, t.batch, t.epoch, c.hang_clock.Note(now, opts_.timeout));
+    ++hung_kills_;
     // The whole group, so helper processes the dataset started go too.
     kill(-c.pid, SIGKILL);
     if (kill(c.pid, SIGKILL) != 0 && errno != ESRCH) {
@@ -371,27 +369,45 @@ void PoolClient::CheckHung(Clock::TimePoint now) {
   }
 }
 
+std::optional<PoolClient::WorkerProcess> PoolClient::LookAtSilentWorker(Conn& c,
+                                                                        Clock::TimePoint now) {
+  const pid_t pid = ReadWorkerPid(opts_.dir, c.id);
+  const pid_t parent = pid > 0 ? ParentOf(pid) : 0;
+  const bool ours = parent > 0 && (parent == getpid() || parent == getppid());
+  const auto times = ours ? opts_.process_times(pid) : std::nullopt;
+  if (!times) {
+    c.hang_clock.Look(now, pid, std::nullopt, false);
+    return std::nullopt;
+  }
+  c.hang_clock.Look(now, pid, times->cpu_wait, times->age <= c.hang_clock.Elapsed(now));
+  return WorkerProcess{pid, *times};
+}
+
 // Connected and configured, and no Hello within the timeout from a worker that has lived at
 // least that long: it is stopped or stuck (the socket is the pool's, so a connection is made
 // whatever the worker does; a restarted rank meets a worker that hung while no rank used it
 // this way). Killed as hung, through the pool's pid file, when the pid is a child of the
 // pool's owner (this process, or the agent that started it); its successor takes the
 // connection from the socket's backlog, or dies first and is connected to anew. Without a
-// pid, or for a worker still starting, the not-served check decides as before.
-void PoolClient::KillSilentWorker(Conn& c, Clock::TimePoint now) {
-  const pid_t pid = ReadWorkerPid(opts_.dir, c.id);
-  if (pid <= 0) return;
-  const ProcessFacts facts = FactsOf(pid);
-  if (facts.parent != getpid() && facts.parent != getppid()) return;
+// pid, or for a worker still starting, the not-served check decides as before. The time
+// without an answer leaves out what the worker waited for a CPU (hang_clock.h): a worker
+// importing on a loaded machine is starting, not hung.
+bool PoolClient::KillSilentWorker(Conn& c, Clock::TimePoint now) {
+  const auto worker = LookAtSilentWorker(c, now);
+  if (!worker || c.hang_clock.Elapsed(now) < opts_.timeout) return false;
+  if (!c.hang_clock.Overdue(now, opts_.timeout)) return true;  // starved, not hung
   // A successor still starting (younger than the timeout) is not hung: left to the check.
-  if (facts.age_seconds < std::chrono::duration<double>(opts_.timeout).count()) return;
+  if (worker->times.age < opts_.timeout) return false;
+  const pid_t pid = worker->pid;
   c.hung_killed = true;
   c.hang_note = "hung: no answer in " + std::to_string(opts_.timeout.count() / 1000) +
-                " s to a new connection; killed with SIGKILL";
+                " s to a new connection" + c.hang_clock.Note(now, opts_.timeout) +
+                "; killed with SIGKILL";
   kill(-pid, SIGKILL);
   kill(pid, SIGKILL);
-  c.down_since = now;  // its successor gets the whole time
+  c.SetDownSince(now);  // its successor gets the whole time
   ++hello_kills_;
+  ++hung_kills_;
   if (++c.start_failures >= opts_.max_attempts) {
     FailLocked(Internal("loader: worker " + std::to_string(c.id) + " of rank " +
                         std::to_string(opts_.rank) + " did not answer within " +
@@ -399,6 +415,7 @@ void PoolClient::KillSilentWorker(Conn& c, Clock::TimePoint now) {
                         std::to_string(c.start_failures) + " times (the last pid " +
                         std::to_string(pid) + " was killed)"));
   }
+  return false;
 }
 
 std::optional<Clock::TimePoint> PoolClient::NextDeadline(Clock::TimePoint now) const {
@@ -410,12 +427,11 @@ std::optional<Clock::TimePoint> PoolClient::NextDeadline(Clock::TimePoint now) c
     if (c.state == ConnState::kIdle || c.state == ConnState::kAwaitRecord) {
       take(now + std::chrono::milliseconds(10));
     }
-    if (c.state == ConnState::kReady && !c.queue.empty() && !c.hung_killed &&
-        opts_.timeout.count() > 0) {
-      take(c.head_since + opts_.timeout);
-    }
-    if (c.state == ConnState::kAwaitHello && !c.hung_killed && opts_.timeout.count() > 0) {
-      take(c.down_since + opts_.timeout);
+    // CheckHung's looks (never at a worker without a pid: it is not killed).
+    if (opts_.timeout.count() > 0 && !c.hung_killed &&
+        ((c.state == ConnState::kReady && !c.queue.empty() && c.pid > 0) ||
+         c.state == ConnState::kAwaitHello)) {
+      take(c.hang_clock.NextLook(opts_.timeout));
     }
   }
   if (opts_.on_tick && opts_.tick_interval.count() > 0) take(next_tick_);
@@ -463,11 +479,12 @@ void PoolClient::IoLoop() {
       if (!error_.ok()) break;
       if (c.state == ConnState::kAwaitRecord) HandleDeath(c, now);
       if (c.state == ConnState::kIdle && now >= c.retry_at) Connect(c, now);
-      if (c.state != ConnState::kReady && now - c.down_since > ServiceTimeout()) {
+      if (c.state != ConnState::kReady && OutOfService(c, now) > ServiceTimeout()) {
         FailLocked(Status(
             StatusCode::kUnavailable,
             "loader: worker " + std::to_string(c.id) + " at " + c.path + " has not served for " +
                 std::to_string(ServiceTimeout().count() / 1000) + " s" +
+                c.hang_clock.Note(now, opts_.timeout) +
                 (c.connect_error.empty() ? "" : " (" + c.connect_error + ")") + LastExitNote(c) +
                 "; is its pool's owner (the agent, or this program's pool thread) "
                 "still running?"));

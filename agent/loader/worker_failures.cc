@@ -50,11 +50,12 @@ DeathReport DescribeDeath(int worker, pid_t pid, const std::optional<WorkerExitR
   return r;
 }
 
-std::string HangNote(std::chrono::milliseconds timeout, int64_t batch, int64_t epoch) {
+std::string HangNote(std::chrono::milliseconds timeout, int64_t batch, int64_t epoch,
+                     const std::string& starvation) {
   char secs[32];
   std::snprintf(secs, sizeof(secs), "%g", std::chrono::duration<double>(timeout).count());
   return std::string("hung: no batch in ") + secs + " s (building batch " + std::to_string(batch) +
-         " of epoch " + std::to_string(epoch) + "); killed with SIGKILL";
+         " of epoch " + std::to_string(epoch) + ")" + starvation + "; killed with SIGKILL";
 }
 
 std::string GiveUpMessage(int64_t batch, int64_t epoch, const std::vector<int64_t>& indices,

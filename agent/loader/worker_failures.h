@@ -40,8 +40,10 @@ DeathReport DescribeDeath(int worker, pid_t pid, const std::optional<WorkerExitR
                           const std::string& hang_note, const std::string& dir,
                           std::chrono::seconds record_wait);
 
-// "hung: no batch in 0.8 s (building batch 9 of epoch 0); killed with SIGKILL"
-std::string HangNote(std::chrono::milliseconds timeout, int64_t batch, int64_t epoch);
+// "hung: no batch in 0.8 s (building batch 9 of epoch 0); killed with SIGKILL", with
+// `starvation` (HangClock::Note: what waiting for a CPU did not count) before "; killed".
+std::string HangNote(std::chrono::milliseconds timeout, int64_t batch, int64_t epoch,
+                     const std::string& starvation = "");
 
 // "loader: batch 9 of epoch 0 (sample indices [...]) failed 3 times:\n  attempt 1: ..."
 std::string GiveUpMessage(int64_t batch, int64_t epoch, const std::vector<int64_t>& indices,

@@ -1052,6 +1052,221 @@ TEST_F(StrictRoundRobinTest, AHungWorkersBatchesGoToItsSuccessor) {
   EXPECT_EQ(client.Stats().restarts_hung, 1);
 }
 
+// --- waiting for a CPU is not hanging -------------------------------------------------------
+
+// PoolClient on a SimulatedClock over one real worker, with what it reads about the worker's
+// process injected (PoolClientOptions::process_times): the test says how long the worker
+// waited for a CPU. The I/O thread ticks every simulated millisecond, and CheckHung runs
+// before on_tick with the same time, so Step() returns once the client has looked at the
+// new time. The timeout is 60 s: looks every 7.5 s, the first one the CPU wait's baseline.
+class StarvedWorkerTest : public ::testing::Test {
+ protected:
+  static constexpr milliseconds kTimeout = seconds(60);
+
+  PoolClientOptions ClientOptions(const std::string& dataset, const std::string& arg) {
+    return {.dir = agent_.dir(),
+            .workers = 1,
+            .initial_active = 1,
+            .timeout = kTimeout,
+            .dataset = dataset,
+            .dataset_arg = arg,
+            .probe_batch =
+                [](int64_t) {
+                  return std::vector<int64_t>{0, 1};
+                },
+            .on_tick =
+                [this] {
+                  std::lock_guard<std::mutex> lock(mu_);
+                  ++ticks_;
+                },
+            .tick_interval = milliseconds(1),
+            .clock = &clock_,
+            .process_times = [this](pid_t pid) { return Times(pid); }};
+  }
+
+  // The victim has lived 1000 s when the test starts, and waited for a CPU as SetWait says;
+  // any other process (its successor) has just started and never waited.
+  std::optional<ProcessTimes> Times(pid_t pid) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++reads_;
+    if (pid != victim_) return ProcessTimes{Clock::Duration{0}, Clock::Duration{0}};
+    return ProcessTimes{seconds(1000) + (clock_.Now() - start_), wait_};
+  }
+  void SetVictim(pid_t pid) {
+    std::lock_guard<std::mutex> lock(mu_);
+    victim_ = pid;
+  }
+  void SetWait(std::optional<Clock::Duration> wait) {
+    std::lock_guard<std::mutex> lock(mu_);
+    wait_ = wait;
+  }
+  int Ticks() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ticks_;
+  }
+  int Reads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reads_;
+  }
+  void WaitForFirstTick() {
+    ASSERT_TRUE(testing::WaitUntil([&] { return Ticks() > 0; }, seconds(20)));
+  }
+  // Advances the clock by `d` and returns once the I/O thread has looked at the new time.
+  void Step(Clock::Duration d) {
+    const int before = Ticks();
+    clock_.Advance(d);
+    ASSERT_TRUE(testing::WaitUntil([&] { return Ticks() > before; }, seconds(20)));
+  }
+  // Worker 0 hangs on sample 5 (a real hang: pause()); the test says whether it is starved.
+  // Returns once batch 0 of epoch 1 is at the worker, the clock not moved since.
+  void StartHungBatch(PoolClient& client) {
+    ASSERT_TRUE(client.Start().ok());
+    WaitForFirstTick();
+    SetVictim(client.WorkerPids()[0]);
+    client.Submit(1, 0, {{4, 5}});
+    ASSERT_TRUE(testing::WaitUntil([&] { return client.Stats().in_flight == 1; }, seconds(20)));
+  }
+  // Its successor builds the batch.
+  static void ExpectTheBatchFromASuccessor(PoolClient& client) {
+    auto r = client.Take(1, 0, seconds(30));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(r->has_value());
+    EXPECT_EQ((*r)->indices, (std::vector<int64_t>{4, 5}));
+    EXPECT_EQ(client.Stats().restarts_hung, 1);
+  }
+  std::string HangOnce() const { return "size=20,dim=2,at=5,marker=" + dir_.File("hung-once"); }
+
+  testing::TempDir dir_;
+  AgentLikePool agent_{0, 1, {SelfExe()}};
+  SimulatedClock clock_;
+  const Clock::TimePoint start_ = clock_.Now();
+  std::mutex mu_;
+  int ticks_ = 0;
+  int reads_ = 0;  // of Times()
+  pid_t victim_ = -1;
+  std::optional<Clock::Duration> wait_ = Clock::Duration{0};
+};
+
+// Its batch overdue by 65 s of wall time, 50 of them waiting for a CPU: not hung. It gets
+// the CPU from then on: killed when 60 s count, 110 s in.
+TEST_F(StarvedWorkerTest, ATaskOverdueOnlyByWaitsForACpuDoesNotKillItsWorkerUntilTheRestIs) {
+  PoolClient client(ClientOptions("hang", HangOnce()));
+  StartHungBatch(client);
+  SetWait(seconds(100));
+  Step(milliseconds(7500));  // the baseline
+  SetWait(seconds(150));
+  Step(milliseconds(57500));  // 65 s in, 15 s counted
+  EXPECT_EQ(client.Stats().hung_kills, 0);
+  Step(seconds(44));  // 109 s in, 59 s counted
+  EXPECT_EQ(client.Stats().hung_kills, 0);
+  Step(seconds(1));
+  EXPECT_EQ(client.Stats().hung_kills, 1);
+  ExpectTheBatchFromASuccessor(client);
+}
+
+// Waiting for a CPU all the time, it is still killed at 10 timeouts of wall time.
+TEST_F(StarvedWorkerTest, AWorkerStarvedForGoodIsKilledAtTheCeiling) {
+  PoolClient client(ClientOptions("hang", HangOnce()));
+  StartHungBatch(client);
+  SetWait(seconds(100));
+  Step(milliseconds(7500));
+  SetWait(seconds(100) + seconds(599) - milliseconds(7500));
+  Step(seconds(599) - milliseconds(7500));  // 599 s in, 7.5 s counted
+  EXPECT_EQ(client.Stats().hung_kills, 0);
+  SetWait(seconds(100) + seconds(600) - milliseconds(7500));
+  Step(seconds(1));
+  EXPECT_EQ(client.Stats().hung_kills, 1);
+  ExpectTheBatchFromASuccessor(client);
+}
+
+// No CPU wait can be read (a kernel without schedstats): killed at the timeout, as always.
+TEST_F(StarvedWorkerTest, WithoutReadingsAWorkerIsKilledAtTheTimeout) {
+  PoolClient client(ClientOptions("hang", HangOnce()));
+  SetWait(std::nullopt);
+  StartHungBatch(client);
+  Step(milliseconds(7500));
+  Step(kTimeout - milliseconds(7500) - milliseconds(1));
+  EXPECT_EQ(client.Stats().hung_kills, 0);
+  Step(milliseconds(1));
+  EXPECT_EQ(client.Stats().hung_kills, 1);
+  ExpectTheBatchFromASuccessor(client);
+}
+
+// A worker that says no Hello to a new connection (stopped here; starved, the test says):
+// 65 s without an answer, 50 of them waiting for a CPU, is neither killed nor reason to give
+// up on the pool; once 60 s count it is killed and its successor answers.
+TEST_F(StarvedWorkerTest, ASilentWorkerWaitingForACpuIsNotKilledUntilTheRestIsOverdue) {
+  pid_t victim = 0;
+  {
+    PoolClientOptions o = ClientOptions("index", "size=20,dim=2");
+    o.clock = RealClock::Get();
+    o.on_tick = nullptr;
+    o.process_times = ReadProcessTimes;
+    PoolClient first(o);
+    ASSERT_TRUE(first.Start().ok());
+    victim = first.WorkerPids()[0];
+  }
+  SetVictim(victim);
+  SetWait(seconds(100));  // Start reads the baseline
+  ASSERT_EQ(kill(victim, SIGSTOP), 0);
+  PoolClient client(ClientOptions("index", "size=20,dim=2"));
+  Status started = Internal("not returned");
+  std::thread start([&] { started = client.Start(); });  // waits for a Hello
+  WaitForFirstTick();
+  SetWait(seconds(150));
+  Step(seconds(65));  // 65 s in, 15 s counted
+  EXPECT_EQ(client.Stats().hung_kills, 0);
+  EXPECT_TRUE(client.error().ok()) << client.error().ToString();
+  Step(seconds(44));
+  EXPECT_EQ(client.Stats().hung_kills, 0);
+  EXPECT_TRUE(client.error().ok()) << client.error().ToString();
+  Step(seconds(1));  // 110 s in, 60 s counted
+  EXPECT_EQ(client.Stats().hung_kills, 1);
+  start.join();
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  EXPECT_NE(client.WorkerPids()[0], victim);
+  EXPECT_EQ(client.Stats().restarts_hung, 1);
+}
+
+// The same during Start(), whose own wait (as long as the timeout) ends while the worker is
+// spared: Start looks at it itself, and waits on instead of failing with "no answer within
+// 1 s".
+TEST_F(StarvedWorkerTest, StartWaitsOnForASilentWorkerWaitingForACpu) {
+  pid_t victim = 0;
+  {
+    PoolClientOptions o = ClientOptions("index", "size=20,dim=2");
+    o.clock = RealClock::Get();
+    o.on_tick = nullptr;
+    o.process_times = ReadProcessTimes;
+    o.timeout = seconds(20);
+    PoolClient first(o);
+    ASSERT_TRUE(first.Start().ok());
+    victim = first.WorkerPids()[0];
+  }
+  SetVictim(victim);
+  SetWait(seconds(100));  // Start reads the baseline
+  ASSERT_EQ(kill(victim, SIGSTOP), 0);
+  PoolClientOptions o = ClientOptions("index", "size=20,dim=2");
+  o.timeout = seconds(1);
+  PoolClient client(o);
+  Status started = Internal("not returned");
+  std::thread start([&] { started = client.Start(); });
+  WaitForFirstTick();
+  SetWait(seconds(100) + milliseconds(1300));
+  const int reads = Reads();
+  Step(milliseconds(1500));  // 1.5 s in, 0.2 s counted
+  // Both looked, the I/O thread and Start (its wait over); neither looks again before the
+  // clock moves.
+  EXPECT_TRUE(testing::WaitUntil([&] { return Reads() >= reads + 2; }, seconds(20)));
+  EXPECT_EQ(client.Stats().hung_kills, 0);
+  EXPECT_TRUE(client.error().ok()) << client.error().ToString();
+  Step(seconds(1));  // 2.5 s in, 1.2 s counted
+  start.join();
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  EXPECT_EQ(client.Stats().hung_kills, 1);
+  EXPECT_NE(client.WorkerPids()[0], victim);
+}
+
 // --- the program as a user runs it -------------------------------------------------------
 
 TEST(LoaderProgram, StandaloneRunForwardsWorkerOutputAndLeavesNothingBehind) {
