@@ -82,8 +82,27 @@ void Reconciler::GangStep(Context& c) {
   const GangReading& r = *c.gang;
   const int before = c.status.restarts;
 
+  // The lowest node of the current gang whose pod is being deleted, or has none; with the
+  // pod's name.
+  auto gone_node = [&c]() -> std::optional<std::pair<int, std::string>> {
+    for (int node = 0; node < c.job.spec.nodes; ++node) {
+      std::optional<std::string> going;
+      bool stays = false;
+      for (const auto& pod : c.pods) {
+        if (NodeRankOf(pod) != node || !c.OfCurrentGang(pod)) continue;
+        if (IsTerminating(pod)) {
+          going = NameOf(pod);
+        } else {
+          stays = true;
+        }
+      }
+      if (!stays) return std::make_pair(node, going.value_or(PodName(c.job.name, node)));
+    }
+    return std::nullopt;
+  };
   // The failure the agents restarted after: theirs when it is new, else the lost pod recorded
-  // for this attempt (a coordinator's replacement knows of no failure).
+  // for this attempt, else a pod being deleted or missing (its agent left before it could say
+  // why), else the coordinator's replacement (it knows of no failure).
   const json& last = c.status.last_failure;
   PodFailure f = FailureFromAgent(r.last_failure, c.job.name);
   const bool reported = r.last_failure.is_object() && !f.failed_at.empty() &&
@@ -96,6 +115,15 @@ void Reconciler::GangStep(Context& c) {
       f.pod = last.value("pod", PodName(c.job.name, f.node));
       f.reason = last.value("reason", "NodeLost");
       f.message = last.value("message", "");
+      f.retryable = true;
+    } else if (std::optional<std::pair<int, std::string>> gone = gone_node()) {
+      // A pod being deleted (kubectl delete, an eviction, its node drained): its agent left
+      // before it could say why.
+      f = PodFailure{};
+      f.node = gone->first;
+      f.pod = gone->second;
+      f.reason = "NodeLost";
+      f.message = "the pod is gone (deleted, evicted or its node lost)";
       f.retryable = true;
     } else {
       f = PodFailure{};

@@ -6,8 +6,9 @@ there, and B's job cannot get both of its nodes: neither trains (with two jobs o
 whose pods interleave, each gets one pod and both give up every 120 s). With
 `spec.scheduling.gang` A binds nothing and waits whole (Volcano: its PodGroup Pending,
 Unschedulable; Kueue: Queued, gated, in Kueue's words), B runs at once and succeeds; when the
-cluster grows (a third node; under Kueue also the quota), A runs and succeeds. No restart
-anywhere. The ranks wait for the test's release file, so a job holds its GPUs while the test
+cluster grows (a third node; under Kueue also the quota), A runs and succeeds. While A waits,
+one of B's pods is deleted: B gets its node back (A's gang still does not fit) and restarts in
+place; no other restart anywhere. The ranks wait for the test's release file, so a job holds its GPUs while the test
 looks.
 
 The real spawnpoint-operator, Kueue v0.19 and the Volcano scheduler v1.15 on one cluster
@@ -53,7 +54,7 @@ def training_job(name, ns, nodes, scheduling, release):
                             release] + trainer,
                 "resources": {"limits": {"nvidia.com/gpu": "3"}}}]}},
             "loader": {"workersPerRank": 0},
-            "restartPolicy": {"maxRestarts": 0},
+            "restartPolicy": {"maxRestarts": 1},
             "rendezvous": {"port": gang_fixture.cluster_fixture.free_port()},
             "shmSize": "64Mi",
             "runPolicy": {"cleanPodPolicy": "None"}}}
@@ -95,12 +96,12 @@ class TwoTeamsOnRealServerTest(gang_fixture.GangTest):
     def status(self, ns, job):
         return (self.cluster.get("tj", "-n", ns, job) or {}).get("status") or {}
 
-    def succeeded(self, ns, job):
+    def succeeded(self, ns, job, restarts=0):
         self.wait("%s/%s finished" % (ns, job),
                   lambda: self.status(ns, job).get("phase") in ("Succeeded", "Failed"))
         status = self.status(ns, job)
         self.assertEqual(status["phase"], "Succeeded", json.dumps(status))
-        self.assertEqual(status["restarts"], 0, json.dumps(status))
+        self.assertEqual(status["restarts"], restarts, json.dumps(status))
 
     def replay(self, scheduler, scheduling, grow):
         """Team A's 3-node job, then team B's 2-node job; `grow()` makes room for A."""
@@ -133,8 +134,29 @@ class TwoTeamsOnRealServerTest(gang_fixture.GangTest):
             group = self.pods(*a)[0]["metadata"]["annotations"]["scheduling.k8s.io/group-name"]
             self.assertEqual(condition(self.cluster.get("podgroup", "-n", a[0], group),
                                        "Unschedulable").get("status"), "True")
+        # A pod of B is lost while A waits: B gets its node back (A still does not fit whole)
+        # and restarts in place; under Kueue the replacement takes a new name.
+        code, out = self.cluster.kubectl("delete", "pod", "-n", b[0], "small-node-1",
+                                         "--wait=false")
+        self.assertEqual(code, 0, out)
+        def b_runs_again():
+            status = self.status(*b)
+            if status.get("phase") in ("Failed", "Succeeded"):
+                self.fail("%s: B ended %s after its pod's loss: %s"
+                          % (scheduler, status["phase"], json.dumps(status)))
+            return (a_holds_nothing() and status.get("restarts") == 1
+                    and status.get("phase") == "Running")
+        self.wait("%s: B Running again after its pod's loss" % scheduler, b_runs_again)
+        last = self.status(*b)["lastFailure"]
+        # Node 1's: its agent's report of its rank stopped (Killed), or the pod's loss
+        # (NodeLost) when the agent left first.
+        self.assertEqual(last["node"], 1, json.dumps(last))
+        self.assertIn(last["reason"], ("Killed", "Terminated", "NodeLost"), json.dumps(last))
+        self.assertEqual(len([p for p in self.pods(*b) if p["spec"].get("nodeName") and
+                              not p["metadata"].get("deletionTimestamp") and
+                              p["status"].get("phase") == "Running"]), 2)
         open(release["small"], "w").close()
-        self.succeeded(*b)
+        self.succeeded(*b, restarts=1)
 
         # Room for A: it runs whole and succeeds.
         open(release["big"], "w").close()

@@ -227,6 +227,21 @@ TEST_F(InPlaceTest, TheCoordinatorsPodGoneIsRecreatedAndItsLossExplainsTheRestar
   EXPECT_EQ(Phase(), "Running");
 }
 
+// `kubectl delete pod` of node 1: its agent leaves without a report and the agents restart
+// before the pod is gone. The restart is explained by that pod, not by node 0's coordinator.
+TEST_F(InPlaceTest, ARestartAfterAPodsDeletionNamesThatPod) {
+  StartRunning();
+  cluster_.SetGracefulDeletion(true);
+  ASSERT_TRUE(cluster_.DeletePod("default", "job-node-1", Uid(1)).ok());
+  Read(1, "Restarting");  // no failure of its own: the lost agent said nothing
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Status()["restarts"], 1);
+  EXPECT_EQ(Status()["lastFailure"]["node"], 1);
+  EXPECT_EQ(Status()["lastFailure"]["pod"], "job-node-1");
+  EXPECT_EQ(Status()["lastFailure"]["reason"], "NodeLost");
+  EXPECT_THAT(Status()["lastFailure"]["message"].get<std::string>(), HasSubstr("deleted"));
+}
+
 // The agents restarted for a lost agent before the operator saw its pod fail: the loss is
 // recorded at the new attempt, so only a reading taken kLossSettle after it calls the gang
 // running again. The readings change no more once it runs (nothing enqueues the job): the
