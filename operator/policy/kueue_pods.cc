@@ -33,6 +33,16 @@ bool KueueCountsActive(const json& pod) {
   return PodPhase(pod) != "Failed";
 }
 
+std::string KueueEndedAt(const json& pod) {
+  std::string latest;
+  const json status = pod.value("status", json::object());
+  for (const auto& cs : status.value("containerStatuses", json::array())) {
+    const std::string at = Str(cs, "/state/terminated/finishedAt"_json_pointer);
+    if (at > latest) latest = at;
+  }
+  return latest;
+}
+
 std::string KueuePodName(const std::string& job, int node, const std::vector<json>& pods) {
   std::set<std::string> taken;
   for (const auto& p : pods) taken.insert(NameOf(p));

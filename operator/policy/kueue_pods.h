@@ -6,7 +6,7 @@
 //  - A pod that is neither Failed nor (being deleted and never bound) counts as one of the
 //    group's active pods; with more active pods than the group's total Kueue deletes the newest
 //    as excess (kueue#15424), so a node's replacement waits until its predecessor is inactive
-//    (KueueCountsActive).
+//    (KueueCountsActive), and has been for kKueueSettle (Kueue's cache lags).
 //  - When Kueue evicts the group (preemption, PodsReadyTimeout, a stopped ClusterQueue, ...) it
 //    sets the pod condition TerminationTarget=True (reason "WorkloadEvictedDueTo<why>") on
 //    every pod and deletes them, and never recreates them (KueueStopped).
@@ -16,6 +16,7 @@
 // Pure functions; thread-safe.
 #pragma once
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -30,6 +31,14 @@ inline constexpr const char* kKueueTerminationTarget = "TerminationTarget";
 // Kueue counts `pod` among its group's active pods: not Failed, and not deleted before it was
 // bound to a node (Kueue's isPodRunnableOrSucceeded).
 bool KueueCountsActive(const nlohmann::json& pod);
+
+// Kueue's view of a pod lags the operator's: a replacement made the moment its predecessor is
+// seen Failed can still meet it counted active there, and be deleted as excess. So a
+// predecessor must have ended this long ago (its containers' finishedAt).
+inline constexpr std::chrono::seconds kKueueSettle{2};
+
+// When the pod's containers ended (the latest terminated finishedAt, RFC 3339), "" if none did.
+std::string KueueEndedAt(const nlohmann::json& pod);
 
 // The name of a new pod for node `node` of job `job`: PodName(job, node) when no pod in `pods`
 // has it, else the first of "<PodName>-1", "-2", ... that none has. Deterministic for a given

@@ -116,19 +116,41 @@ bool Reconciler::KueueNodeCovered(const Context& c, int node) const {
   });
 }
 
+bool Reconciler::KueueGroupEnded(Context& c) {
+  const bool fresh = std::none_of(c.pods.begin(), c.pods.end(), [&](const json& pod) {
+    return c.OfCurrentGang(pod) && !IsTerminating(pod) && !c.deleted.count(NameOf(pod));
+  });
+  if (!fresh) return false;
+  StatusOr<json> workload =
+      cluster_->GetKueueWorkload(c.job.namespace_, GangGroupName(c.job.name, UidOf(c.object)));
+  if (!workload.ok()) return false;  // none (or unreadable: Kueue then says so itself)
+  for (const auto& cond :
+       workload->value("status", json::object()).value("conditions", json::array())) {
+    if (cond.value("type", "") == "Finished" && cond.value("status", "") == "True") {
+      c.log.Info("waiting for Kueue's finished Workload of the job's last gang to go",
+                 {{"workload", NameOf(*workload)}});
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string Reconciler::KueueNewPodName(const Context& c, int node) const {
   for (const auto& pod : c.pods) {
     if (NodeRankOf(pod) != node) continue;
     // Deleted by this reconcile: the view still shows it as it was.
     const bool going = IsTerminating(pod) || c.deleted.count(NameOf(pod));
     if (KueueCountsActive(pod) && (going || !c.OfCurrentGang(pod))) return "";
+    // Ended only just now: Kueue may not have seen it yet.
+    std::optional<WallTime> ended = ParseTime(KueueEndedAt(pod));
+    if (!KueueCountsActive(pod) && ended && c.now < *ended + kKueueSettle) return "";
   }
   return KueuePodName(c.job.name, node, c.pods);
 }
 
 bool Reconciler::ReleaseKueueGroup(Context& c) {
-  if (!UsesKueue(c.job) || c.status.phase != phase::kFailed ||
-      PodsReleased(c.old_status.value("phase", ""))) {
+  const bool ends = c.status.phase == phase::kFailed || c.status.phase == phase::kSuspended;
+  if (!UsesKueue(c.job) || !ends || PodsReleased(c.old_status.value("phase", ""))) {
     return true;
   }
   int marked = 0;

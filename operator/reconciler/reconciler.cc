@@ -331,6 +331,10 @@ void Reconciler::CreateMissingPods(Context& c) {
       (c.status.phase == phase::kRunning ||
        (c.status.phase == phase::kRestarting && c.status.GangAttempt() < c.status.restarts));
   const bool kueue = c.job.spec.scheduling.gang == api::GangScheduler::kKueue;
+  if (kueue && KueueGroupEnded(c)) {
+    c.RequeueAfter(kRecheckAfter);
+    return;
+  }
   std::vector<std::string> created;
   for (int node = 0; node < c.job.spec.nodes; ++node) {
     std::string name = PodName(c.job.name, node);

@@ -176,9 +176,13 @@ class Reconciler {
   // Gang kueue: the name of node `node`'s new pod, or "" while a predecessor still counts as
   // active for Kueue (a new pod now would be deleted as excess).
   std::string KueueNewPodName(const Context& c, int node) const;
-  // Gang kueue: when the job enters Failed, marks its pods kueue.x-k8s.io/retriable-in-group
-  // "false" so that Kueue ends the group and frees its quota; false if that failed (the status
-  // is then not written, so the next reconcile does it again).
+  // Gang kueue: before a whole new gang (a resume), whether the group's Workload is still there
+  // Finished (the suspended gang's, until garbage collection takes it with its pods): new pods
+  // would join a group Kueue already ended, so they wait.
+  bool KueueGroupEnded(Context& c);
+  // Gang kueue: when the job enters Failed or Suspended, marks its pods
+  // kueue.x-k8s.io/retriable-in-group "false" so that Kueue ends the group and frees its quota;
+  // false if that failed (the status is then not written, so the next reconcile does it again).
   bool ReleaseKueueGroup(Context& c);
   bool SuccessStep(Context& c);
   bool BackoffElapsed(Context& c);

@@ -15,6 +15,12 @@ In order, on one cluster:
 3. Preemption: a running low-priority job is evicted by Kueue for a high-priority one; it shows
    Queued with reason Preempted, spends no restart (status.evictions 1, restarts 0), its gang
    is recreated gated, re-admitted once the high one succeeds, and succeeds.
+4. In place: in a 2-node job (quota now 2) rank 1 fails once (exit 137); the agents restart the
+   gang in place and it succeeds: the same two pods (UIDs) throughout, none deleted, no
+   ExcessPodDeleted, the Workload never evicted.
+5. Suspend frees the quota: a running 2-node job is suspended; a queued 1-node job is then
+   admitted and succeeds; the first, resumed, waits for its ended group's Workload to go, is
+   admitted again under a new Workload and succeeds.
 
     python3 test_kueue_lifecycle_on_real_server.py --source-dir REPO --build-dir BUILD
 """
@@ -35,9 +41,9 @@ def args():
     return gang_fixture.cluster_fixture.ARGS
 
 
-def training_job(name, script, priority=None, max_restarts=1):
-    """A 1-node CPU job asking 1 nvidia.com/gpu in LocalQueue team-queue; its container runs
-    `bash -c script trainer...` (the script execs "$@" to train)."""
+def training_job(name, script, priority=None, max_restarts=1, nodes=1):
+    """A CPU job of `nodes` pods each asking 1 nvidia.com/gpu, in LocalQueue team-queue; its
+    containers run `bash -c script trainer...` (the script execs "$@" to train)."""
     trainer = [os.path.join(args().build_dir, "bin", "spawnpoint-example-trainer"), "--epochs",
                "1", "--steps-per-epoch", "5", "--batch-size", "8", "--data", "memory"]
     scheduling = {"gang": "kueue", "queue": "team-queue"}
@@ -47,7 +53,7 @@ def training_job(name, script, priority=None, max_restarts=1):
         "apiVersion": "spawnpoint.dev/v1alpha1", "kind": "TrainingJob",
         "metadata": {"name": name, "namespace": NS},
         "spec": {
-            "nodes": 1, "gpusPerNode": 0, "procsPerNode": 1, "backend": "gloo",
+            "nodes": nodes, "gpusPerNode": 0, "procsPerNode": 1, "backend": "gloo",
             "scheduling": scheduling,
             "template": {"spec": {"terminationGracePeriodSeconds": 5, "containers": [{
                 "name": "trainer", "image": "spawnpoint/example-trainer:latest",
@@ -106,6 +112,11 @@ class KueueLifecycleOnRealServerTest(gang_fixture.GangTest):
         group = self.pods(name)[0]["metadata"]["labels"][GROUP_LABEL]
         return self.cluster.get("workloads.kueue.x-k8s.io", "-n", NS, group)
 
+    def excess_deleted(self, job):
+        """Kueue's ExcessPodDeleted events on the job's pods."""
+        return [e for e in self.events("reason=ExcessPodDeleted")
+                if e["involvedObject"]["name"].startswith(job + "-node-")]
+
     def events(self, field):
         code, out = self.cluster.kubectl("get", "events", "-n", NS, "--field-selector", field,
                                          "-o", "json")
@@ -125,8 +136,7 @@ class KueueLifecycleOnRealServerTest(gang_fixture.GangTest):
         done = [p for p in self.pods("flaky") if p["status"].get("phase") == "Succeeded"]
         self.assertEqual([p["metadata"]["name"] for p in done], ["flaky-node-0-1"])
         self.assertEqual(done[0]["spec"]["hostname"], "flaky-node-0")
-        self.assertFalse([e for e in self.events("reason=ExcessPodDeleted")],
-                         "Kueue deleted a pod as excess")
+        self.assertFalse(self.excess_deleted("flaky"), "Kueue deleted a pod as excess")
         self.wait("flaky's Workload Finished", lambda: condition(
             self.workload("flaky"), "Finished").get("status") == "True")
 
@@ -188,6 +198,61 @@ class KueueLifecycleOnRealServerTest(gang_fixture.GangTest):
         self.assertEqual(status["phase"], "Succeeded", json.dumps(status))
         self.assertEqual((status["restarts"], status["evictions"]), (0, 1))
         self.assertEqual(condition({"status": status}, "Queued").get("reason"), "Admitted")
+
+    def set_quota(self, gpus):
+        code, out = self.cluster.kubectl(
+            "patch", "clusterqueue", "gpus", "--type", "json", "-p", json.dumps([{
+                "op": "replace", "value": gpus,
+                "path": "/spec/resourceGroups/0/flavors/0/resources/0/nominalQuota"}]))
+        self.assertEqual(code, 0, out)
+
+    def test_4_a_rank_failure_restarts_in_place_and_no_pod_is_deleted(self):
+        self.set_quota(2)
+        self.cluster.apply([training_job(
+            "inplace", 'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; '
+            'then exit 137; fi; exec "$@"', nodes=2)])
+        self.wait("inplace's 2 pods bound", lambda: len(
+            [p for p in self.pods("inplace") if p["spec"].get("nodeName")]) == 2)
+        uids = sorted((p["metadata"]["name"], p["metadata"]["uid"]) for p in self.pods("inplace"))
+        status = self.finished("inplace")
+        self.assertEqual(status["phase"], "Succeeded", json.dumps(status))
+        self.assertEqual(status["restarts"], 1, json.dumps(status))
+        self.assertTrue(status["lastFailure"].get("inPlace"), json.dumps(status))
+        self.assertNotIn("evictions", status)
+        pods = self.pods("inplace")
+        self.assertEqual(sorted((p["metadata"]["name"], p["metadata"]["uid"]) for p in pods),
+                         uids, "the same pods throughout")
+        self.assertFalse([p for p in pods if p["metadata"].get("deletionTimestamp")])
+        self.assertFalse(self.excess_deleted("inplace"), "Kueue deleted a pod as excess")
+        self.assertNotEqual(condition(self.workload("inplace"), "Evicted").get("status"), "True")
+
+    def test_5_suspend_frees_the_quota(self):
+        release = os.path.join(self.tmp, "release-pausable")
+        self.cluster.apply([training_job("pausable", wait_for(release), nodes=2)])
+        self.wait("pausable Running", lambda: self.status("pausable").get("phase") == "Running")
+        first_group = self.workload("pausable")["metadata"]["uid"]
+        self.cluster.apply([training_job("waiter", 'exec "$@"')])
+        self.wait("waiter Queued", lambda: self.status("waiter").get("phase") == "Queued")
+
+        def suspend(value):
+            code, out = self.cluster.kubectl(
+                "patch", "tj", "-n", NS, "pausable", "--type", "merge", "-p",
+                json.dumps({"spec": {"runPolicy": {"suspend": value}}}))
+            self.assertEqual(code, 0, out)
+        suspend(True)
+        self.wait("pausable Suspended",
+                  lambda: self.status("pausable").get("phase") == "Suspended")
+        status = self.finished("waiter")  # admitted on the quota the suspended job gave back
+        self.assertEqual(status["phase"], "Succeeded", json.dumps(status))
+
+        suspend(False)
+        self.wait("pausable Running again",
+                  lambda: self.status("pausable").get("phase") == "Running")
+        self.assertNotEqual(self.workload("pausable")["metadata"]["uid"], first_group,
+                            "admitted again under a new Workload")
+        open(release, "w").close()
+        status = self.finished("pausable")
+        self.assertEqual(status["phase"], "Succeeded", json.dumps(status))
 
 
 if __name__ == "__main__":

@@ -196,6 +196,10 @@ TEST_F(KueueReconcileTest, ARestartMakesNewNamesOnceKueueLetsGoOfTheOldPods) {
 
   cluster_.FailPod("job-node-1", 143, "Error");  // its agent stopped
   ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_THAT(Creates(), ::testing::ElementsAre("job-node-0-1"))
+      << "ended only now: Kueue may still count it";
+  clock_.Advance(kKueueSettle);
+  ASSERT_TRUE(Reconcile().status.ok());
   EXPECT_THAT(Creates(), ::testing::ElementsAre("job-node-0-1", "job-node-1-1"));
   // Kueue lets go of the old ones once their replacements exist; nothing more is made.
   cluster_.FinishDeletions();
@@ -218,6 +222,7 @@ TEST_F(KueueReconcileTest, ALostPodInPlaceComesBackUnderANewName) {
   cluster_.ClearWrites();
   cluster_.FailPod("job-node-1", 137, "Error");  // killed: lost, recreated alone
   ASSERT_TRUE(Reconcile().status.ok());
+  clock_.Advance(kKueueSettle);
   ASSERT_TRUE(Reconcile().status.ok());
   EXPECT_THAT(Creates(), ::testing::ElementsAre("job-node-1-1"));
   EXPECT_EQ(Status()["lastFailure"]["pod"], "job-node-1");
@@ -351,6 +356,37 @@ TEST_F(KueueReconcileTest, WithoutTheGrantTheFailureIsStillWritten) {
   cluster_.FailNext("annotate-pod", spawnpoint::Status(StatusCode::kForbidden, "forbidden"));
   ASSERT_TRUE(Reconcile().status.ok());
   EXPECT_EQ(Status()["phase"], "Failed");
+}
+
+// Suspend frees the quota as a failure does; on resume the new gang waits until the ended
+// group's Workload is gone (it goes with the old pods), not to join a group Kueue finished.
+TEST_F(KueueReconcileTest, SuspendEndsTheGroupAndResumeWaitsForItsWorkloadToGo) {
+  AddJob("InPlace");
+  ASSERT_TRUE(Reconcile().status.ok());
+  Managed("job-node-0");
+  Managed("job-node-1");
+  ASSERT_TRUE(Reconcile().status.ok());
+  cluster_.UpdateSpec("job", [](json& spec) { spec["runPolicy"]["suspend"] = true; });
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Status()["phase"], "Suspended");
+  for (const char* name : {"job-node-0", "job-node-1"}) {
+    EXPECT_EQ(AnnotationOf(*cluster_.Pod(name), kKueueRetriableAnnotation), "false") << name;
+  }
+  // Kueue finishes the Workload and lets go of the pods; the Workload stays until the garbage
+  // collector takes it.
+  cluster_.FinishDeletions();
+  cluster_.SetKueueWorkload(
+      Group(), {{"metadata", {{"name", Group()}}},
+                {"status", {{"conditions", {{{"type", "Finished"}, {"status", "True"}}}}}}});
+  cluster_.UpdateSpec("job", [](json& spec) { spec["runPolicy"]["suspend"] = false; });
+  cluster_.ClearWrites();
+  ReconcileResult r = Reconcile();
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_TRUE(Creates().empty()) << "the ended group's Workload is still there";
+  ASSERT_TRUE(r.requeue_after);
+  cluster_.FailNext("get-workload", spawnpoint::Status(StatusCode::kNotFound, "gone"));
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_THAT(Creates(), ::testing::ElementsAre("job-node-0", "job-node-1"));
 }
 
 TEST_F(KueueReconcileTest, WithoutKueueNamesAndFailuresAreAsBefore) {
