@@ -44,6 +44,13 @@ StatusOr<json> KubeCluster::CreatePod(const json& pod) {
   return client_->Create(kube::resources::Pods(), pod);
 }
 
+Status KubeCluster::CheckPodCreate(const json& pod) {
+  kube::CallOptions call;
+  call.dry_run = true;
+  auto checked = client_->Create(kube::resources::Pods(), pod, call);
+  return checked.ok() ? Status::Ok() : checked.status();
+}
+
 Status KubeCluster::DeletePod(const std::string& ns, const std::string& name,
                               const std::string& uid) {
   kube::DeleteOptions options;

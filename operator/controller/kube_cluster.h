@@ -21,6 +21,7 @@ class KubeCluster : public Cluster {
   StatusOr<bool> JobIsLive(const std::string& ns, const std::string& name,
                            const std::string& uid) override;
   StatusOr<nlohmann::json> CreatePod(const nlohmann::json& pod) override;
+  Status CheckPodCreate(const nlohmann::json& pod) override;
   Status DeletePod(const std::string& ns, const std::string& name, const std::string& uid) override;
   StatusOr<nlohmann::json> CreateService(const nlohmann::json& service) override;
   Status DeleteService(const std::string& ns, const std::string& name,

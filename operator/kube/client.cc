@@ -331,8 +331,9 @@ StatusOr<ObjectList> Client::ListAll(const GroupVersionResource& gvr, const std:
 
 StatusOr<Json> Client::Create(const GroupVersionResource& gvr, const Json& object,
                               const CallOptions& call) {
-  return DoJson("POST", ResourcePath(gvr, NamespaceOf(object)) + WriteQuery(), object.dump(), kJson,
-                call);
+  std::string query = WriteQuery();
+  if (call.dry_run) query += (query.empty() ? "?" : "&") + std::string("dryRun=All");
+  return DoJson("POST", ResourcePath(gvr, NamespaceOf(object)) + query, object.dump(), kJson, call);
 }
 
 StatusOr<Json> Client::Update(const GroupVersionResource& gvr, const Json& object,

@@ -147,6 +147,8 @@ struct ClientOptions {
 struct CallOptions {
   // Give up (kDeadlineExceeded) rather than wait, retry or hang past this time.
   std::optional<Clock::TimePoint> deadline;
+  // Create: dryRun=All, the request is admitted (quota, limits, webhooks) but nothing stored.
+  bool dry_run = false;
 };
 
 class Client {

@@ -38,6 +38,9 @@ class Cluster {
 
   // Writes (API server).
   virtual StatusOr<nlohmann::json> CreatePod(const nlohmann::json& pod) = 0;
+  // A dry-run create of `pod` (dryRun=All): the API server admits it as it would a real one
+  // (ResourceQuota included) and stores nothing; its answer as a Status.
+  virtual Status CheckPodCreate(const nlohmann::json& pod) = 0;
   // Deletes only the incarnation with this UID (a precondition): never a successor.
   virtual Status DeletePod(const std::string& ns, const std::string& name,
                            const std::string& uid) = 0;

@@ -32,6 +32,7 @@ inline constexpr const char* kFailed = "Failed";
 inline constexpr const char* kSuspended = "Suspended";
 inline constexpr const char* kStalled = "Stalled";  // operator/policy/stall_policy.h
 inline constexpr const char* kQueued = "Queued";    // operator/policy/admission_policy.h
+inline constexpr const char* kQuotaExceeded = "QuotaExceeded";  // operator/policy/quota_policy.h
 }  // namespace condition
 
 struct Condition {

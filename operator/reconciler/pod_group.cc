@@ -96,16 +96,17 @@ json PodRequests(const json& pod) {
   return out;
 }
 
+json GangRequests(const json& pod, int pods) {
+  json out = json::object();
+  for (const auto& [name, milli] : PodRequestsMilli(pod)) out[name] = FormatMilli(milli * pods);
+  return out;
+}
+
 json BuildPodGroup(const api::TrainingJob& job, const json& owner, const PodSettings& settings) {
   const api::SchedulingSpec& s = job.spec.scheduling;
   // Every pod of the gang asks the same (only names and ranks differ between them).
-  std::map<std::string, int64_t> total;
-  for (const auto& [name, milli] :
-       PodRequestsMilli(BuildPod(job, owner, /*node=*/0, /*attempt=*/0, settings))) {
-    total[name] = milli * job.spec.nodes;
-  }
-  json min_resources = json::object();
-  for (const auto& [name, milli] : total) min_resources[name] = FormatMilli(milli);
+  json min_resources =
+      GangRequests(BuildPod(job, owner, /*node=*/0, /*attempt=*/0, settings), job.spec.nodes);
   json spec = {{"minMember", job.spec.nodes}, {"queue", s.queue}};
   if (!min_resources.empty()) spec["minResources"] = min_resources;
   if (!s.priority_class_name.empty()) spec["priorityClassName"] = s.priority_class_name;

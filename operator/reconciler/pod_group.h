@@ -49,6 +49,8 @@ void ApplyGangScheduling(const api::TrainingJob& job, const nlohmann::json& owne
 // stands for a request it does not give. Quantities are summed exactly (milli-units) and
 // written as integers, or with "m" when not whole.
 nlohmann::json PodRequests(const nlohmann::json& pod);
+// `pods` times PodRequests(pod): what a gang of such pods asks in all.
+nlohmann::json GangRequests(const nlohmann::json& pod, int pods);
 
 // The job's PodGroup (under volcano): see above. `settings` as the pods are built with.
 nlohmann::json BuildPodGroup(const api::TrainingJob& job, const nlohmann::json& owner,

@@ -10,6 +10,7 @@
 #include "operator/policy/deadline_policy.h"
 #include "operator/policy/failure_policy.h"
 #include "operator/policy/pending_policy.h"
+#include "operator/policy/quota_policy.h"
 #include "operator/policy/restart_policy.h"
 #include "operator/policy/stall_policy.h"
 #include "operator/policy/success_policy.h"
@@ -335,6 +336,12 @@ void Reconciler::CreateMissingPods(Context& c) {
     c.RequeueAfter(kRecheckAfter);
     return;
   }
+  // A whole gang to make: can the namespace's quota hold all of it? One dry-run create asks.
+  const bool whole = std::none_of(c.pods.begin(), c.pods.end(), [&](const json& p) {
+    return c.OfCurrentGang(p) && !IsTerminating(p) && !c.deleted.count(NameOf(p));
+  });
+  if (whole && c.job.spec.nodes > 1 && !QuotaHolds(c)) return;
+  bool denied = false, failed = false;
   std::vector<std::string> created;
   for (int node = 0; node < c.job.spec.nodes; ++node) {
     std::string name = PodName(c.job.name, node);
@@ -370,7 +377,13 @@ void Reconciler::CreateMissingPods(Context& c) {
       c.RequeueAfter(kRecheckAfter);
       continue;
     }
+    if (!pod.ok() && IsQuotaDenial(pod.status())) {
+      QuotaDenied(c, pod.status().message());
+      denied = true;
+      break;
+    }
     if (!pod.ok()) {
+      failed = true;
       if (pod.status().code() == StatusCode::kInvalidArgument) {
         // The API rejects the pod the template makes: terminal until the spec changes.
         const std::string message = "pod " + name + ": " + pod.status().message();
@@ -385,15 +398,46 @@ void Reconciler::CreateMissingPods(Context& c) {
     c.pods.push_back(std::move(pod).value());
     if (options_.after_pod_create) options_.after_pod_create(name);
   }
+  if (!denied && !failed && c.status.IsTrue(condition::kQuotaExceeded)) {
+    const std::string message = "the pods fit the namespace's quota again";
+    c.SetCondition(condition::kQuotaExceeded, false, "QuotaAvailable", message);
+    c.Event(EventType::kNormal, "QuotaAvailable", message);
+  }
   if (created.empty()) return;
   std::string names;
   for (const auto& n : created) names += (names.empty() ? "" : ", ") + n;
   const std::string message = "created " + std::to_string(created.size()) + " pod" +
                               (created.size() == 1 ? "" : "s") + " of attempt " +
                               std::to_string(c.status.restarts) + ": " + names;
-  c.SetCondition(condition::kCreated, true, "GangCreated", message);
+  if (denied) {  // never "created" while a pod is missing
+    c.SetCondition(condition::kCreated, false, "QuotaExceeded",
+                   message + "; the rest exceed the namespace's quota");
+  } else {
+    c.SetCondition(condition::kCreated, true, "GangCreated", message);
+  }
   cluster_->RecordEvent(c.object, EventType::kNormal, "Created", message);
   c.log.Info("created pods", {{"attempt", c.status.restarts}, {"pods", names}});
+}
+
+bool Reconciler::QuotaHolds(Context& c) {
+  json pod = BuildPod(c.job, c.object, /*node=*/0, c.status.restarts, options_.pods);
+  Status s =
+      cluster_->CheckPodCreate(QuotaProbe(pod, c.job.spec.nodes, c.job.name + "-quota-check"));
+  if (!IsQuotaDenial(s)) return true;  // anything else: the creates themselves say it
+  QuotaDenied(c, s.message());
+  return false;
+}
+
+void Reconciler::QuotaDenied(Context& c, const std::string& api_message) {
+  const std::string message = "the gang's " + std::to_string(c.job.spec.nodes) +
+                              " pods do not fit the namespace's ResourceQuota (" + api_message +
+                              "); tried again every " + std::to_string(kQuotaRetry.count()) +
+                              " s, no restart counted";
+  if (c.SetCondition(condition::kQuotaExceeded, true, "ExceededQuota", message)) {
+    c.Event(EventType::kWarning, "QuotaExceeded", message);
+    c.log.Warning("quota exceeded", {{"message", api_message}});
+  }
+  c.RequeueAfter(kQuotaRetry);
 }
 
 void Reconciler::PendingStep(Context& c) {

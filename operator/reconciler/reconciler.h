@@ -187,6 +187,12 @@ class Reconciler {
   bool SuccessStep(Context& c);
   bool BackoffElapsed(Context& c);
   void CreateMissingPods(Context& c);
+  // Before a whole gang is created (quota_policy.h): false if the namespace's ResourceQuota
+  // cannot hold all of it (QuotaDenied then says so).
+  bool QuotaHolds(Context& c);
+  // A create refused for a ResourceQuota: condition QuotaExceeded, an event on the transition,
+  // a retry after kQuotaRetry.
+  void QuotaDenied(Context& c, const std::string& api_message);
   // Gang kueue (admission_policy.h): true while the pods wait, gated, for Kueue's admission
   // (phase and condition Queued); once the gates are gone the condition Queued turns False.
   bool AdmissionStep(Context& c);

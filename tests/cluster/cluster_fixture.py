@@ -72,7 +72,7 @@ def free_port():
 
 
 class Cluster(object):
-    def __init__(self, source_dir, tools_bin=None, nodes=0, kubectl="kubectl"):
+    def __init__(self, source_dir, tools_bin=None, nodes=0, kubectl="kubectl", gpus=0):
         self.source_dir = source_dir
         self.kubectl_name = kubectl  # which kubectl of the tools folder kubectl() runs
         self.tools = tools_bin or os.path.join(source_dir, ".tools", "bin")
@@ -82,7 +82,7 @@ class Cluster(object):
         self.processes = []
         script = os.path.join(source_dir, "scripts", "cluster.sh")
         proc = subprocess.run(["bash", script, "up", "--dir", os.path.join(self.dir, "cp"),
-                               "--nodes", str(nodes)],
+                               "--nodes", str(nodes), "--gpus", str(gpus)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               universal_newlines=True, timeout=600,
                               env=dict(os.environ, SPAWNPOINT_TOOLS_BIN=self.tools))

@@ -1,5 +1,7 @@
 #include "tests/operator/fake_cluster.h"
 
+#include "operator/reconciler/pod_group.h"
+
 #include "operator/common/object.h"
 
 namespace spawnpoint::op::testing {
@@ -162,10 +164,38 @@ StatusOr<bool> FakeCluster::JobIsLive(const std::string& ns, const std::string& 
   return UidOf(it->second) == uid && !IsTerminating(it->second);
 }
 
+Status FakeCluster::QuotaCheckLocked(const json& pod) const {
+  if (gpu_quota_ < 0) return Status::Ok();
+  auto gpus = [](const json& p) -> int {
+    json r = PodRequests(p);
+    return r.contains("nvidia.com/gpu") ? std::stoi(r["nvidia.com/gpu"].get<std::string>()) : 0;
+  };
+  int used = 0;
+  for (const auto& [name, p] : pods_) {
+    const std::string phase = PodPhase(p);
+    if (!IsTerminating(p) && phase != "Succeeded" && phase != "Failed") used += gpus(p);
+  }
+  const int requested = gpus(pod);
+  if (requested == 0 || used + requested <= gpu_quota_) return Status::Ok();
+  return Status(StatusCode::kForbidden,
+                "pods \"" + NameOf(pod) + "\" is forbidden: exceeded quota: gpu-quota, " +
+                    "requested: requests.nvidia.com/gpu=" + std::to_string(requested) +
+                    ", used: requests.nvidia.com/gpu=" + std::to_string(used) +
+                    ", limited: requests.nvidia.com/gpu=" + std::to_string(gpu_quota_));
+}
+
+Status FakeCluster::CheckPodCreate(const json& pod) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Status injected;
+  if (Injected("check-pod", &injected)) return injected;
+  return QuotaCheckLocked(pod);
+}
+
 StatusOr<json> FakeCluster::CreatePod(const json& pod) {
   std::lock_guard<std::mutex> lock(mu_);
   Status injected;
   if (Injected("create-pod", &injected)) return injected;
+  if (Status quota = QuotaCheckLocked(pod); !quota.ok()) return quota;
   const std::string name = pod["metadata"]["name"];
   if (pods_.count(name))
     return Status(StatusCode::kAlreadyExists, "pods \"" + name + "\" already exists");

@@ -52,7 +52,8 @@ class FakeCluster : public Cluster {
   void FinishDeletions();
 
   // The next `count` calls of `op` ("create-pod", "delete-pod", "create-service", "create-secret",
-  // "create-podgroup", "delete-podgroup", "annotate-pod", "get-workload", "update-status",
+  // "create-podgroup", "delete-podgroup", "annotate-pod", "get-workload", "check-pod" (the
+  // dry-run create, never in Writes()), "update-status",
   // "delete-job") fail with `status`.
   void FailNext(const std::string& op, Status status, int count = 1);
   std::vector<std::string> Writes() const;  // "create-pod x-node-0", "update-status x", ...
@@ -69,6 +70,11 @@ class FakeCluster : public Cluster {
   // Makes JobIsLive answer false, as if the job was deleted after the cache was read.
   void SetJobGoneForLiveReads(bool gone) { gone_for_live_reads_ = gone; }
   StatusOr<json> CreatePod(const json& pod) override;
+  Status CheckPodCreate(const json& pod) override;
+  // A ResourceQuota "gpu-quota" of `gpus` requests.nvidia.com/gpu (-1: none), held by the
+  // pods that are not terminal or being deleted; CreatePod and CheckPodCreate refuse a pod
+  // beyond it as the API server does (403, "exceeded quota").
+  void SetGpuQuota(int gpus) { gpu_quota_ = gpus; }
   Status DeletePod(const std::string& ns, const std::string& name, const std::string& uid) override;
   StatusOr<json> CreateService(const json& service) override;
   Status DeleteService(const std::string& ns, const std::string& name,
@@ -101,6 +107,8 @@ class FakeCluster : public Cluster {
   int64_t next_uid_ = 1;
   bool graceful_ = false;
   std::function<void(json& pod)> pod_webhook_;
+  int gpu_quota_ = -1;
+  Status QuotaCheckLocked(const json& pod) const;
   bool gone_for_live_reads_ = false;
 };
 

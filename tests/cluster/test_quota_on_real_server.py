@@ -1,0 +1,142 @@
+"""A ResourceQuota's refusal is a state of the job, on the real control plane (issue 41): the real
+kube-apiserver's ResourceQuota admission, the real spawnpoint-operator, local_node.py's 2 nodes
+of 4 `nvidia.com/gpu`, the real agent and the example trainer. Namespace team-a has a quota of
+4 GPUs (requests.nvidia.com/gpu); a job of 2 pods x 3 GPUs (6) does not fit. The job is Pending
+with the condition QuotaExceeded in the API server's words and a QuotaExceeded event; not one
+of its pods is created (a half gang would hold 3 GPUs and its agent would time out waiting for
+the other), and it stays so, with no restart. The quota raised to 6, the job is created within
+seconds, runs and succeeds with 0 restarts, QuotaExceeded False.
+
+    python3 test_quota_on_real_server.py --source-dir REPO --build-dir BUILD
+"""
+
+import json
+import os
+import shutil
+import tempfile
+import time
+import unittest
+
+import cluster_fixture
+from cluster_fixture import wait_until
+
+NS = "team-a"
+DEADLINE_S = 180
+
+
+def args():
+    return cluster_fixture.ARGS
+
+
+class QuotaOnRealServerTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = cluster_fixture.Cluster(args().source_dir, args().tools_bin, nodes=2,
+                                              gpus=4)
+        cls.tmp = tempfile.mkdtemp(prefix="spawnpoint-quota-test-")
+        try:
+            cls.kubectl_ok("create", "namespace", NS)
+            cls.apply({"apiVersion": "v1", "kind": "ResourceQuota",
+                       "metadata": {"name": "gpu-quota", "namespace": NS},
+                       "spec": {"hard": {"requests.nvidia.com/gpu": "4"}}})
+            cls.cluster.start_operator(args().build_dir)
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    @classmethod
+    def kubectl_ok(cls, *argv, stdin=None):
+        code, out = cls.cluster.kubectl(*argv, stdin=stdin)
+        if code != 0:
+            raise AssertionError("kubectl %s: %s" % (" ".join(argv), out))
+        return out
+
+    @classmethod
+    def apply(cls, obj):
+        cls.kubectl_ok("create", "-f", "-", stdin=json.dumps(obj))
+
+    def get(self, *argv):
+        code, out = self.cluster.kubectl("get", *(list(argv) + ["-o", "json"]))
+        self.assertEqual(code, 0, out)
+        return json.loads(out)
+
+    def status(self):
+        return self.get("tj", "-n", NS, "wide").get("status") or {}
+
+    def condition(self, kind):
+        for c in self.status().get("conditions") or []:
+            if c["type"] == kind:
+                return c
+        return {}
+
+    def pods(self):
+        return [p["metadata"]["name"] for p in self.get("pods", "-n", NS)["items"]]
+
+    def wait(self, what, check, deadline_s=DEADLINE_S):
+        if not wait_until(check, deadline_s):
+            self.fail("%s not within %d s; status %s\noperator:\n%s" % (
+                what, deadline_s, json.dumps(self.status()),
+                self.cluster.log("operator")[-3000:]))
+
+    def test_a_gang_over_the_quota_waits_whole_and_runs_once_it_is_raised(self):
+        release = os.path.join(self.tmp, "release")
+        trainer = [os.path.join(args().build_dir, "bin", "spawnpoint-example-trainer"),
+                   "--epochs", "1", "--steps-per-epoch", "5", "--batch-size", "8", "--data",
+                   "memory"]
+        self.apply({
+            "apiVersion": "spawnpoint.dev/v1alpha1", "kind": "TrainingJob",
+            "metadata": {"name": "wide", "namespace": NS},
+            "spec": {
+                "nodes": 2, "gpusPerNode": 0, "procsPerNode": 1, "backend": "gloo",
+                "template": {"spec": {"terminationGracePeriodSeconds": 5, "containers": [{
+                    "name": "trainer", "image": "spawnpoint/example-trainer:latest",
+                    "command": ["bash", "-c", 'while [ ! -e "$0" ]; do sleep 0.1; done; '
+                                'exec "$@"', release] + trainer,
+                    "resources": {"limits": {"nvidia.com/gpu": "3"}}}]}},
+                "loader": {"workersPerRank": 0},
+                "restartPolicy": {"maxRestarts": 3},
+                "rendezvous": {"port": cluster_fixture.free_port()},
+                "shmSize": "64Mi"}})
+        self.wait("QuotaExceeded", lambda: self.condition("QuotaExceeded").get(
+            "status") == "True")
+        quota = self.condition("QuotaExceeded")
+        self.assertEqual(quota["reason"], "ExceededQuota")
+        self.assertIn("exceeded quota: gpu-quota", quota["message"])
+        self.assertIn("requests.nvidia.com/gpu=6", quota["message"])
+        # It stays so, whole: no pod, no restart, Pending, never "created".
+        end = time.monotonic() + 8
+        while time.monotonic() < end:
+            self.assertEqual(self.pods(), [])
+            status = self.status()
+            self.assertEqual(status.get("phase"), "Pending", json.dumps(status))
+            self.assertEqual(status.get("restarts", 0), 0)
+            self.assertNotEqual(self.condition("Created").get("status"), "True")
+            time.sleep(0.5)
+        events = self.get("events", "-n", NS, "--field-selector",
+                          "involvedObject.name=wide,reason=QuotaExceeded")["items"]
+        self.assertEqual(len(events), 1, events)
+
+        self.kubectl_ok("patch", "resourcequota", "-n", NS, "gpu-quota", "--type", "merge",
+                        "-p", json.dumps({"spec": {"hard": {"requests.nvidia.com/gpu": "6"}}}))
+        raised = time.monotonic()
+        self.wait("the job Running", lambda: self.status().get("phase") == "Running")
+        # Seconds, not the gang-start timeout: the operator looks again every 5 s (with room
+        # for a loaded machine's pod start-up).
+        self.assertLess(time.monotonic() - raised, 60)
+        self.assertEqual(self.condition("QuotaExceeded").get("status"), "False")
+        self.assertEqual(self.condition("Created").get("status"), "True")
+        open(release, "w").close()
+        self.wait("the job finished", lambda: self.status().get("phase") in (
+            "Succeeded", "Failed"))
+        status = self.status()
+        self.assertEqual(status["phase"], "Succeeded", json.dumps(status))
+        self.assertEqual(status["restarts"], 0, json.dumps(status))
+
+
+if __name__ == "__main__":
+    cluster_fixture.main(build_dir=True)

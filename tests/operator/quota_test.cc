@@ -1,0 +1,147 @@
+// A ResourceQuota's refusal (quota_policy.h): the job is Pending with the condition
+// QuotaExceeded and an event, never half created, never a restart; it is created once the quota
+// holds it. On a fake cluster with a GPU quota and simulated time.
+#include "operator/policy/quota_policy.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "operator/common/names.h"
+#include "operator/common/object.h"
+#include "operator/reconciler/reconciler.h"
+#include "tests/operator/fake_cluster.h"
+#include "tests/operator/test_jobs.h"
+
+namespace spawnpoint::op {
+namespace {
+
+using nlohmann::json;
+using std::chrono::seconds;
+using testing::FakeCluster;
+using ::testing::HasSubstr;
+using testing::MakeJob;
+
+TEST(QuotaPolicyTest, OnlyAQuotaRefusalIsOne) {
+  EXPECT_TRUE(IsQuotaDenial(Status(StatusCode::kForbidden,
+                                   "pods \"j-node-1\" is forbidden: exceeded quota: gpu-quota, "
+                                   "requested: requests.nvidia.com/gpu=3")));
+  EXPECT_FALSE(IsQuotaDenial(Status(StatusCode::kForbidden, "pods is forbidden: User cannot")));
+  EXPECT_FALSE(IsQuotaDenial(Status(StatusCode::kUnavailable, "exceeded quota")));
+}
+
+TEST(QuotaPolicyTest, TheProbeAsksForTheWholeGang) {
+  json pod = {{"metadata",
+               {{"name", "j-node-0"},
+                {"namespace", "team-a"},
+                {"labels", {{"kueue.x-k8s.io/queue-name", "q"}}}}},
+              {"spec",
+               {{"priorityClassName", "high"},
+                {"containers",
+                 {{{"name", "trainer"},
+                   {"image", "img"},
+                   {"resources",
+                    {{"limits", {{"nvidia.com/gpu", "3"}}},
+                     {"requests", {{"cpu", "1500m"}, {"memory", "1Gi"}}}}}}}}}}};
+  json probe = QuotaProbe(pod, 4, "j-quota-check");
+  EXPECT_EQ(probe["metadata"], json({{"name", "j-quota-check"}, {"namespace", "team-a"}}));
+  EXPECT_EQ(probe["spec"]["priorityClassName"], "high");
+  ASSERT_EQ(probe["spec"]["containers"].size(), 1u);
+  const json& resources = probe["spec"]["containers"][0]["resources"];
+  EXPECT_EQ(resources["requests"],
+            json({{"cpu", "6"}, {"memory", "4294967296"}, {"nvidia.com/gpu", "12"}}));
+  EXPECT_EQ(resources["limits"], resources["requests"]);
+}
+
+class QuotaTest : public ::testing::Test {
+ protected:
+  QuotaTest()
+      : wall_(&clock_, WallTime(seconds(1'714'557'600))),
+        cluster_(&wall_),
+        reconciler_(&cluster_, &wall_, ReconcilerOptions{}) {}
+  void SetUp() override {
+    json job = MakeJob("job", 2, 3, 1, "InPlace");
+    job["spec"]["gpusPerNode"] = 2;  // 4 GPUs in all
+    cluster_.AddJob(job);
+  }
+  ReconcileResult Reconcile() { return reconciler_.Reconcile("default", "job", Logger()); }
+  json Status() { return (*cluster_.Job("job"))["status"]; }
+  json Condition(const std::string& type) {
+    for (const auto& c : Status().value("conditions", json::array())) {
+      if (c.value("type", "") == type) return c;
+    }
+    return json::object();
+  }
+  int EventsWith(const std::string& reason) {
+    int n = 0;
+    for (const auto& e : cluster_.Events()) n += e.reason == reason;
+    return n;
+  }
+
+  SimulatedClock clock_;
+  WallClock wall_;
+  FakeCluster cluster_;
+  Reconciler reconciler_;
+};
+
+TEST_F(QuotaTest, AGangTheQuotaCannotHoldIsNeverHalfMadeAndWaitsPending) {
+  cluster_.SetGpuQuota(3);  // one pod of 2 GPUs would fit, the gang of 4 does not
+  ReconcileResult r = Reconcile();
+  ASSERT_TRUE(r.status.ok()) << "not an error to retry fast: a state";
+  EXPECT_TRUE(cluster_.PodNames().empty()) << "never half a gang";
+  EXPECT_EQ(Status()["phase"], "Pending");
+  EXPECT_EQ(Condition("QuotaExceeded")["status"], "True");
+  EXPECT_EQ(Condition("QuotaExceeded")["reason"], "ExceededQuota");
+  EXPECT_THAT(Condition("QuotaExceeded")["message"].get<std::string>(),
+              HasSubstr("exceeded quota: gpu-quota, requested: requests.nvidia.com/gpu=4"));
+  EXPECT_NE(Condition("Created").value("status", ""), "True");
+  EXPECT_EQ(EventsWith("QuotaExceeded"), 1);
+  ASSERT_TRUE(r.requeue_after);
+  EXPECT_LE(*r.requeue_after, kQuotaRetry);
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(kQuotaRetry);
+    ASSERT_TRUE(Reconcile().status.ok());
+  }
+  EXPECT_TRUE(cluster_.PodNames().empty());
+  EXPECT_EQ(EventsWith("QuotaExceeded"), 1) << "once, on the transition";
+  EXPECT_EQ(Status()["restarts"], 0);
+
+  cluster_.SetGpuQuota(4);  // raised
+  clock_.Advance(kQuotaRetry);
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(cluster_.PodNames().size(), 2u);
+  EXPECT_EQ(Condition("QuotaExceeded")["status"], "False");
+  EXPECT_EQ(Condition("Created")["status"], "True");
+  EXPECT_EQ(EventsWith("QuotaAvailable"), 1);
+  for (int node = 0; node < 2; ++node) cluster_.SetPodPhase(PodName("job", node), "Running");
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Status()["phase"], "Running");
+  EXPECT_EQ(Status()["restarts"], 0);
+}
+
+// The dry run cannot see everything (a pod-count quota, a race with another job): a create
+// refused after others were made is the same state, and the gang is not called created.
+TEST_F(QuotaTest, ARefusedCreateIsTheSameStateAndNotCalledCreated) {
+  cluster_.SetGpuQuota(2);
+  cluster_.FailNext("check-pod", spawnpoint::Status::Ok());  // the probe passes, wrongly
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(cluster_.PodNames(), std::vector<std::string>{"job-node-0"});
+  EXPECT_EQ(Condition("QuotaExceeded")["status"], "True");
+  EXPECT_EQ(Condition("Created")["status"], "False");
+  EXPECT_EQ(Condition("Created")["reason"], "QuotaExceeded");
+  cluster_.SetGpuQuota(4);
+  clock_.Advance(kQuotaRetry);
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(cluster_.PodNames().size(), 2u);
+  EXPECT_EQ(Condition("Created")["status"], "True");
+  EXPECT_EQ(Condition("QuotaExceeded")["status"], "False");
+}
+
+TEST_F(QuotaTest, WithoutAQuotaNothingChanges) {
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(cluster_.PodNames().size(), 2u);
+  EXPECT_TRUE(Condition("QuotaExceeded").empty());
+  EXPECT_EQ(EventsWith("QuotaExceeded"), 0);
+}
+
+}  // namespace
+}  // namespace spawnpoint::op
