@@ -27,6 +27,8 @@ using nlohmann::json;
 
 // Pod names are "<job>-node-<index>" and must stay within a 63-character DNS label.
 constexpr size_t kMaxNameLength = 52;
+// The most GPUs one job may ask (nodes x gpusPerNode), as the CRD's rule says.
+constexpr int64_t kMaxJobGpus = 32768;
 
 constexpr std::string_view kTopFields[] = {"apiVersion", "kind", "metadata", "spec", "status"};
 constexpr std::string_view kSpecFields[] = {
@@ -208,6 +210,13 @@ Status Decoder::DecodeSpec(const Field& spec_field, TrainingJobSpec* spec) {
                 "the world size (nodes x ranks per node = " + std::to_string(spec->nodes) + " x " +
                     std::to_string(RanksPerNode(*spec)) +
                     ") must be <= " + std::to_string(kIntMax));
+  }
+
+  if (static_cast<int64_t>(spec->nodes) * spec->gpus_per_node > kMaxJobGpus) {
+    return Fail(path / "nodes",
+                "the job's GPUs (nodes x gpusPerNode = " + std::to_string(spec->nodes) + " x " +
+                    std::to_string(spec->gpus_per_node) + ") must be at most " +
+                    std::to_string(kMaxJobGpus));
   }
 
   Field gpu_resource = Get(s, path, "gpuResource");

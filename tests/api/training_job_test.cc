@@ -458,6 +458,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"  runPolicy:\n    suspend: 1\n",
                 "job.yaml:12:14: spec.runPolicy.suspend: must be a boolean (true or false), got "
                 "number 1"},
+        BadCase{"  nodes: 10000\n  gpusPerNode: 8\n",
+                "job.yaml:11:10: spec.nodes: the job's GPUs (nodes x gpusPerNode = 10000 x 8) "
+                "must be at most 32768"},
         BadCase{"  nodes: 65536\n  procsPerNode: 65536\n",
                 "job.yaml:11:10: spec.nodes: the world size (nodes x ranks per node = 65536 x "
                 "65536) must be <= 2147483647"},

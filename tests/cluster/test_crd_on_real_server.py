@@ -182,6 +182,10 @@ class CrdOnRealServerTest(unittest.TestCase):
             ("  rendezvous: {port: 70000}\n", "spec.rendezvous.port",
              "less than or equal to 65535"),
             ("  shmSize: huge\n", "spec.shmSize", "huge"),
+            # The CRD's CEL rules: what the operator would otherwise refuse only later.
+            ("  backend: nccl\n  gpusPerNode: 0\n", "spec.backend", '"nccl" needs GPUs'),
+            ("  nodes: 10000\n  gpusPerNode: 8\n", "spec.nodes",
+             "the job's GPUs (nodes x gpusPerNode) must be at most 32768"),
         ]
         for spec_lines, field, words in cases:
             with self.subTest(field=field):
@@ -190,6 +194,15 @@ class CrdOnRealServerTest(unittest.TestCase):
                 self.assertIn(field, out)
                 self.assertIn(words, out)
                 self.assertNotIn("created", out)
+
+    def test_a_name_too_long_for_its_pods_is_refused(self):
+        # 52 characters: "-node-NNN" still fits a pod's hostname in 63; 53 never do.
+        code, out = self.apply("n" * 52)
+        self.assertEqual(code, 0, out)
+        code, out = self.apply("n" * 53)
+        self.assertNotEqual(code, 0, out)
+        self.assertIn("metadata.name must be at most 52 characters", out)
+        self.assertNotIn("created", out)
 
     def test_unknown_fields_are_refused_with_their_path(self):
         code, out = self.apply("typo", "  nodez: 2\n")
