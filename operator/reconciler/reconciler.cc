@@ -525,7 +525,9 @@ ReconcileResult Reconciler::Finish(Context& c) {
     }
   }
   c.status.nodes = counts;
-  if (utilisation_ && c.status.phase == phase::kRunning) {
+  if (c.status.phase != phase::kRunning) {
+    c.status.utilisation = nullptr;  // no rank runs: no reading stands for the job
+  } else if (utilisation_) {
     if (auto latest = utilisation_->Latest(c.job.namespace_, c.job.name)) {
       c.status.utilisation = *latest;
     }

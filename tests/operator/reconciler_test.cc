@@ -545,6 +545,13 @@ TEST(ReconcilerUtilisationTest, RunningJobsCarryTheLatestReading) {
   cluster.SetPodPhase("job-node-1", "Running");
   reconciler.Reconcile("default", "job", Logger());
   EXPECT_EQ((*cluster.Job("job"))["status"]["utilisation"]["gpu"], 0.93);
+  // Once no rank runs the columns are empty, not the last reading (issue 41: GPU-UTIL 0.89 on a
+  // Succeeded job).
+  cluster.SetPodPhase("job-node-0", "Succeeded");
+  cluster.SetPodPhase("job-node-1", "Succeeded");
+  reconciler.Reconcile("default", "job", Logger());
+  EXPECT_EQ((*cluster.Job("job"))["status"]["phase"], "Succeeded");
+  EXPECT_FALSE((*cluster.Job("job"))["status"].contains("utilisation"));
 }
 
 // Stalled ranks (issue 13): the agents' readings through a source the test sets.
