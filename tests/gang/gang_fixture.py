@@ -171,6 +171,35 @@ class GangTest(unittest.TestCase):
         self.fail("%s not within %d s\n%s" % (what, deadline_s, "\n".join(tails)))
 
 
+def training_job(build_dir, name, ns, script, nodes=1, gpus=1, scheduling=None,
+                 max_restarts=1):
+    """A TrainingJob of `nodes` pods of 1 CPU rank, each pod asking `gpus` nvidia.com/gpu (the
+    ranks use none: there is no GPU here), handed to `scheduling`; each container runs
+    `bash -c script trainer...` (the script execs "$@" to train the example trainer)."""
+    trainer = [os.path.join(build_dir, "bin", "spawnpoint-example-trainer"), "--epochs", "1",
+               "--steps-per-epoch", "5", "--batch-size", "8", "--data", "memory"]
+    return {
+        "apiVersion": "spawnpoint.dev/v1alpha1", "kind": "TrainingJob",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "nodes": nodes, "gpusPerNode": 0, "procsPerNode": 1, "backend": "gloo",
+            "scheduling": scheduling or {},
+            "template": {"spec": {"terminationGracePeriodSeconds": 5, "containers": [{
+                "name": "trainer", "image": "spawnpoint/example-trainer:latest",
+                "command": ["bash", "-c", script, "trainer"] + trainer,
+                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}},
+            "loader": {"workersPerRank": 0},
+            "restartPolicy": {"maxRestarts": max_restarts, "backoffSeconds": 1},
+            "rendezvous": {"port": cluster_fixture.free_port()},
+            "shmSize": "64Mi",
+            "runPolicy": {"cleanPodPolicy": "None"}}}
+
+
+def wait_for(path):
+    """A training_job script that waits for the file `path`, then trains."""
+    return 'while [ ! -e %s ]; do sleep 0.1; done; exec "$@"' % path
+
+
 def condition(obj, kind):
     """The status condition of type `kind` of obj, or {}."""
     for c in (obj or {}).get("status", {}).get("conditions") or []:

@@ -42,33 +42,15 @@ def args():
 
 
 def training_job(name, script, priority=None, max_restarts=1, nodes=1):
-    """A CPU job of `nodes` pods each asking 1 nvidia.com/gpu, in LocalQueue team-queue; its
-    containers run `bash -c script trainer...` (the script execs "$@" to train)."""
-    trainer = [os.path.join(args().build_dir, "bin", "spawnpoint-example-trainer"), "--epochs",
-               "1", "--steps-per-epoch", "5", "--batch-size", "8", "--data", "memory"]
+    """gang_fixture.training_job in LocalQueue team-queue, 1 GPU a pod."""
     scheduling = {"gang": "kueue", "queue": "team-queue"}
     if priority:
         scheduling["priorityClassName"] = priority
-    return {
-        "apiVersion": "spawnpoint.dev/v1alpha1", "kind": "TrainingJob",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "nodes": nodes, "gpusPerNode": 0, "procsPerNode": 1, "backend": "gloo",
-            "scheduling": scheduling,
-            "template": {"spec": {"terminationGracePeriodSeconds": 5, "containers": [{
-                "name": "trainer", "image": "spawnpoint/example-trainer:latest",
-                "command": ["bash", "-c", script, "trainer"] + trainer,
-                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}},
-            "loader": {"workersPerRank": 0},
-            "restartPolicy": {"maxRestarts": max_restarts, "backoffSeconds": 1},
-            "rendezvous": {"port": gang_fixture.cluster_fixture.free_port()},
-            "shmSize": "64Mi",
-            "runPolicy": {"cleanPodPolicy": "None"}}}
+    return gang_fixture.training_job(args().build_dir, name, NS, script, nodes=nodes,
+                                     scheduling=scheduling, max_restarts=max_restarts)
 
 
-def wait_for(path):
-    """A script that waits for the file `path`, then trains."""
-    return 'while [ ! -e %s ]; do sleep 0.1; done; exec "$@"' % path
+wait_for = gang_fixture.wait_for
 
 
 class KueueLifecycleOnRealServerTest(gang_fixture.GangTest):

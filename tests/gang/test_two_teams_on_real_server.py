@@ -38,26 +38,10 @@ def args():
 
 
 def training_job(name, ns, nodes, scheduling, release):
-    """`nodes` x 1 CPU rank, each pod asking 3 nvidia.com/gpu; the ranks train once `release`
+    """gang_fixture.training_job: `nodes` pods of 3 GPUs whose ranks train once `release`
     exists."""
-    trainer = [os.path.join(args().build_dir, "bin", "spawnpoint-example-trainer"), "--epochs",
-               "1", "--steps-per-epoch", "5", "--batch-size", "8", "--data", "memory"]
-    return {
-        "apiVersion": "spawnpoint.dev/v1alpha1", "kind": "TrainingJob",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "nodes": nodes, "gpusPerNode": 0, "procsPerNode": 1, "backend": "gloo",
-            "scheduling": scheduling,
-            "template": {"spec": {"terminationGracePeriodSeconds": 5, "containers": [{
-                "name": "trainer", "image": "spawnpoint/example-trainer:latest",
-                "command": ["bash", "-c", 'while [ ! -e "$0" ]; do sleep 0.1; done; exec "$@"',
-                            release] + trainer,
-                "resources": {"limits": {"nvidia.com/gpu": "3"}}}]}},
-            "loader": {"workersPerRank": 0},
-            "restartPolicy": {"maxRestarts": 1},
-            "rendezvous": {"port": gang_fixture.cluster_fixture.free_port()},
-            "shmSize": "64Mi",
-            "runPolicy": {"cleanPodPolicy": "None"}}}
+    return gang_fixture.training_job(args().build_dir, name, ns, gang_fixture.wait_for(release),
+                                     nodes=nodes, gpus=3, scheduling=scheduling)
 
 
 class TwoTeamsOnRealServerTest(gang_fixture.GangTest):

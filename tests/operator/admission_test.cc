@@ -73,12 +73,7 @@ class AdmissionTest : public ::testing::Test {
   }
   ReconcileResult Reconcile() { return reconciler_.Reconcile("default", "job", Logger()); }
   json Status() { return (*cluster_.Job("job"))["status"]; }
-  json Condition(const std::string& type) {
-    for (const auto& c : Status().value("conditions", json::array())) {
-      if (c.value("type", "") == type) return c;
-    }
-    return json::object();
-  }
+  json Condition(const std::string& type) { return cluster_.JobCondition("job", type); }
   // As Kueue's pod webhook does when the pods are created, and its controller on admission.
   void Gate(bool gated) {
     for (int node = 0; node < 2; ++node) {
@@ -87,11 +82,7 @@ class AdmissionTest : public ::testing::Test {
       if (gated) spec["schedulingGates"].push_back({{"name", "kueue.x-k8s.io/admission"}});
     }
   }
-  int EventsWith(const std::string& reason) {
-    int n = 0;
-    for (const auto& e : cluster_.Events()) n += e.reason == reason;
-    return n;
-  }
+  int EventsWith(const std::string& reason) { return cluster_.EventCount(reason); }
 
   SimulatedClock clock_;
   WallClock wall_;

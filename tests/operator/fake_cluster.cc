@@ -107,6 +107,22 @@ bool FakeCluster::Injected(const std::string& op, Status* status) {
   return true;
 }
 
+int FakeCluster::EventCount(const std::string& reason) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  for (const auto& e : events_) n += e.reason == reason;
+  return n;
+}
+
+json FakeCluster::JobCondition(const std::string& job, const std::string& type) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const json status = jobs_.at(job).value("status", json::object());
+  for (const auto& c : status.value("conditions", json::array())) {
+    if (c.value("type", "") == type) return c;
+  }
+  return json::object();
+}
+
 std::vector<std::string> FakeCluster::Writes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return writes_;

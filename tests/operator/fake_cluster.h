@@ -59,6 +59,9 @@ class FakeCluster : public Cluster {
   std::vector<std::string> Writes() const;  // "create-pod x-node-0", "update-status x", ...
   void ClearWrites();
   std::vector<RecordedEvent> Events() const;
+  int EventCount(const std::string& reason) const;  // recorded events with this reason
+  // The job's status.conditions entry of this type, or an empty object.
+  json JobCondition(const std::string& job, const std::string& type);
   int StatusWrites() const;
 
   // Cluster.

@@ -116,13 +116,17 @@ class KueueReconcileTest : public ::testing::Test {
     cluster_.SetGracefulDeletion(true);
   }
   ReconcileResult Reconcile() { return reconciler_.Reconcile("default", "job", Logger()); }
-  json Status() { return (*cluster_.Job("job"))["status"]; }
-  json Condition(const std::string& type) {
-    for (const auto& c : Status().value("conditions", json::array())) {
-      if (c.value("type", "") == type) return c;
-    }
-    return json::object();
+  // A job of `mode` admitted and running on its 2 pods.
+  void StartRunning(const std::string& mode, int max_restarts = 3) {
+    AddJob(mode, max_restarts);
+    ASSERT_TRUE(Reconcile().status.ok());
+    Managed("job-node-0");
+    Managed("job-node-1");
+    ASSERT_TRUE(Reconcile().status.ok());
+    ASSERT_EQ(Status()["phase"], "Running");
   }
+  json Status() { return (*cluster_.Job("job"))["status"]; }
+  json Condition(const std::string& type) { return cluster_.JobCondition("job", type); }
   std::string Group() { return GangGroupName("job", UidOf(*cluster_.Job("job"))); }
   // Kueue's webhook and admission, and the scheduler's binding, of pod `name`.
   void Managed(const std::string& name, const std::string& phase = "Running") {
@@ -147,11 +151,7 @@ class KueueReconcileTest : public ::testing::Test {
       pod["metadata"]["deletionTimestamp"] = at;
     }
   }
-  int EventsWith(const std::string& reason) {
-    int n = 0;
-    for (const auto& e : cluster_.Events()) n += e.reason == reason;
-    return n;
-  }
+  int EventsWith(const std::string& reason) { return cluster_.EventCount(reason); }
   std::vector<std::string> Creates() {
     std::vector<std::string> out;
     for (const auto& w : cluster_.Writes()) {
@@ -170,12 +170,7 @@ class KueueReconcileTest : public ::testing::Test {
 // replacement exists, so the replacement needs a name of its own; and a replacement made while
 // Kueue still counts its predecessor active is deleted as excess, so it waits for that.
 TEST_F(KueueReconcileTest, ARestartMakesNewNamesOnceKueueLetsGoOfTheOldPods) {
-  AddJob("Recreate");
-  ASSERT_TRUE(Reconcile().status.ok());
-  Managed("job-node-0");
-  Managed("job-node-1");
-  ASSERT_TRUE(Reconcile().status.ok());
-  ASSERT_EQ(Status()["phase"], "Running");
+  StartRunning("Recreate");
 
   cluster_.FailPod("job-node-0", 137, "OOMKilled");
   ASSERT_TRUE(Reconcile().status.ok());  // records the restart
@@ -213,12 +208,7 @@ TEST_F(KueueReconcileTest, ARestartMakesNewNamesOnceKueueLetsGoOfTheOldPods) {
 }
 
 TEST_F(KueueReconcileTest, ALostPodInPlaceComesBackUnderANewName) {
-  AddJob("InPlace");
-  ASSERT_TRUE(Reconcile().status.ok());
-  Managed("job-node-0");
-  Managed("job-node-1");
-  ASSERT_TRUE(Reconcile().status.ok());
-  ASSERT_EQ(Status()["phase"], "Running");
+  StartRunning("InPlace");
   cluster_.ClearWrites();
   cluster_.FailPod("job-node-1", 137, "Error");  // killed: lost, recreated alone
   ASSERT_TRUE(Reconcile().status.ok());
@@ -230,12 +220,7 @@ TEST_F(KueueReconcileTest, ALostPodInPlaceComesBackUnderANewName) {
 }
 
 TEST_F(KueueReconcileTest, AnEvictedGangIsRecreatedQueuedWithoutSpendingARestart) {
-  AddJob("InPlace");
-  ASSERT_TRUE(Reconcile().status.ok());
-  Managed("job-node-0");
-  Managed("job-node-1");
-  ASSERT_TRUE(Reconcile().status.ok());
-  ASSERT_EQ(Status()["phase"], "Running");
+  StartRunning("InPlace");
   cluster_.ClearWrites();
 
   Evict({"job-node-0", "job-node-1"}, "2024-05-01T10:05:00Z");
@@ -326,11 +311,7 @@ TEST_F(KueueReconcileTest, AQueuedJobQuotesKueue) {
 }
 
 TEST_F(KueueReconcileTest, AFailedJobEndsItsKueueGroupSoTheQuotaIsFreed) {
-  AddJob("Recreate", /*max_restarts=*/0);
-  ASSERT_TRUE(Reconcile().status.ok());
-  Managed("job-node-0");
-  Managed("job-node-1");
-  ASSERT_TRUE(Reconcile().status.ok());
+  StartRunning("Recreate", /*max_restarts=*/0);
   cluster_.FailPod("job-node-0", 1, "Error");
   // The annotation fails once: no status write, the next reconcile does both.
   cluster_.FailNext("annotate-pod", spawnpoint::Status(StatusCode::kUnavailable, "try again"));
@@ -347,11 +328,7 @@ TEST_F(KueueReconcileTest, AFailedJobEndsItsKueueGroupSoTheQuotaIsFreed) {
 }
 
 TEST_F(KueueReconcileTest, WithoutTheGrantTheFailureIsStillWritten) {
-  AddJob("Recreate", /*max_restarts=*/0);
-  ASSERT_TRUE(Reconcile().status.ok());
-  Managed("job-node-0");
-  Managed("job-node-1");
-  ASSERT_TRUE(Reconcile().status.ok());
+  StartRunning("Recreate", /*max_restarts=*/0);
   cluster_.FailPod("job-node-0", 1, "Error");
   cluster_.FailNext("annotate-pod", spawnpoint::Status(StatusCode::kForbidden, "forbidden"));
   ASSERT_TRUE(Reconcile().status.ok());
@@ -361,11 +338,7 @@ TEST_F(KueueReconcileTest, WithoutTheGrantTheFailureIsStillWritten) {
 // Suspend frees the quota as a failure does; on resume the new gang waits until the ended
 // group's Workload is gone (it goes with the old pods), not to join a group Kueue finished.
 TEST_F(KueueReconcileTest, SuspendEndsTheGroupAndResumeWaitsForItsWorkloadToGo) {
-  AddJob("InPlace");
-  ASSERT_TRUE(Reconcile().status.ok());
-  Managed("job-node-0");
-  Managed("job-node-1");
-  ASSERT_TRUE(Reconcile().status.ok());
+  StartRunning("InPlace");
   cluster_.UpdateSpec("job", [](json& spec) { spec["runPolicy"]["suspend"] = true; });
   ASSERT_TRUE(Reconcile().status.ok());
   EXPECT_EQ(Status()["phase"], "Suspended");

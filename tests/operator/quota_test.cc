@@ -65,17 +65,8 @@ class QuotaTest : public ::testing::Test {
   }
   ReconcileResult Reconcile() { return reconciler_.Reconcile("default", "job", Logger()); }
   json Status() { return (*cluster_.Job("job"))["status"]; }
-  json Condition(const std::string& type) {
-    for (const auto& c : Status().value("conditions", json::array())) {
-      if (c.value("type", "") == type) return c;
-    }
-    return json::object();
-  }
-  int EventsWith(const std::string& reason) {
-    int n = 0;
-    for (const auto& e : cluster_.Events()) n += e.reason == reason;
-    return n;
-  }
+  json Condition(const std::string& type) { return cluster_.JobCondition("job", type); }
+  int EventsWith(const std::string& reason) { return cluster_.EventCount(reason); }
 
   SimulatedClock clock_;
   WallClock wall_;
