@@ -6,6 +6,7 @@
 #include "operator/common/names.h"
 #include "operator/common/object.h"
 #include "operator/policy/failure_policy.h"
+#include "operator/policy/kueue_pods.h"
 #include "operator/policy/restart_policy.h"
 #include "operator/policy/stall_policy.h"
 #include "operator/reconciler/reconcile_context.h"
@@ -23,6 +24,24 @@ constexpr auto kLossSettle = std::chrono::seconds(2);
 }  // namespace
 
 bool Reconciler::InPlaceFailureStep(Context& c) {
+  // A pod of a gang that ran, being deleted by someone else (kubectl delete pod, an eviction, a
+  // drained node): its loss is recorded now, while the view still shows which pod it is. Once
+  // it is gone the job would read Pending and its replacement come back unexplained.
+  const bool ran = c.status.phase == phase::kRunning || c.status.phase == phase::kRestarting;
+  for (const auto& pod : c.pods) {
+    if (!ran || c.restarted_in_place || !IsTerminating(pod) || c.deleted.count(NameOf(pod)) ||
+        AttemptOf(pod) < c.status.GangAttempt() || PodPhase(pod) == "Succeeded" ||
+        KueueStopped(pod)) {
+      continue;
+    }
+    PodFailure deleted;
+    deleted.node = NodeRankOf(pod);
+    deleted.pod = NameOf(pod);
+    deleted.reason = "PodDeleted";
+    deleted.message = "the pod was deleted (by a user, an eviction or a drained node)";
+    deleted.retryable = true;
+    RecordLoss(c, deleted);
+  }
   const std::string trainer = TrainerContainerName(c.job);
   const api::RestartPolicy& policy = c.job.spec.restart_policy;
   std::optional<std::pair<int, GangVerdict>> verdict;  // the lowest node's pod's

@@ -227,6 +227,34 @@ TEST_F(InPlaceTest, TheCoordinatorsPodGoneIsRecreatedAndItsLossExplainsTheRestar
   EXPECT_EQ(Phase(), "Running");
 }
 
+// `kubectl delete pod` of node 1 seen while the pod terminates: the loss is recorded then
+// (PodDeleted, lost), and stays the explanation once the pod is gone, replaced, and the agents
+// restarted. Before, the job read Pending while the pod terminated, the replacement came back
+// unexplained and the restart was put on node 0's coordinator (seen on the real Volcano gang).
+TEST_F(InPlaceTest, ADeletedPodIsRecordedAsItTerminates) {
+  StartRunning();
+  cluster_.SetGracefulDeletion(true);
+  ASSERT_TRUE(cluster_.DeletePod("default", "job-node-1", Uid(1)).ok());
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Phase(), "Restarting");
+  EXPECT_EQ(Status()["lastFailure"]["node"], 1);
+  EXPECT_EQ(Status()["lastFailure"]["reason"], "PodDeleted");
+  EXPECT_EQ(Status()["lastFailure"]["lost"], true);
+  cluster_.FinishDeletions();
+  ASSERT_TRUE(Reconcile().status.ok());
+  ASSERT_NE(cluster_.Pod("job-node-1"), nullptr) << "recreated alone";
+  cluster_.SetPodPhase("job-node-1", "Running");
+  Read(1, "Running");  // the agents restarted; no failure report of their own
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Status()["restarts"], 1);
+  EXPECT_EQ(Status()["lastFailure"]["node"], 1);
+  EXPECT_EQ(Status()["lastFailure"]["reason"], "PodDeleted");
+  // One loss, one NodeFailed event naming one cause.
+  const std::vector<std::string> reasons = EventReasons();
+  EXPECT_EQ(std::count(reasons.begin(), reasons.end(), "NodeFailed"), 1)
+      << ::testing::PrintToString(reasons);
+}
+
 // `kubectl delete pod` of node 1: its agent leaves without a report and the agents restart
 // before the pod is gone. The restart is explained by that pod, not by node 0's coordinator.
 TEST_F(InPlaceTest, ARestartAfterAPodsDeletionNamesThatPod) {
