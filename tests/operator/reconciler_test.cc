@@ -443,7 +443,7 @@ TEST_F(ReconcilerTest, CleanPodPolicyAllAndNone) {
 
 TEST_F(ReconcilerTest, InvalidSpecIsReportedWithTheFieldPathUntilFixed) {
   json job = MakeJob("job");
-  job["spec"]["backend"] = "nccl";  // needs GPUs: the schema cannot say so
+  job["spec"]["backend"] = "nccl";  // needs GPUs (the CRD says so too, an older CRD did not)
   cluster_.AddJob(job);
   ASSERT_TRUE(Reconcile().status.ok());
   EXPECT_EQ(Phase(), "Failed");
