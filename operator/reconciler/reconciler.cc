@@ -444,6 +444,21 @@ void Reconciler::PendingStep(Context& c) {
   PendingCheck check = CheckPending(c.CurrentPods(), options_.pending_timeout, c.now);
   if (check.recheck_after) c.RequeueAfter(*check.recheck_after);
   c.pending_message = check.message;
+  // A gang the quota keeps from being made has no pod to be Pending: its wait counts all the
+  // same, from when the quota first refused it.
+  const Condition* quota = c.status.Find(condition::kQuotaExceeded);
+  if (!c.pending_message.empty() || !c.CurrentPods().empty() || !quota || quota->status != "True") {
+    return;
+  }
+  std::optional<WallTime> since = ParseTime(quota->last_transition_time);
+  if (!since) return;
+  if (c.now < *since + options_.pending_timeout) {
+    c.RequeueAfter(*since + options_.pending_timeout - c.now);
+    return;
+  }
+  c.pending_message = "no pod of attempt " + std::to_string(c.status.restarts) +
+                      " could be created for " + FormatDuration(c.now - *since) + ": " +
+                      quota->message;
 }
 
 void Reconciler::UpdatePhase(Context& c) {

@@ -109,6 +109,26 @@ TEST_F(QuotaTest, AGangTheQuotaCannotHoldIsNeverHalfMadeAndWaitsPending) {
   EXPECT_EQ(Status()["restarts"], 0);
 }
 
+// No pod exists, yet the job waits: past the operator's pending timeout (5 min) it is reported
+// as a Pending job is, with the quota's words.
+TEST_F(QuotaTest, AJobTheQuotaKeepsWithoutPodsCountsTowardItsPendingTimeout) {
+  cluster_.SetGpuQuota(3);
+  ReconcileResult r = Reconcile();
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_NE(Condition("Running").value("reason", ""), "PodPending");
+  clock_.Advance(std::chrono::minutes(4));
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_NE(Condition("Running").value("reason", ""), "PodPending") << "not yet";
+  clock_.Advance(std::chrono::minutes(2));
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Condition("Running")["reason"], "PodPending");
+  EXPECT_THAT(Condition("Running")["message"].get<std::string>(),
+              HasSubstr("no pod of attempt 0 could be created for 6m"));
+  EXPECT_THAT(Condition("Running")["message"].get<std::string>(), HasSubstr("exceeded quota"));
+  EXPECT_EQ(EventsWith("PodPending"), 1);
+  EXPECT_TRUE(cluster_.PodNames().empty());
+}
+
 // The dry run cannot see everything (a pod-count quota, a race with another job): a create
 // refused after others were made is the same state, and the gang is not called created.
 TEST_F(QuotaTest, ARefusedCreateIsTheSameStateAndNotCalledCreated) {
