@@ -14,6 +14,7 @@
 #include "agent/process/spawner.h"
 #include "agent/run/preflight.h"
 #include "agent/run/self_exe.h"
+#include "common/env_parts.h"
 
 namespace spawnpoint::agent {
 namespace {
@@ -27,11 +28,17 @@ StatusOr<std::vector<api::TrainingJob>> ReadJobs(const AgentOptions& o) {
   // A manifest file is a local run's: nothing resolves valueFrom/envFrom here. --job-env is
   // how the operator starts a pod's agent, whose environment the kubelet has resolved.
   if (o.job_env.empty()) return api::LoadTrainingJobsFile(o.file, {.local = true});
-  const char* text = getenv(o.job_env.c_str());
-  if (text == nullptr) {
+  // One variable, or its parts when the job is longer than one may be (common/env_parts.h).
+  StatusOr<std::optional<std::string>> text =
+      JoinEnvValue(o.job_env, [](const std::string& var) -> std::optional<std::string> {
+        const char* v = getenv(var.c_str());
+        return v ? std::optional<std::string>(v) : std::nullopt;
+      });
+  if (!text.ok()) return InvalidArgument("--job-env " + o.job_env + ": " + text.status().message());
+  if (!*text) {
     return InvalidArgument("--job-env " + o.job_env + ": the environment variable is not set");
   }
-  return api::ParseTrainingJobs(text, JobSource(o));
+  return api::ParseTrainingJobs(**text, JobSource(o));
 }
 
 std::string JobNames(const std::vector<api::TrainingJob>& jobs) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "common/env_parts.h"
 #include "common/random.h"
 #include "operator/common/names.h"
 #include "operator/common/object.h"
@@ -226,25 +227,33 @@ json BuildPod(const api::TrainingJob& job, const json& owner, int node, int atte
   trainer["terminationMessagePath"] = "/dev/termination-log";
   trainer["terminationMessagePolicy"] = "FallbackToLogsOnError";
 
-  json env = json::array({
-      Env(kJobEnv, JobForAgent(job).dump()),
-      Env("MASTER_ADDR", master),
-      Env("MASTER_PORT", std::to_string(spec.rendezvous_port)),
-      Env("WORLD_SIZE", std::to_string(api::WorldSize(spec))),
-      Env("NNODES", std::to_string(spec.nodes)),
-      Env("NODE_RANK", std::to_string(node)),
-      Env("GROUP_RANK", std::to_string(node)),
-      Env("LOCAL_WORLD_SIZE", std::to_string(ranks)),
-      Env("NPROC_PER_NODE", std::to_string(ranks)),
-      Env("TORCHELASTIC_RESTART_COUNT", std::to_string(attempt)),
-      Env("TORCHELASTIC_MAX_RESTARTS", std::to_string(spec.restart_policy.max_restarts)),
-      Env("TORCHELASTIC_RUN_ID", UidOf(owner).empty() ? job.name : UidOf(owner)),
-      FieldEnv("POD_NAME", "metadata.name"),
-      FieldEnv("POD_NAMESPACE", "metadata.namespace"),
-      // The agent's metrics labels (DCGM's `container` and `Hostname`).
-      Env("CONTAINER_NAME", TrainerContainerName(job)),
-      FieldEnv("NODE_NAME", "spec.nodeName"),
-  });
+  // The job in one variable, or in parts when it is longer than one may be (common/env_parts.h):
+  // a template of 200 KiB is valid, and would stop the pod with E2BIG.
+  json env = json::array();
+  for (const auto& [var, value] :
+       SplitEnvValue(kJobEnv, JobForAgent(job).dump(-1, ' ', /*ensure_ascii=*/true))) {
+    env.push_back(Env(var, value));
+  }
+  for (json e : json::array({
+           Env("MASTER_ADDR", master),
+           Env("MASTER_PORT", std::to_string(spec.rendezvous_port)),
+           Env("WORLD_SIZE", std::to_string(api::WorldSize(spec))),
+           Env("NNODES", std::to_string(spec.nodes)),
+           Env("NODE_RANK", std::to_string(node)),
+           Env("GROUP_RANK", std::to_string(node)),
+           Env("LOCAL_WORLD_SIZE", std::to_string(ranks)),
+           Env("NPROC_PER_NODE", std::to_string(ranks)),
+           Env("TORCHELASTIC_RESTART_COUNT", std::to_string(attempt)),
+           Env("TORCHELASTIC_MAX_RESTARTS", std::to_string(spec.restart_policy.max_restarts)),
+           Env("TORCHELASTIC_RUN_ID", UidOf(owner).empty() ? job.name : UidOf(owner)),
+           FieldEnv("POD_NAME", "metadata.name"),
+           FieldEnv("POD_NAMESPACE", "metadata.namespace"),
+           // The agent's metrics labels (DCGM's `container` and `Hostname`).
+           Env("CONTAINER_NAME", TrainerContainerName(job)),
+           FieldEnv("NODE_NAME", "spec.nodeName"),
+       })) {
+    env.push_back(std::move(e));
+  }
   MergeByKey(trainer["env"], env, "name");
 
   json mounts = json::array({{{"name", kShmVolume}, {"mountPath", "/dev/shm"}}});

@@ -4,6 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
+
+#include "common/env_parts.h"
 #include "operator/common/names.h"
 #include "tests/operator/test_jobs.h"
 
@@ -35,6 +38,58 @@ std::vector<std::string> Names(const json& list) {
   std::vector<std::string> out;
   for (const auto& e : list) out.push_back(e.value("name", ""));
   return out;
+}
+
+TEST(EnvPartsTest, AValueTooLongForOneVariableGoesInPartsAndComesBackWhole) {
+  using Vars = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(SplitEnvValue("J", "abc", 3), (Vars{{"J", "abc"}}));
+  EXPECT_EQ(SplitEnvValue("J", "abcdefg", 3),
+            (Vars{{"J_PARTS", "3"}, {"J_0", "abc"}, {"J_1", "def"}, {"J_2", "g"}}));
+  std::map<std::string, std::string> env;
+  auto get = [&env](const std::string& var) -> std::optional<std::string> {
+    auto it = env.find(var);
+    return it == env.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
+  EXPECT_FALSE(JoinEnvValue("J", get)->has_value()) << "neither set";
+  const std::string big(250 * 1024, 'x');
+  for (const auto& [var, value] : SplitEnvValue("J", big)) env[var] = value;
+  EXPECT_EQ(env["J_PARTS"], "3");
+  EXPECT_EQ(**JoinEnvValue("J", get), big);
+  env.erase("J_1");
+  EXPECT_EQ(JoinEnvValue("J", get).status().message(), "J_1: not set, though J_PARTS is 3");
+  env["J_PARTS"] = "three";
+  EXPECT_EQ(JoinEnvValue("J", get).status().message(),
+            "J_PARTS: must be a count of parts (1 or more), got \"three\"");
+}
+
+// Issue 41: a template of 30 variables of 10 KB is valid and runs as a process, but the whole
+// job in one variable (300 KB) stopped every pod with E2BIG. In parts, none over 100 KiB.
+TEST(ChildrenTest, ABigJobReachesTheAgentInPartsNoneTooLongForExec) {
+  json object = testing::MakeJob("job", 2);
+  json& env = object["spec"]["template"]["spec"]["containers"][0]["env"];
+  for (int i = 0; i < 30; ++i) {
+    env.push_back({{"name", "BIG_" + std::to_string(i)}, {"value", std::string(10'000, 'v')}});
+  }
+  api::TrainingJob job = Parse(object);
+  json pod = BuildPod(job, Owner(), 0, 0, PodSettings{});
+  const json& trainer = pod["spec"]["containers"][0];
+  EXPECT_TRUE(EnvOf(trainer, kJobEnv).is_null()) << "not in one variable";
+  std::map<std::string, std::string> vars;
+  for (const auto& e : trainer["env"]) {
+    if (e.contains("value")) vars[e["name"]] = e["value"];
+  }
+  ASSERT_TRUE(vars.count(std::string(kJobEnv) + "_PARTS"));
+  for (const auto& [name, value] : vars) EXPECT_LE(value.size(), kEnvPartMax) << name;
+  auto get = [&vars](const std::string& var) -> std::optional<std::string> {
+    auto it = vars.find(var);
+    return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
+  StatusOr<std::optional<std::string>> joined = JoinEnvValue(kJobEnv, get);
+  ASSERT_TRUE(joined.ok() && joined->has_value());
+  EXPECT_EQ(json::parse(**joined), JobForAgent(job));
+  // A small job keeps its one variable.
+  json small = BuildPod(Parse(testing::MakeJob("job", 2)), Owner(), 0, 0, PodSettings{});
+  EXPECT_FALSE(EnvOf(small["spec"]["containers"][0], kJobEnv).is_null());
 }
 
 TEST(ChildrenTest, ServiceIsHeadlessAndPublishesNotReadyAddresses) {

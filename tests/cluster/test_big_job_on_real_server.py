@@ -1,0 +1,94 @@
+"""A job of any size the API accepts runs (issue 41), on the real control plane: the real
+spawnpoint-operator and agent, local_node.py's nodes running the pods as processes (a real
+execve with the pod's environment). The trainer container carries 30 environment variables of
+10 KB: valid, and fine for any process, but the whole job (300 KB) in the one variable the agent
+read (SPAWNPOINT_JOB) stopped every pod with E2BIG ("Argument list too long": Linux refuses an
+environment string over 128 KiB), retried, then Failed. Now the job goes in parts
+(SPAWNPOINT_JOB_PARTS, SPAWNPOINT_JOB_0..), none over 100 KiB: the 2-node job succeeds, and
+its ranks see the big variables.
+
+    python3 test_big_job_on_real_server.py --source-dir REPO --build-dir BUILD
+"""
+
+import json
+import os
+import shutil
+import tempfile
+import unittest
+
+import cluster_fixture
+from cluster_fixture import wait_until
+
+NS = "big"
+
+
+def args():
+    return cluster_fixture.ARGS
+
+
+class BigJobOnRealServerTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = cluster_fixture.Cluster(args().source_dir, args().tools_bin, nodes=2)
+        cls.tmp = tempfile.mkdtemp(prefix="spawnpoint-big-job-test-")
+        try:
+            code, out = cls.cluster.kubectl("create", "namespace", NS)
+            assert code == 0, out
+            cls.cluster.start_operator(args().build_dir)
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def get(self, *argv):
+        code, out = self.cluster.kubectl("get", *(list(argv) + ["-o", "json"]))
+        self.assertEqual(code, 0, out)
+        return json.loads(out)
+
+    def test_a_300_kb_template_runs(self):
+        seen = os.path.join(self.tmp, "seen")
+        trainer = [os.path.join(args().build_dir, "bin", "spawnpoint-example-trainer"),
+                   "--epochs", "1", "--steps-per-epoch", "3", "--batch-size", "8", "--data",
+                   "memory"]
+        # Each rank records the length of one big variable, then trains.
+        script = 'printf "%s\\n" "${#BIG_29}" >> "$0"; exec "$@"'
+        env = [{"name": "BIG_%d" % i, "value": "v" * 10000} for i in range(30)]
+        job = {
+            "apiVersion": "spawnpoint.dev/v1alpha1", "kind": "TrainingJob",
+            "metadata": {"name": "wide", "namespace": NS},
+            "spec": {
+                "nodes": 2, "gpusPerNode": 0, "procsPerNode": 1, "backend": "gloo",
+                "template": {"spec": {"terminationGracePeriodSeconds": 5, "containers": [{
+                    "name": "trainer", "image": "spawnpoint/example-trainer:latest",
+                    "command": ["bash", "-c", script, seen] + trainer, "env": env}]}},
+                "loader": {"workersPerRank": 0},
+                "restartPolicy": {"maxRestarts": 0},
+                "rendezvous": {"port": cluster_fixture.free_port()},
+                "shmSize": "64Mi"}}
+        self.assertGreater(len(json.dumps(job)), 300000)
+        code, out = self.cluster.kubectl("create", "-f", "-", stdin=json.dumps(job))
+        self.assertEqual(code, 0, out)
+
+        def finished():
+            return (self.get("tj", "-n", NS, "wide").get("status") or {}).get("phase") in (
+                "Succeeded", "Failed")
+        if not wait_until(finished, 240):
+            self.fail("not finished: %s\n%s" % (self.get("tj", "-n", NS, "wide").get("status"),
+                                                self.cluster.log("operator")[-2000:]))
+        status = self.get("tj", "-n", NS, "wide")["status"]
+        self.assertEqual(status["phase"], "Succeeded", json.dumps(status)[:3000])
+        self.assertEqual(status["restarts"], 0)
+        with open(seen) as f:
+            self.assertEqual(f.read().split(), ["10000", "10000"], "both ranks saw BIG_29")
+        pod = self.get("pod", "-n", NS, "wide-node-0")
+        names = [e["name"] for e in pod["spec"]["containers"][0]["env"]]
+        self.assertIn("SPAWNPOINT_JOB_PARTS", names)
+        self.assertNotIn("SPAWNPOINT_JOB", names)
+
+
+if __name__ == "__main__":
+    cluster_fixture.main(build_dir=True)
