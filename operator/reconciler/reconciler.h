@@ -187,12 +187,15 @@ class Reconciler {
   bool SuccessStep(Context& c);
   bool BackoffElapsed(Context& c);
   void CreateMissingPods(Context& c);
-  // Before a whole gang is created (quota_policy.h): false if the namespace's ResourceQuota
-  // cannot hold all of it (QuotaDenied then says so).
+  // Before a whole gang is created (quota_steps.cc, quota_policy.h): false if the namespace's
+  // ResourceQuota cannot hold all of it (QuotaDenied then says so).
   bool QuotaHolds(Context& c);
   // A create refused for a ResourceQuota: condition QuotaExceeded, an event on the transition,
   // a retry after kQuotaRetry.
   void QuotaDenied(Context& c, const std::string& api_message);
+  // PendingStep's part for a job the quota keeps without any pod: past the pending timeout
+  // since QuotaExceeded turned True, it is reported as a pending pod would be.
+  void QuotaPendingStep(Context& c);
   // Gang kueue (admission_policy.h): true while the pods wait, gated, for Kueue's admission
   // (phase and condition Queued); once the gates are gone the condition Queued turns False.
   bool AdmissionStep(Context& c);
