@@ -66,6 +66,11 @@ std::optional<KueueStop> KueueStopped(const json& pod) {
   return stop;
 }
 
+bool KueueWorkloadFinished(const json& workload) {
+  const json* c = FindCondition(workload, "Finished");
+  return c != nullptr && c->value("status", "") == "True";
+}
+
 std::string KueueWaitingReason(const json& workload) {
   for (const char* type : {"QuotaReserved", "Admitted"}) {
     const json* c = FindCondition(workload, type);

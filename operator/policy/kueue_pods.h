@@ -56,6 +56,9 @@ struct KueueStop {
 // (WorkloadDeleted, NoMatchingWorkload, NotAdmitted).
 std::optional<KueueStop> KueueStopped(const nlohmann::json& pod);
 
+// The Workload's condition Finished is True: Kueue ended the group.
+bool KueueWorkloadFinished(const nlohmann::json& workload);
+
 // The message of the Workload's condition that says why it waits ("couldn't assign flavors to
 // pod set main: insufficient quota for nvidia.com/gpu in flavor gpu-flavor, request > maximum
 // capacity of quota (2 > 1)"): QuotaReserved False, else Admitted False, with a message; "" when

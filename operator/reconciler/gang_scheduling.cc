@@ -110,29 +110,20 @@ void Reconciler::KueueEvictionStep(Context& c) {
 }
 
 bool Reconciler::KueueNodeCovered(const Context& c, int node) const {
-  return std::any_of(c.pods.begin(), c.pods.end(), [&](const json& pod) {
-    return NodeRankOf(pod) == node && c.OfCurrentGang(pod) && !IsTerminating(pod) &&
-           !c.deleted.count(NameOf(pod));
-  });
+  const std::vector<const json*> pods = c.CurrentPods();
+  return std::any_of(pods.begin(), pods.end(),
+                     [node](const json* pod) { return NodeRankOf(*pod) == node; });
 }
 
 bool Reconciler::KueueGroupEnded(Context& c) {
-  const bool fresh = std::none_of(c.pods.begin(), c.pods.end(), [&](const json& pod) {
-    return c.OfCurrentGang(pod) && !IsTerminating(pod) && !c.deleted.count(NameOf(pod));
-  });
-  if (!fresh) return false;
+  if (!c.CurrentPods().empty()) return false;  // not a whole new gang
   StatusOr<json> workload =
       cluster_->GetKueueWorkload(c.job.namespace_, GangGroupName(c.job.name, UidOf(c.object)));
-  if (!workload.ok()) return false;  // none (or unreadable: Kueue then says so itself)
-  for (const auto& cond :
-       workload->value("status", json::object()).value("conditions", json::array())) {
-    if (cond.value("type", "") == "Finished" && cond.value("status", "") == "True") {
-      c.log.Info("waiting for Kueue's finished Workload of the job's last gang to go",
-                 {{"workload", NameOf(*workload)}});
-      return true;
-    }
-  }
-  return false;
+  // None (or unreadable: Kueue then says so itself).
+  if (!workload.ok() || !KueueWorkloadFinished(*workload)) return false;
+  c.log.Info("waiting for Kueue's finished Workload of the job's last gang to go",
+             {{"workload", NameOf(*workload)}});
+  return true;
 }
 
 std::string Reconciler::KueueNewPodName(const Context& c, int node) const {

@@ -98,6 +98,9 @@ TEST(KueuePodsTest, TheWorkloadsReasonForWaiting) {
   workload["status"]["conditions"][0]["status"] = "True";
   EXPECT_EQ(KueueWaitingReason(workload), "");
   EXPECT_EQ(KueueWaitingReason(json::object()), "");
+  EXPECT_FALSE(KueueWorkloadFinished(workload));
+  workload["status"]["conditions"].push_back({{"type", "Finished"}, {"status", "True"}});
+  EXPECT_TRUE(KueueWorkloadFinished(workload));
 }
 
 // A 2-node job in LocalQueue team-a. Kueue is played by the test: Managed() adds its finalizer
