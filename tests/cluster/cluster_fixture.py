@@ -10,6 +10,7 @@ everything it started. Standard library only.
 """
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -144,7 +145,6 @@ class Cluster(object):
     def audit_events(self):
         """The API server's audit log so far (cluster.sh's policy: Metadata level), as
         dicts."""
-        import json
         events = []
         with open(os.path.join(self.dir, "cp", "audit.log")) as f:
             for line in f:
@@ -216,3 +216,51 @@ class Cluster(object):
         subprocess.run(["bash", os.path.join(self.source_dir, "scripts", "cluster.sh"), "down",
                         "--dir", os.path.join(self.dir, "cp")], timeout=120)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class OperatorClusterTest(unittest.TestCase):
+    """A test class on one Cluster of NODES local nodes of GPUS GPUs, with namespace NAMESPACE
+    and the build's spawnpoint-operator (admin kubeconfig) started after setUpCluster (a
+    classmethod for what must exist first, e.g. a ResourceQuota); cls.tmp a directory of its own.
+    Everything is stopped and removed at the end, also when the set-up fails."""
+    NODES = 2
+    GPUS = 0
+    NAMESPACE = "default"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = Cluster(ARGS.source_dir, ARGS.tools_bin, nodes=cls.NODES, gpus=cls.GPUS)
+        cls.tmp = tempfile.mkdtemp(prefix="spawnpoint-%s-" % cls.__name__.lower())
+        try:
+            cls.kubectl_ok("create", "namespace", cls.NAMESPACE)
+            cls.setUpCluster()
+            cls.cluster.start_operator(ARGS.build_dir)
+        except BaseException:
+            cls.tearDownClass()  # unittest runs none after a failed setUpClass
+            raise
+
+    @classmethod
+    def setUpCluster(cls):
+        pass
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    @classmethod
+    def kubectl_ok(cls, *argv, stdin=None):
+        """`kubectl ARGV`; raises with its output when it fails."""
+        code, out = cls.cluster.kubectl(*argv, stdin=stdin)
+        if code != 0:
+            raise AssertionError("kubectl %s: %s" % (" ".join(argv), out))
+        return out
+
+    @classmethod
+    def apply(cls, obj):
+        """Creates the object (a dict)."""
+        cls.kubectl_ok("create", "-f", "-", stdin=json.dumps(obj))
+
+    def get(self, *argv):
+        """`kubectl get ARGV -o json`, parsed."""
+        return json.loads(self.kubectl_ok("get", *(list(argv) + ["-o", "json"])))

@@ -12,9 +12,6 @@ its ranks see the big variables.
 
 import json
 import os
-import shutil
-import tempfile
-import unittest
 
 import cluster_fixture
 from cluster_fixture import wait_until
@@ -26,28 +23,8 @@ def args():
     return cluster_fixture.ARGS
 
 
-class BigJobOnRealServerTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.cluster = cluster_fixture.Cluster(args().source_dir, args().tools_bin, nodes=2)
-        cls.tmp = tempfile.mkdtemp(prefix="spawnpoint-big-job-test-")
-        try:
-            code, out = cls.cluster.kubectl("create", "namespace", NS)
-            assert code == 0, out
-            cls.cluster.start_operator(args().build_dir)
-        except BaseException:
-            cls.tearDownClass()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.cluster.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def get(self, *argv):
-        code, out = self.cluster.kubectl("get", *(list(argv) + ["-o", "json"]))
-        self.assertEqual(code, 0, out)
-        return json.loads(out)
+class BigJobOnRealServerTest(cluster_fixture.OperatorClusterTest):
+    NAMESPACE = NS
 
     def test_a_300_kb_template_runs(self):
         seen = os.path.join(self.tmp, "seen")

@@ -12,10 +12,7 @@ seconds, runs and succeeds with 0 restarts, QuotaExceeded False.
 
 import json
 import os
-import shutil
-import tempfile
 import time
-import unittest
 
 import cluster_fixture
 from cluster_fixture import wait_until
@@ -28,42 +25,15 @@ def args():
     return cluster_fixture.ARGS
 
 
-class QuotaOnRealServerTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.cluster = cluster_fixture.Cluster(args().source_dir, args().tools_bin, nodes=2,
-                                              gpus=4)
-        cls.tmp = tempfile.mkdtemp(prefix="spawnpoint-quota-test-")
-        try:
-            cls.kubectl_ok("create", "namespace", NS)
-            cls.apply({"apiVersion": "v1", "kind": "ResourceQuota",
-                       "metadata": {"name": "gpu-quota", "namespace": NS},
-                       "spec": {"hard": {"requests.nvidia.com/gpu": "4"}}})
-            cls.cluster.start_operator(args().build_dir)
-        except BaseException:
-            cls.tearDownClass()
-            raise
+class QuotaOnRealServerTest(cluster_fixture.OperatorClusterTest):
+    GPUS = 4
+    NAMESPACE = NS
 
     @classmethod
-    def tearDownClass(cls):
-        cls.cluster.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    @classmethod
-    def kubectl_ok(cls, *argv, stdin=None):
-        code, out = cls.cluster.kubectl(*argv, stdin=stdin)
-        if code != 0:
-            raise AssertionError("kubectl %s: %s" % (" ".join(argv), out))
-        return out
-
-    @classmethod
-    def apply(cls, obj):
-        cls.kubectl_ok("create", "-f", "-", stdin=json.dumps(obj))
-
-    def get(self, *argv):
-        code, out = self.cluster.kubectl("get", *(list(argv) + ["-o", "json"]))
-        self.assertEqual(code, 0, out)
-        return json.loads(out)
+    def setUpCluster(cls):
+        cls.apply({"apiVersion": "v1", "kind": "ResourceQuota",
+                   "metadata": {"name": "gpu-quota", "namespace": NS},
+                   "spec": {"hard": {"requests.nvidia.com/gpu": "4"}}})
 
     def status(self):
         return self.get("tj", "-n", NS, "wide").get("status") or {}
