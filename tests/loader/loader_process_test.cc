@@ -1092,6 +1092,18 @@ class StarvedWorkerTest : public ::testing::Test {
     if (pid != victim_) return ProcessTimes{Clock::Duration{0}, Clock::Duration{0}};
     return ProcessTimes{seconds(1000) + (clock_.Now() - start_), wait_};
   }
+  // Worker 0's pid of a pool started (on the real clock and the real /proc readings) and left
+  // running for the test's own client to meet; 0 if that start failed.
+  pid_t FirstWorkerOfAPool(std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
+    PoolClientOptions o = ClientOptions("index", "size=20,dim=2");
+    o.clock = RealClock::Get();
+    o.on_tick = nullptr;
+    o.process_times = ReadProcessTimes;
+    if (timeout) o.timeout = *timeout;
+    PoolClient first(o);
+    if (!first.Start().ok()) return 0;
+    return first.WorkerPids()[0];
+  }
   void SetVictim(pid_t pid) {
     std::lock_guard<std::mutex> lock(mu_);
     victim_ = pid;
@@ -1196,16 +1208,8 @@ TEST_F(StarvedWorkerTest, WithoutReadingsAWorkerIsKilledAtTheTimeout) {
 // 65 s without an answer, 50 of them waiting for a CPU, is neither killed nor reason to give
 // up on the pool; once 60 s count it is killed and its successor answers.
 TEST_F(StarvedWorkerTest, ASilentWorkerWaitingForACpuIsNotKilledUntilTheRestIsOverdue) {
-  pid_t victim = 0;
-  {
-    PoolClientOptions o = ClientOptions("index", "size=20,dim=2");
-    o.clock = RealClock::Get();
-    o.on_tick = nullptr;
-    o.process_times = ReadProcessTimes;
-    PoolClient first(o);
-    ASSERT_TRUE(first.Start().ok());
-    victim = first.WorkerPids()[0];
-  }
+  const pid_t victim = FirstWorkerOfAPool();
+  ASSERT_GT(victim, 0);
   SetVictim(victim);
   SetWait(seconds(100));  // Start reads the baseline
   ASSERT_EQ(kill(victim, SIGSTOP), 0);
@@ -1232,17 +1236,8 @@ TEST_F(StarvedWorkerTest, ASilentWorkerWaitingForACpuIsNotKilledUntilTheRestIsOv
 // spared: Start looks at it itself, and waits on instead of failing with "no answer within
 // 1 s".
 TEST_F(StarvedWorkerTest, StartWaitsOnForASilentWorkerWaitingForACpu) {
-  pid_t victim = 0;
-  {
-    PoolClientOptions o = ClientOptions("index", "size=20,dim=2");
-    o.clock = RealClock::Get();
-    o.on_tick = nullptr;
-    o.process_times = ReadProcessTimes;
-    o.timeout = seconds(20);
-    PoolClient first(o);
-    ASSERT_TRUE(first.Start().ok());
-    victim = first.WorkerPids()[0];
-  }
+  const pid_t victim = FirstWorkerOfAPool(seconds(20));
+  ASSERT_GT(victim, 0);
   SetVictim(victim);
   SetWait(seconds(100));  // Start reads the baseline
   ASSERT_EQ(kill(victim, SIGSTOP), 0);
