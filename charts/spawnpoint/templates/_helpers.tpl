@@ -111,6 +111,40 @@ Checks that apply to the whole release; included by the Deployment.
 {{- end }}
 {{- $_ := include "spawnpoint.leaderElect" . }}
 {{- $_ := include "spawnpoint.serviceAccountName" . }}
+{{- include "spawnpoint.validateIsolation" . }}
+{{- end }}
+
+{{/*
+The namespaces where the operator may write pods, services and secrets must not hold other
+workloads: watchNamespace is never the release namespace (the operator's token could then
+delete its neighbours, in either scope) nor one of rbac.protectedNamespaces (the admission
+policy would refuse every pod of every job there).
+*/}}
+{{- define "spawnpoint.validateIsolation" -}}
+{{- $watch := .Values.watchNamespace }}
+{{- if and $watch (eq $watch .Release.Namespace) }}
+{{- fail (printf "watchNamespace is %q, the release namespace: the operator's pods, services and secrets would share it with the operator itself and whatever else runs there, which its rights to create and delete pods would reach. Install the chart into a namespace of its own (-n spawnpoint-system) and keep the TrainingJobs in another." $watch) }}
+{{- end }}
+{{- if and $watch .Values.rbac.admissionPolicy (eq .Values.rbac.scope "cluster") (has $watch .Values.rbac.protectedNamespaces) }}
+{{- fail (printf "watchNamespace %q is one of rbac.protectedNamespaces %v: the admission policy would refuse every pod of its TrainingJobs. Watch another namespace, or take it out of the list." $watch .Values.rbac.protectedNamespaces) }}
+{{- end }}
+{{- $prom := .Values.networkPolicy.prometheus }}
+{{- $nsSelector := $prom.namespaceSelector | default dict }}
+{{- if and .Values.networkPolicy.enabled (not (or $nsSelector.matchLabels $nsSelector.matchExpressions)) }}
+{{- fail "networkPolicy.prometheus.namespaceSelector is empty: it would select every namespace, and any tenant could give a pod the Prometheus labels and read every agent. Select the namespace Prometheus runs in, e.g. {matchLabels: {kubernetes.io/metadata.name: monitoring}}." }}
+{{- end }}
+{{- end }}
+
+{{/*
+The namespaces that get the agents' NetworkPolicy, as a JSON list: networkPolicy.namespaces,
+else watchNamespace; empty when every namespace is watched and none is listed.
+*/}}
+{{- define "spawnpoint.networkPolicyNamespaces" -}}
+{{- $namespaces := .Values.networkPolicy.namespaces | default list }}
+{{- if and (not $namespaces) .Values.watchNamespace }}
+{{- $namespaces = list .Values.watchNamespace }}
+{{- end }}
+{{- toJson $namespaces }}
 {{- end }}
 
 {{/*
@@ -129,4 +163,14 @@ image:tag, the tag defaulting to the chart's appVersion. Call with (dict "image"
 */}}
 {{- define "spawnpoint.image" -}}
 {{- printf "%s:%s" .image.repository (.image.tag | default .ctx.Chart.AppVersion | toString) }}
+{{- end }}
+
+{{/*
+A list of strings as CEL string literals, comma-separated: 'a', 'b'. For names that hold no
+quote (namespace names, DNS labels).
+*/}}
+{{- define "spawnpoint.celStrings" -}}
+{{- $quoted := list }}
+{{- range . }}{{ $quoted = append $quoted (squote .) }}{{ end }}
+{{- join ", " $quoted }}
 {{- end }}
