@@ -209,12 +209,25 @@ def main():
         "cluster_environment": type(s.cluster_environment).__name__,
         "params": [p.detach().flatten().tolist() for p in model.parameters()],
         "lightning": L.__version__, "torch": torch.__version__, "ddp_waits": len(_ddp_waits),
-        "children": sorted(int(c) for t in os.listdir("/proc/self/task")
-                           for c in open("/proc/self/task/%s/children" % t).read().split()),
+        "children": children(),
     }
     if batches:
         document.update(batches=_batches, iterators=_iterators)
     say("SPAWNPOINT-LIGHTNING", document)
+
+
+def children():
+    """This process's child processes: of each of its threads (/proc/self/task/T/children).
+    A thread may end between the listing and the read (torch's DataLoader threads do as its
+    iterators are shut down): it has no children left to name."""
+    found = []
+    for t in os.listdir("/proc/self/task"):
+        try:
+            with open("/proc/self/task/%s/children" % t) as f:
+                found.extend(int(c) for c in f.read().split())
+        except FileNotFoundError:
+            pass
+    return sorted(found)
 
 
 if __name__ == "__main__":

@@ -149,10 +149,18 @@ def run_batches(strategy, name, pool):
         rc, out = "timed out after %d s" % JOB_TIMEOUT_S, "".join(
             part if isinstance(part, str) else (part or b"").decode(errors="replace")
             for part in (err.stdout, err.stderr))
-    sys.stdout.write(out)
-    print("%s: the job took %.1f s" % (name, time.monotonic() - started))
+    # The output is printed, abridged, after the checks when one fails (run_pool): CI shows
+    # the start of a failed test's output, which must be the checks, not 20 KB documents.
+    print("%s: the job took %.1f s, exit %s" % (name, time.monotonic() - started, rc))
     finals = {int(f["rank_env"]): f for f in lines(out, "SPAWNPOINT-LIGHTNING")}
     return rc, out, finals, status
+
+
+def abridged(name, out, width=300):
+    """A job's output for a failure's reader: each line cut to `width` characters."""
+    print("--- %s's output (lines cut to %d characters) ---" % (name, width))
+    for line in out.splitlines():
+        print(line if len(line) <= width else "%s ... (%d characters)" % (line[:width], len(line)))
 
 
 def batch_differences(got, want):
@@ -169,9 +177,18 @@ def batch_differences(got, want):
 
 def run_pool(strategy):
     """--pool S: the same script on the pool and on stock DataLoader, every batch equal."""
-    checks = fc.Checks("lightning_under_agent --pool %s" % strategy)
     rc, out, pool, status = run_batches(strategy, "lightning-pool", True)
     stock_rc, stock_out, stock, _ = run_batches(strategy, "lightning-stock", False)
+    checks = fc.Checks("lightning_under_agent --pool %s" % strategy)
+    result = compare_pool(checks, rc, out, pool, status, stock_rc, stock)
+    if result != 0:
+        abridged("lightning-pool", out)
+        abridged("lightning-stock", stock_out)
+    return result
+
+
+def compare_pool(checks, rc, out, pool, status, stock_rc, stock):
+    """run_pool's checks: 0 when all passed."""
     checks.equal(rc, 0, "the job on the agent's pool: spawnpoint-agent run exit status")
     checks.equal(stock_rc, 0, "the job with pythonPool: false: spawnpoint-agent run exit status")
     if not checks.equal((sorted(pool), sorted(stock)), ([0, 1], [0, 1]),
