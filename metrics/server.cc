@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <exception>
@@ -126,6 +127,42 @@ std::string HostText(const sockaddr* addr) {
   }
   inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr, buf, sizeof(buf));
   return std::string("[") + buf + "]";
+}
+
+// The value of header `name` (lower case) in `head` (the request line and headers), without
+// surrounding blanks; "" if absent. Header names are matched without regard to case.
+std::string HeaderValue(const std::string& head, const std::string& name) {
+  size_t at = head.find('\n');
+  while (at != std::string::npos) {
+    const size_t start = at + 1;
+    at = head.find('\n', start);
+    std::string line = head.substr(start, at == std::string::npos ? at : at - start);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const size_t colon = line.find(':');
+    if (colon != name.size()) continue;
+    bool same = true;
+    for (size_t i = 0; i < colon && same; ++i) {
+      same = static_cast<char>(tolower(static_cast<unsigned char>(line[i]))) == name[i];
+    }
+    if (!same) continue;
+    const size_t first = line.find_first_not_of(" \t", colon + 1);
+    if (first == std::string::npos) return "";
+    return line.substr(first, line.find_last_not_of(" \t") + 1 - first);
+  }
+  return "";
+}
+
+bool PeerIsLoopback(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return false;
+  if (ss.ss_family == AF_INET) {
+    return (ntohl(reinterpret_cast<sockaddr_in*>(&ss)->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (ss.ss_family != AF_INET6) return false;
+  const in6_addr& a = reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr;
+  if (IN6_IS_ADDR_LOOPBACK(&a)) return true;
+  return IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127;
 }
 
 }  // namespace
@@ -394,6 +431,8 @@ void MetricsServer::Serve(Connection* conn) {
       const size_t q = target.find('?');
       req.path = target.substr(0, q);
       if (q != std::string::npos) req.query = target.substr(q + 1);
+      req.authorization = HeaderValue(data.substr(0, header_end), "authorization");
+      req.from_loopback = PeerIsLoopback(fd);
       if (req.method != "GET" && req.method != "HEAD") {
         response = Text(405, "only GET and HEAD\n");
       } else {

@@ -33,6 +33,11 @@ struct HttpRequest {
   std::string method;  // "GET" or "HEAD"
   std::string path;    // without the query, e.g. "/status"
   std::string query;   // after '?', undecoded; empty if none
+  // The Authorization header's value as sent (e.g. "Bearer abc"); empty if none.
+  std::string authorization;
+  // The client connected from this host's loopback (127.0.0.0/8, ::1, ::ffff:127.0.0.0/104):
+  // in a pod, the pod's own containers and `kubectl port-forward`.
+  bool from_loopback = false;
 };
 
 struct HttpResponse {

@@ -65,6 +65,7 @@ constexpr StringFlag kStringFlags[] = {
     {"--cgroup-memory-events", &AgentOptions::memory_events},
     {"--gang", &AgentOptions::gang_addr},
     {"--gang-token-file", &AgentOptions::gang_token_file},
+    {"--status-token-file", &AgentOptions::status_token_file},
 };
 constexpr IntFlag kIntFlags[] = {
     {"--node-rank", &AgentOptions::node_rank, 0, 100000},
@@ -162,6 +163,10 @@ flags:
                              maxRestarts is its whole budget (docs/trainingjob.md)
   --gang-token-file PATH     the job's gang token (needed with --gang): connections to the
                              coordinator without it are refused
+  --status-token-file PATH   the job's status token: /status serves log lines, tracebacks
+                             and stacks only to readers that send "Authorization: Bearer
+                             TOKEN" (the operator) or connect from loopback; others get
+                             the rest of the document (docs/status.md)
   --gpu-backend KIND         auto | nvml | amd | none (default auto)
   --nvml-library PATH        the NVML library to load (default libnvidia-ml.so.1)
   --sysfs-root DIR           sysfs to read GPUs and NUMA topology from (default /sys)

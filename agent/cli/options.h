@@ -47,6 +47,9 @@ struct AgentOptions {
   // "": none (the operator recreates the gang, or this agent runs every node).
   std::string gang_addr;
   std::string gang_token_file;  // the job's token (Secret), required with --gang
+  // The job's status token (Secret): /status serves log lines to readers that send it, and
+  // on loopback (agent/status/status_access.h). "": loopback only.
+  std::string status_token_file;
   // `torchrun`: the job is a torchrun command line instead of a manifest (run, or plan with
   // --plan): torchrun's flags, the script and its arguments, as given after the agent's own
   // flags (api/torchrun_job.h). Empty for run and plan.

@@ -1,5 +1,7 @@
 #include "agent/run/node_agent.h"
 
+#include "agent/status/status_access.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -152,7 +154,12 @@ Status NodeAgent::StartPools() {
   SP_RETURN_IF_ERROR(pools_.Start(*plan_, spawner_, options_.memory_events));
   StartStatus(NodeStatusOptionsFor(*plan_, options_.dcgm_compatible_names, node_.backend.get(),
                                    pools_.list()));
-  endpoint_ = StartAgentEndpoint(options_.metrics_addr, node_.job.name, status_.get());
+  std::string token_note;
+  SP_ASSIGN_OR_RETURN(std::string status_token,
+                      ReadStatusToken(options_.status_token_file, &token_note));
+  if (!token_note.empty()) Say("warning: " + node_.job.name + ": " + token_note);
+  endpoint_ =
+      StartAgentEndpoint(options_.metrics_addr, node_.job.name, status_.get(), status_token);
   return Status::Ok();
 }
 

@@ -1,5 +1,7 @@
 #include "agent/status/agent_endpoint.h"
 
+#include "agent/status/status_access.h"
+
 #include <unistd.h>
 
 #include <climits>
@@ -36,14 +38,18 @@ std::string HostName() {
 bool MetricsDisabled(const std::string& address) { return address.empty() || address == "off"; }
 
 StatusOr<std::unique_ptr<AgentEndpoint>> AgentEndpoint::Start(const std::string& address,
-                                                              NodeStatus* status) {
+                                                              NodeStatus* status,
+                                                              const std::string& status_token) {
   std::unique_ptr<AgentEndpoint> e(new AgentEndpoint());
   SP_ASSIGN_OR_RETURN(e->server_, metrics::MetricsServer::Start(
                                       {.address = address, .registry = &status->registry()}));
-  e->server_->Handle("/status", [status](const metrics::HttpRequest&) {
+  e->server_->Handle("/status", [status, status_token](const metrics::HttpRequest& request) {
     metrics::HttpResponse r;
     r.content_type = "application/json";
     r.body = status->Publish();
+    if (!MayReadLogs(status_token, request)) {
+      r.body = WithoutLogs(nlohmann::json::parse(r.body)).dump() + "\n";
+    }
     return r;
   });
   e->server_->SetReady(false, "ranks not started");
@@ -84,9 +90,10 @@ NodeStatusOptions NodeStatusOptionsFor(
 }
 
 std::unique_ptr<AgentEndpoint> StartAgentEndpoint(const std::string& address,
-                                                  const std::string& job_name, NodeStatus* status) {
+                                                  const std::string& job_name, NodeStatus* status,
+                                                  const std::string& status_token) {
   if (MetricsDisabled(address)) return nullptr;
-  auto endpoint = AgentEndpoint::Start(address, status);
+  auto endpoint = AgentEndpoint::Start(address, status, status_token);
   if (!endpoint.ok()) {
     Say("warning: " + job_name + ": no metrics or status endpoint: " + endpoint.status().message() +
         " (use --metrics-addr HOST:PORT, or off)");

@@ -27,9 +27,12 @@ bool MetricsDisabled(const std::string& address);
 class AgentEndpoint {
  public:
   // Serves `status` (not owned; it must outlive the endpoint) on `address`
-  // (metrics/server.h's forms): /status is status->Publish(). Errors as MetricsServer::Start.
+  // (metrics/server.h's forms): /status is status->Publish(), whole for a reader that
+  // MayReadLogs(status_token, ...), else WithoutLogs() of it (status_access.h). Errors as
+  // MetricsServer::Start.
   static StatusOr<std::unique_ptr<AgentEndpoint>> Start(const std::string& address,
-                                                        NodeStatus* status);
+                                                        NodeStatus* status,
+                                                        const std::string& status_token = "");
   ~AgentEndpoint();  // stops the server first, so no request outlives it
 
   int port() const { return server_->port(); }
@@ -55,7 +58,8 @@ NodeStatusOptions NodeStatusOptionsFor(
 // it cannot be bound; either outcome is said on stderr ("[spawnpoint] <job>: metrics on
 // http://..." or a warning).
 std::unique_ptr<AgentEndpoint> StartAgentEndpoint(const std::string& address,
-                                                  const std::string& job_name, NodeStatus* status);
+                                                  const std::string& job_name, NodeStatus* status,
+                                                  const std::string& status_token = "");
 
 // The address node `node` of a job run entirely on this machine gets, so the node agents do
 // not fight over one port: HOST:(PORT + node). Port 0 and a disabled address stay as they

@@ -8,12 +8,14 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "metrics/registry.h"
 #include "metrics/server.h"
 #include "operator/common/log.h"
 #include "operator/common/object.h"
+#include "operator/common/status_token.h"
 #include "operator/common/wall_clock.h"
 #include "operator/controller/controller.h"
 #include "operator/kube/client.h"
@@ -98,6 +100,24 @@ int RunOperator(const OperatorOptions& o) {
     log.Error("cannot load the Kubernetes configuration", {{"error", config.status().message()}});
     return 2;
   }
+  // Each job's status token: the agents serve their log lines to it (common/status_token.h).
+  std::optional<StatusTokens> status_tokens;
+  if (o.status_token_key_file != "off") {
+    StatusOr<StatusTokens> tokens = o.status_token_key_file.empty()
+                                        ? StatusTokens::Random()
+                                        : StatusTokens::FromFile(o.status_token_key_file);
+    if (!tokens.ok()) {
+      log.Error("cannot make the agents' status tokens", {{"error", tokens.status().message()}});
+      return 2;
+    }
+    status_tokens = std::move(*tokens);
+    if (o.status_token_key_file.empty()) {
+      log.Info(
+          "status tokens from a random key: after this operator restarts, the agents of jobs "
+          "started before serve it their status without log lines (give "
+          "--status-token-key-file to keep the key)");
+    }
+  }
   // Before the client: it reports every API request here.
   metrics::Registry registry;
   OperatorMetrics metrics(&registry);
@@ -168,6 +188,7 @@ int RunOperator(const OperatorOptions& o) {
   co.reconciler.pods.gang_port = o.agent_gang_port;
   co.reconciler.gang = &gang_watcher;
   co.reconciler.pending_timeout = o.pending_timeout;
+  co.reconciler.status_tokens = status_tokens ? &*status_tokens : nullptr;
   if (o.crash_after_pod_creates > 0) {
     auto created = std::make_shared<std::atomic<int>>(0);
     const int limit = o.crash_after_pod_creates;

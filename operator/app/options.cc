@@ -67,6 +67,11 @@ flags:
   --master-addr ADDR              MASTER_ADDR for every job instead of <job>-node-0.<job>
                                   (a job's spawnpoint.dev/master-addr annotation wins)
   --agent-status-port P           the agents' status port (default 9400)
+  --status-token-key-file PATH    the key each job's status token is derived from (at least
+                                  32 bytes): the agents serve their log lines only to the
+                                  token's holders, this operator and the job's own pods
+                                  (default: a random key, so tokens change when the operator
+                                  restarts; off: no tokens, log lines on the pods' loopback only)
   --agent-gang-port P             where node 0's agent of a job that restarts in place
                                   (restartPolicy.mode InPlace) serves the gang (default:
                                   the job's rendezvous port + 1)
@@ -127,6 +132,7 @@ StatusOr<OperatorOptions> ParseOperatorArgs(const std::vector<std::string>& args
       {"--agent-path", str(&o.agent_path)},
       {"--master-addr", str(&o.master_addr)},
       {"--agent-status-port", integer(&o.agent_status_port, 1, 65535)},
+      {"--status-token-key-file", str(&o.status_token_key_file)},
       {"--agent-gang-port", integer(&o.agent_gang_port, 1, 65535)},
       {"--max-concurrent-reconciles", integer(&o.max_concurrent_reconciles, 1, 256)},
       {"--pending-timeout", duration(&o.pending_timeout, false)},

@@ -30,6 +30,9 @@ struct OperatorOptions {
   std::string agent_path;   // non-empty: the trainer images have the agent here
   std::string master_addr;  // non-empty: MASTER_ADDR for every job
   int agent_status_port = 9400;
+  // The key each job's status token is derived from (common/status_token.h): a file; "": a
+  // random key per process (tokens change on restart); "off": no status tokens.
+  std::string status_token_key_file;
   // node 0's agent's gang channel (restartPolicy.mode InPlace); 0: each job's rendezvous
   // port + 1.
   int agent_gang_port = 0;

@@ -36,11 +36,12 @@ inline std::string DefaultMasterAddr(const std::string& job) {
   return PodName(job, 0) + "." + ServiceName(job);
 }
 
-// The Secret holding the token of the job's gang channel (restartPolicy.mode InPlace):
-// "<job>-gang-<the first 8 characters of the job's UID>", so a Secret left by an earlier job
-// of the same name (not yet garbage-collected) is never taken for this one's.
-inline std::string GangSecretName(const std::string& job, const std::string& job_uid) {
-  return job + "-gang-" + job_uid.substr(0, 8);
+// The job's Secret: the token of its gang channel (restartPolicy.mode InPlace) and its
+// agents' status token (common/status_token.h). "<job>-tokens-<the first 8 characters of the
+// job's UID>", so a Secret left by an earlier job of the same name (not yet garbage-collected)
+// is never taken for this one's.
+inline std::string JobSecretName(const std::string& job, const std::string& job_uid) {
+  return job + "-tokens-" + job_uid.substr(0, 8);
 }
 
 }  // namespace spawnpoint::op

@@ -188,11 +188,17 @@ void Controller::ProcessKey(const std::string& key) {
   if (metrics_) metrics_->ObserveReconcile(seconds, outcome);
 }
 
+std::string Controller::StatusToken(const nlohmann::json& job) const {
+  const StatusTokens* tokens = options_.reconciler.status_tokens;
+  return tokens != nullptr ? tokens->For(NamespaceOf(job), NameOf(job), UidOf(job)) : "";
+}
+
 std::vector<RunningJob> Controller::RunningJobs() const {
   std::vector<RunningJob> out;
   for (const auto& job : jobs_.store().List()) {
     if (Str(*job, "/status/phase"_json_pointer) != "Running") continue;
     RunningJob r{NamespaceOf(*job), NameOf(*job), {}};
+    r.token = StatusToken(*job);
     const auto ratio = "/spec/stallPolicy/stragglerRatio"_json_pointer;
     if (job->contains(ratio) && job->at(ratio).is_number()) {
       r.straggler_ratio = job->at(ratio).get<double>();
@@ -231,6 +237,7 @@ std::vector<GangJob> Controller::GangJobs() const {
     }
     std::sort(pods.begin(), pods.end());
     GangJob g{NamespaceOf(*job), NameOf(*job), {}};
+    g.token = StatusToken(*job);
     for (auto& [node, name, ip] : pods) g.pods.emplace_back(std::move(name), std::move(ip));
     out.push_back(std::move(g));
   }

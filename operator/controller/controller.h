@@ -70,6 +70,9 @@ class Controller {
 
   kube::Client* const client_;
   const WallClock* const clock_;
+  // The job's status token, or "" without status tokens.
+  std::string StatusToken(const nlohmann::json& job) const;
+
   const ControllerOptions options_;
   OperatorMetrics* const metrics_;
   const Logger log_;

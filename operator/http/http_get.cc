@@ -51,7 +51,7 @@ std::string DecodeChunked(const std::string& body) {
 }  // namespace
 
 StatusOr<HttpGetResponse> HttpGet(const std::string& host, int port, const std::string& path,
-                                  std::chrono::milliseconds timeout) {
+                                  std::chrono::milliseconds timeout, const std::string& bearer) {
   const std::string where = "GET http://" + host + ":" + std::to_string(port) + path;
   const Deadline deadline = std::chrono::steady_clock::now() + timeout;
   sockaddr_in sa{};
@@ -81,9 +81,10 @@ StatusOr<HttpGetResponse> HttpGet(const std::string& host, int port, const std::
     getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &error, &len);
     if (error != 0) return Unavailable(where + ": " + strerror(error));
   }
-  const std::string request = "GET " + path + " HTTP/1.1\r\nHost: " + host + ":" +
-                              std::to_string(port) +
-                              "\r\nAccept: application/json\r\nConnection: close\r\n\r\n";
+  const std::string request =
+      "GET " + path + " HTTP/1.1\r\nHost: " + host + ":" + std::to_string(port) +
+      "\r\nAccept: application/json\r\nConnection: close\r\n" +
+      (bearer.empty() ? "" : "Authorization: Bearer " + bearer + "\r\n") + "\r\n";
   size_t sent = 0;
   while (sent < request.size()) {
     pollfd p{fd.get(), POLLOUT, 0};

@@ -17,7 +17,9 @@ struct HttpGetResponse {
   std::string body;
 };
 
+// `bearer`, when not empty, is sent as "Authorization: Bearer <bearer>".
 StatusOr<HttpGetResponse> HttpGet(const std::string& host, int port, const std::string& path,
-                                  std::chrono::milliseconds timeout);
+                                  std::chrono::milliseconds timeout,
+                                  const std::string& bearer = "");
 
 }  // namespace spawnpoint::op

@@ -85,16 +85,20 @@ bool RestartsInPlace(const api::TrainingJob& job) {
   return job.spec.restart_policy.mode == api::RestartMode::kInPlace && job.spec.nodes > 1;
 }
 
-json BuildGangSecret(const api::TrainingJob& job, const json& owner, const std::string& token) {
+json BuildJobSecret(const api::TrainingJob& job, const json& owner, const std::string& gang_token,
+                    const std::string& status_token) {
+  json data = json::object();
+  if (!gang_token.empty()) data[kGangTokenKey] = gang_token;
+  if (!status_token.empty()) data[kStatusTokenKey] = status_token;
   return {{"apiVersion", "v1"},
           {"kind", "Secret"},
           {"metadata",
-           {{"name", GangSecretName(job.name, UidOf(owner))},
+           {{"name", JobSecretName(job.name, UidOf(owner))},
             {"namespace", job.namespace_},
             {"labels", Labels(job, json::object())},
             {"ownerReferences", json::array({ControllerReference(owner)})}}},
           {"type", "Opaque"},
-          {"stringData", {{kGangTokenKey, token}}}};
+          {"stringData", data}};
 }
 
 StatusOr<std::string> NewGangToken() { return RandomHex(32); }
@@ -158,9 +162,10 @@ json BuildPod(const api::TrainingJob& job, const json& owner, int node, int atte
   json volumes = json::array(
       {{{"name", kShmVolume}, {"emptyDir", {{"medium", "Memory"}, {"sizeLimit", spec.shm_size}}}}});
   if (install_agent) volumes.push_back({{"name", kAgentVolume}, {"emptyDir", json::object()}});
-  if (in_place) {
-    volumes.push_back({{"name", kGangVolume},
-                       {"secret", {{"secretName", GangSecretName(job.name, UidOf(owner))}}}});
+  const bool tokens = in_place || settings.status_token;
+  if (tokens) {
+    volumes.push_back({{"name", kTokensVolume},
+                       {"secret", {{"secretName", JobSecretName(job.name, UidOf(owner))}}}});
   }
   MergeByKey(pod_spec["volumes"], volumes, "name");
 
@@ -207,13 +212,18 @@ json BuildPod(const api::TrainingJob& job, const json& owner, int node, int atte
     // restarts made so far; node 0's agent coordinates on the gang port.
     for (const std::string& a :
          {std::string("--gang"), master + ":" + std::to_string(gang_port),
-          std::string("--gang-token-file"), std::string(kGangMountPath) + "/" + kGangTokenKey,
+          std::string("--gang-token-file"), std::string(kTokensMountPath) + "/" + kGangTokenKey,
           std::string("--max-restarts"), std::to_string(spec.restart_policy.max_restarts)}) {
       command.push_back(a);
     }
   } else {
     command.push_back("--max-restarts");
     command.push_back("0");
+  }
+  if (settings.status_token) {
+    // Another tenant's pod may reach the agent's port: log lines go to the token's holders.
+    command.push_back("--status-token-file");
+    command.push_back(std::string(kTokensMountPath) + "/" + kStatusTokenKey);
   }
   for (const std::string& a :
        {std::string("--restart-count"), std::to_string(attempt), std::string("--termination-log"),
@@ -258,8 +268,9 @@ json BuildPod(const api::TrainingJob& job, const json& owner, int node, int atte
 
   json mounts = json::array({{{"name", kShmVolume}, {"mountPath", "/dev/shm"}}});
   if (install_agent) mounts.push_back({{"name", kAgentVolume}, {"mountPath", kAgentMountPath}});
-  if (in_place) {
-    mounts.push_back({{"name", kGangVolume}, {"mountPath", kGangMountPath}, {"readOnly", true}});
+  if (tokens) {
+    mounts.push_back(
+        {{"name", kTokensVolume}, {"mountPath", kTokensMountPath}, {"readOnly", true}});
   }
   // Our /dev/shm replaces any mount the template put there.
   json kept = json::array();

@@ -16,7 +16,7 @@
 //    that copies it out of the agent image into a shared emptyDir, or is used in place when
 //    the trainer image has it (PodSettings::agent_path or the job's
 //    spawnpoint.dev/agent-path annotation).
-//  - the gang Secret (GangSecretName) of an in-place job: its token, owned by the job.
+//  - the gang Secret (JobSecretName) of an in-place job: its token, owned by the job.
 // Pure functions (but NewGangToken, which reads /dev/urandom); thread-safe.
 #pragma once
 
@@ -43,6 +43,9 @@ struct PodSettings {
   // Where node 0's agent listens for the gang channel (restartPolicy.mode InPlace), declared
   // as a container port; 0: GangPort(job's rendezvous port).
   int gang_port = 0;
+  // The job's Secret holds a status token (kStatusTokenKey): mounted, and the agent is told
+  // where (--status-token-file).
+  bool status_token = false;
 };
 
 // A job's gang port when the operator does not pin one: next to its rendezvous port (the one
@@ -56,9 +59,12 @@ inline constexpr const char* kShmVolume = "spawnpoint-shm";
 inline constexpr const char* kAgentVolume = "spawnpoint-agent";
 inline constexpr const char* kAgentMountPath = "/spawnpoint";
 inline constexpr const char* kAgentInstallContainer = "spawnpoint-agent-install";
-inline constexpr const char* kGangVolume = "spawnpoint-gang";
-inline constexpr const char* kGangMountPath = "/var/run/spawnpoint/gang";
-inline constexpr const char* kGangTokenKey = "token";
+// The job's Secret (JobSecretName), mounted read-only in the trainer container: the gang
+// token (in place) and the status token, one file each.
+inline constexpr const char* kTokensVolume = "spawnpoint-tokens";
+inline constexpr const char* kTokensMountPath = "/var/run/spawnpoint/tokens";
+inline constexpr const char* kGangTokenKey = "gang";
+inline constexpr const char* kStatusTokenKey = "status";
 
 // The controller reference to `owner` (a TrainingJob object with metadata.uid).
 nlohmann::json ControllerReference(const nlohmann::json& owner);
@@ -75,9 +81,10 @@ bool RestartsInPlace(const api::TrainingJob& job);
 nlohmann::json JobForAgent(const api::TrainingJob& job);
 
 nlohmann::json BuildService(const api::TrainingJob& job, const nlohmann::json& owner);
-// The gang Secret of `job` (owned by `owner`) holding `token` under kGangTokenKey.
-nlohmann::json BuildGangSecret(const api::TrainingJob& job, const nlohmann::json& owner,
-                               const std::string& token);
+// The job's Secret (owned by `owner`): `gang_token` under kGangTokenKey and `status_token`
+// under kStatusTokenKey, each only when not empty.
+nlohmann::json BuildJobSecret(const api::TrainingJob& job, const nlohmann::json& owner,
+                              const std::string& gang_token, const std::string& status_token);
 // 32 random bytes from /dev/urandom, hex-encoded (common/random.h).
 StatusOr<std::string> NewGangToken();
 

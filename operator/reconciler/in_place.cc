@@ -216,27 +216,6 @@ void Reconciler::RecordLoss(Context& c, const PodFailure& failure) {
                              {"attempt", c.status.restarts}});
 }
 
-bool Reconciler::EnsureGangSecret(Context& c) {
-  if (c.gang_secret_ready) return true;
-  StatusOr<std::string> token =
-      options_.new_gang_token ? options_.new_gang_token() : NewGangToken();
-  if (!token.ok()) {
-    c.KeepError(token.status());
-    return false;
-  }
-  StatusOr<json> created = cluster_->CreateSecret(BuildGangSecret(c.job, c.object, *token));
-  if (!created.ok() && created.status().code() != StatusCode::kAlreadyExists) {
-    c.KeepError(created.status());
-    return false;
-  }
-  if (created.ok()) {
-    c.log.Info("created the gang secret",
-               {{"secret", GangSecretName(c.job.name, UidOf(c.object))}});
-  }
-  c.gang_secret_ready = true;
-  return true;
-}
-
 bool Reconciler::GangRunsAgain(const Context& c) const {
   if (c.restarted_in_place) return false;                // written Restarting first
   if (options_.gang == nullptr || !c.gang) return true;  // nothing read: the pods say it

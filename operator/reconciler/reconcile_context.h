@@ -45,8 +45,8 @@ struct Reconciler::Context {
   // in-place restart (its Restarting phase is written before the gang is called running).
   std::optional<GangReading> gang;
   bool restarted_in_place = false;
-  bool gang_secret_ready = false;  // the gang Secret exists (created by this reconcile or before)
-  bool pod_group_ready = false;    // gang volcano: the PodGroup exists (created now or before)
+  bool job_secret_ready = false;  // the job's Secret exists (created by this reconcile or before)
+  bool pod_group_ready = false;   // gang volcano: the PodGroup exists (created now or before)
 
   void RequeueAfter(Clock::Duration d) {
     if (d < Clock::Duration::zero()) d = Clock::Duration::zero();

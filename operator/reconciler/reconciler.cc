@@ -30,7 +30,13 @@ constexpr Clock::Duration kRecheckAfter = std::chrono::seconds(1);
 
 Reconciler::Reconciler(Cluster* cluster, const WallClock* clock, ReconcilerOptions options,
                        UtilisationSource* utilisation)
-    : cluster_(cluster), clock_(clock), options_(std::move(options)), utilisation_(utilisation) {}
+    : cluster_(cluster),
+      clock_(clock),
+      options_([&] {
+        options.pods.status_token = options.status_tokens != nullptr;
+        return std::move(options);
+      }()),
+      utilisation_(utilisation) {}
 
 ReconcileResult Reconciler::Reconcile(const std::string& ns, const std::string& name,
                                       const Logger& log) {
@@ -247,7 +253,7 @@ void Reconciler::CreateMissingPods(Context& c) {
       continue;
     }
     if (!ConfirmJobLive(c)) return;
-    if (c.in_place && !EnsureGangSecret(c)) return;
+    if (!EnsureJobSecret(c)) return;
     if (!EnsurePodGroup(c)) return;
     if (gang_ran) {
       PodFailure lost;
@@ -451,6 +457,37 @@ bool Reconciler::ConfirmJobLive(Context& c) {
     }
   }
   return *c.live;
+}
+
+bool Reconciler::EnsureJobSecret(Context& c) {
+  if (c.job_secret_ready || (!c.in_place && options_.status_tokens == nullptr)) return true;
+  std::string gang_token;
+  if (c.in_place) {
+    StatusOr<std::string> token =
+        options_.new_gang_token ? options_.new_gang_token() : NewGangToken();
+    if (!token.ok()) {
+      c.KeepError(token.status());
+      return false;
+    }
+    gang_token = *token;
+  }
+  const std::string status_token =
+      options_.status_tokens != nullptr
+          ? options_.status_tokens->For(c.job.namespace_, c.job.name, UidOf(c.object))
+          : "";
+  // Created once and never read back: AlreadyExists means this job's Secret is there.
+  StatusOr<json> created =
+      cluster_->CreateSecret(BuildJobSecret(c.job, c.object, gang_token, status_token));
+  if (!created.ok() && created.status().code() != StatusCode::kAlreadyExists) {
+    c.KeepError(created.status());
+    return false;
+  }
+  if (created.ok()) {
+    c.log.Info("created the job's secret",
+               {{"secret", JobSecretName(c.job.name, UidOf(c.object))}});
+  }
+  c.job_secret_ready = true;
+  return true;
 }
 
 void Reconciler::Fail(Context& c, const std::string& reason, const std::string& message) {

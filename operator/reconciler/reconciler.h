@@ -36,6 +36,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "operator/common/log.h"
+#include "operator/common/status_token.h"
 #include "operator/common/wall_clock.h"
 #include "operator/policy/failure_policy.h"
 #include "operator/reconciler/children.h"
@@ -102,8 +103,11 @@ struct ReconcilerOptions {
   PodSettings pods;
   // In-place gangs' readings; nullptr: the pods alone say when the gang runs again.
   GangSource* gang = nullptr;
-  // The gang Secret's token (default NewGangToken).
+  // The gang token in the job's Secret (default NewGangToken).
   std::function<StatusOr<std::string>()> new_gang_token;
+  // Each job's status token (not owned); nullptr: none (the agents serve their log lines on
+  // loopback only). Sets pods.status_token.
+  const StatusTokens* status_tokens = nullptr;
   // A pod Pending longer than this is reported (Running condition, reason PodPending).
   Clock::Duration pending_timeout = std::chrono::minutes(5);
   // Called after each pod was created (tests use it as a crash point).
@@ -153,8 +157,9 @@ class Reconciler {
   void GangStep(Context& c);
   // In place: a lost pod of node `failure.node`, once per node and attempt.
   void RecordLoss(Context& c, const PodFailure& failure);
-  // In place: true once the gang Secret exists.
-  bool EnsureGangSecret(Context& c);
+  // True once the job's Secret exists, when it needs one (in place: the gang token; with
+  // status tokens: the agents' status token).
+  bool EnsureJobSecret(Context& c);
   // In place: whether the agents say the gang runs the attempt in status.restarts.
   bool GangRunsAgain(const Context& c) const;
   // In place, GangRunsAgain false: how long until a reading can say so when only the time since

@@ -11,8 +11,9 @@ namespace spawnpoint::op {
 
 using nlohmann::json;
 
-StatusOr<json> HttpAgentStatusReader::Read(const std::string& pod_ip, int port) {
-  SP_ASSIGN_OR_RETURN(HttpGetResponse response, HttpGet(pod_ip, port, "/status", timeout_));
+StatusOr<json> HttpAgentStatusReader::Read(const std::string& pod_ip, int port,
+                                           const std::string& token) {
+  SP_ASSIGN_OR_RETURN(HttpGetResponse response, HttpGet(pod_ip, port, "/status", timeout_, token));
   if (response.code != 200) {
     return Unavailable("GET /status answered " + std::to_string(response.code));
   }

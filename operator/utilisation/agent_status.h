@@ -22,7 +22,10 @@ namespace spawnpoint::op {
 class AgentStatusReader {
  public:
   virtual ~AgentStatusReader() = default;
-  virtual StatusOr<nlohmann::json> Read(const std::string& pod_ip, int port) = 0;
+  // `token`: the job's status token (common/status_token.h), sent as a bearer token so the
+  // agent serves its log lines too; "" for none.
+  virtual StatusOr<nlohmann::json> Read(const std::string& pod_ip, int port,
+                                        const std::string& token) = 0;
 };
 
 // Over plain HTTP with a per-read timeout.
@@ -30,7 +33,8 @@ class HttpAgentStatusReader : public AgentStatusReader {
  public:
   explicit HttpAgentStatusReader(std::chrono::milliseconds timeout = std::chrono::seconds(2))
       : timeout_(timeout) {}
-  StatusOr<nlohmann::json> Read(const std::string& pod_ip, int port) override;
+  StatusOr<nlohmann::json> Read(const std::string& pod_ip, int port,
+                                const std::string& token) override;
 
  private:
   const std::chrono::milliseconds timeout_;

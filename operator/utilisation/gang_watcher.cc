@@ -56,7 +56,7 @@ void GangWatcher::PollOnce() {
     std::optional<GangReading> reading;
     for (const auto& [pod, ip] : job.pods) {
       if (thread_.Stopping()) return;
-      StatusOr<json> document = reader_->Read(ip, options_.port);
+      StatusOr<json> document = reader_->Read(ip, options_.port, job.token);
       if (!document.ok()) continue;
       reading =
           ReadGang(*document, job.ns, job.name, pod, FormatTime(clock_->Now(), /*millis=*/true));

@@ -29,6 +29,7 @@ struct GangJob {
   std::string ns;
   std::string name;
   std::vector<std::pair<std::string, std::string>> pods;  // name, podIP
+  std::string token;  // the job's status token (its agents' log lines); "" for none
 };
 
 struct GangWatchOptions {

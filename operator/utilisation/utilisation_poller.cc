@@ -32,7 +32,7 @@ void UtilisationPoller::PollOnce() {
     std::vector<PodReading> readings;
     for (const auto& [pod, ip] : job.pods) {
       if (thread_.Stopping()) return;
-      readings.push_back({pod, reader_->Read(ip, options_.port)});
+      readings.push_back({pod, reader_->Read(ip, options_.port, job.token)});
     }
     if (readings.empty()) continue;
     const std::string updated = FormatTime(clock_->Now());

@@ -29,6 +29,7 @@ struct RunningJob {
   std::vector<std::pair<std::string, std::string>> pods;        // name, podIP
   double straggler_ratio = api::StallPolicy{}.straggler_ratio;  // spec.stallPolicy's
   nlohmann::json straggler = nullptr;  // status.straggler: the straggler named so far, or null
+  std::string token;  // the job's status token (its agents' log lines); "" for none
 };
 
 struct UtilisationOptions {

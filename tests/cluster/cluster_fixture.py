@@ -192,12 +192,13 @@ class Cluster(object):
         if crd:
             self.apply_crd()
         bin_dir = os.path.join(build_dir, "bin")
+        self.agent_status_port = free_port()
         return self.start_process(name, [
             os.path.join(bin_dir, "spawnpoint-operator")] + list(args) + [
             "--kubeconfig", kubeconfig or self.kubeconfig,
             "--agent-path", agent_path or os.path.join(bin_dir, "spawnpoint-agent"),
             "--master-addr", "127.0.0.1", "--health-addr", "off", "--metrics-addr", "off",
-            "--agent-status-port", str(free_port()),
+            "--agent-status-port", str(self.agent_status_port),
             "--utilisation-interval", utilisation_interval])
 
     def log(self, name):
@@ -220,12 +221,15 @@ class Cluster(object):
 
 class OperatorClusterTest(unittest.TestCase):
     """A test class on one Cluster of NODES local nodes of GPUS GPUs, with namespace NAMESPACE
-    and the build's spawnpoint-operator (admin kubeconfig) started after setUpCluster (a
+    and the build's spawnpoint-operator (admin kubeconfig; OPERATOR_ARGS and
+    UTILISATION_INTERVAL passed on, which setUpCluster may set) started after setUpCluster (a
     classmethod for what must exist first, e.g. a ResourceQuota); cls.tmp a directory of its own.
     Everything is stopped and removed at the end, also when the set-up fails."""
     NODES = 2
     GPUS = 0
     NAMESPACE = "default"
+    OPERATOR_ARGS = ()
+    UTILISATION_INTERVAL = "0"
 
     @classmethod
     def setUpClass(cls):
@@ -234,7 +238,8 @@ class OperatorClusterTest(unittest.TestCase):
         try:
             cls.kubectl_ok("create", "namespace", cls.NAMESPACE)
             cls.setUpCluster()
-            cls.cluster.start_operator(ARGS.build_dir)
+            cls.cluster.start_operator(ARGS.build_dir, args=cls.OPERATOR_ARGS,
+                                       utilisation_interval=cls.UTILISATION_INTERVAL)
         except BaseException:
             cls.tearDownClass()  # unittest runs none after a failed setUpClass
             raise

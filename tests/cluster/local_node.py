@@ -33,7 +33,10 @@ no image, no namespaces, no mounts):
 - A pod annotated `local-node.spawnpoint.dev/own-pod-ip: "true"` gets a loopback address of
   its own instead (127.0.X.Y, X and Y from 1 to 254, taken in turn), as its podIP and
   status.podIP, so that several pods can each serve the same port on their podIP. Binding
-  it is the pod's business: every process still shares the host's network.
+  it is the pod's business: every process still shares the host's network. With the value
+  "host" the pod's address is the host's first non-loopback IPv4 address instead: a
+  connection to it from this machine comes from that address, not from loopback, as one from
+  another node's pod would (one such pod per port).
 - Deletion: when a pod gets a deletionTimestamp its processes get SIGTERM, then SIGKILL after
   its grace period (deletionGracePeriodSeconds); the pod then reports a terminal phase (Failed
   unless every container exited 0) and the node deletes it with grace 0, as a kubelet does:
@@ -80,6 +83,29 @@ def next_own_ip():
         n = _own_ips["next"]
         _own_ips["next"] = (n + 1) % (254 * 254)
     return "127.0.%d.%d" % (1 + n // 254, 1 + n % 254)
+
+
+def host_ip():
+    """This machine's first non-loopback IPv4 address (of its interfaces, in index order), or
+    127.0.0.1 when it has none."""
+    import fcntl
+    import socket
+    import struct
+    siocgifaddr = 0x8915
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for _, name in socket.if_nameindex():
+            try:
+                packed = fcntl.ioctl(s.fileno(), siocgifaddr,
+                                     struct.pack("256s", name.encode()[:15]))
+            except OSError:  # no IPv4 address
+                continue
+            address = socket.inet_ntoa(packed[20:24])
+            if not address.startswith("127."):
+                return address
+    finally:
+        s.close()
+    return "127.0.0.1"
 
 
 def log(line):
@@ -163,8 +189,8 @@ class Pod(object):
         self.meta = obj["metadata"]
         self.spec = obj["spec"]
         self.ns, self.name, self.uid = self.meta["namespace"], self.meta["name"], self.meta["uid"]
-        own = (self.meta.get("annotations") or {}).get(OWN_POD_IP) == "true"
-        self.ip = next_own_ip() if own else "127.0.0.1"
+        own = (self.meta.get("annotations") or {}).get(OWN_POD_IP)
+        self.ip = next_own_ip() if own == "true" else host_ip() if own == "host" else "127.0.0.1"
         self.dir = os.path.join(node.work_dir, "pods", "%s_%s_%s" % (self.ns, self.name, self.uid))
         self.inits = [Container(c) for c in self.spec.get("initContainers", [])]
         self.containers = [Container(c) for c in self.spec.get("containers", [])]

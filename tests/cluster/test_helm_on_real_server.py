@@ -16,6 +16,7 @@ runs beside the cluster as a process, with their arguments and their credentials
     python3 test_helm_on_real_server.py --source-dir REPO --build-dir BUILD --helm helm3
 """
 
+import base64
 import json
 import os
 import re
@@ -94,10 +95,32 @@ class HelmOnRealServerTest(unittest.TestCase):
                                                         "-n", NS)[1]) if d]
 
     def deployment_args(self):
+        """The installed Deployment's arguments, LOCAL_FLAGS left out, and its status-token key
+        file (a mounted Secret) a file here holding the installed Secret's key."""
         deployments = [d for d in self.manifest_docs() if d["kind"] == "Deployment"]
         self.assertEqual(len(deployments), 1)
-        container = deployments[0]["spec"]["template"]["spec"]["containers"][0]
-        return [a for a in container.get("args", []) if not a.startswith(LOCAL_FLAGS)]
+        pod = deployments[0]["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        out = []
+        for a in container.get("args", []):
+            if a.startswith(LOCAL_FLAGS):
+                continue
+            if a.startswith("--status-token-key-file="):
+                path = a.split("=", 1)[1]
+                mount = [m for m in container["volumeMounts"]
+                         if path.startswith(m["mountPath"] + "/")]
+                self.assertEqual(len(mount), 1, "the key file %s is a mounted volume" % path)
+                volume = [v for v in pod["volumes"] if v["name"] == mount[0]["name"]][0]
+                secret = json.loads(self.cluster.kubectl(
+                    "get", "secret", "-n", NS, volume["secret"]["secretName"], "-o", "json")[1])
+                key = base64.b64decode(secret["data"][path.rsplit("/", 1)[1]])
+                self.assertGreaterEqual(len(key), 32, "the chart's status-token key")
+                local = os.path.join(self.cluster.dir, "status-token-key")
+                with open(local, "wb") as f:
+                    f.write(key)
+                a = "--status-token-key-file=" + local
+            out.append(a)
+        return out
 
     def start_installed_operator(self, name):
         """The operator with the installed Deployment's arguments and the installed
@@ -215,10 +238,14 @@ class HelmOnRealServerTest(unittest.TestCase):
             self.assertIn("Forbidden", out)
         self.stop(operator)
 
-        # upgrade with changed values, then back.
+        # upgrade with changed values, then back. The status-token key stays: the running
+        # jobs' agents hold tokens derived from it.
+        key = self.kubectl_json("get", "secret", RELEASE + "-status-token-key", "-n", NS)["data"]
         self.helm("upgrade", RELEASE, self.chart, "-n", NS, "--reuse-values",
                   "--set", "operator.logLevel=debug")
         self.assertIn("--log-level=debug", self.deployment_args())
+        self.assertEqual(self.kubectl_json("get", "secret", RELEASE + "-status-token-key", "-n",
+                                           NS)["data"], key, "the upgrade kept the key")
         self.helm("rollback", RELEASE, "1", "-n", NS)
         self.assertIn("--log-level=info", self.deployment_args())
         history = json.loads(self.helm("history", RELEASE, "-n", NS, "-o", "json")[1])

@@ -14,8 +14,10 @@ namespace spawnpoint::op {
 namespace {
 
 using nlohmann::json;
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 json Owner() {
   return {{"metadata", {{"name", "job"}, {"namespace", "default"}, {"uid", "uid-1"}}}};
@@ -121,13 +123,13 @@ TEST(ChildrenTest, InPlacePodsJoinTheGangWithTheJobsTokenAndBudget) {
       ElementsAre("/spawnpoint/bin/spawnpoint-agent", "run", "--job-env", kJobEnv, "--node-rank",
                   "1", "--nnodes", "2", "--master-addr", "job-node-0.job", "--master-port", "29500",
                   "--gang", "job-node-0.job:29444", "--gang-token-file",
-                  "/var/run/spawnpoint/gang/token", "--max-restarts", "5", "--restart-count", "2",
+                  "/var/run/spawnpoint/tokens/gang", "--max-restarts", "5", "--restart-count", "2",
                   "--termination-log", "/dev/termination-log", "--metrics-addr", ":9400"));
   EXPECT_EQ(pod["metadata"]["labels"][kAttemptLabel], "2");
-  EXPECT_THAT(Names(spec["volumes"]), ElementsAre(kShmVolume, kAgentVolume, kGangVolume));
-  EXPECT_EQ(spec["volumes"][2]["secret"]["secretName"], "job-gang-uid-1");
-  EXPECT_THAT(Names(c["volumeMounts"]), ElementsAre(kShmVolume, kAgentVolume, kGangVolume));
-  EXPECT_EQ(c["volumeMounts"][2]["mountPath"], "/var/run/spawnpoint/gang");
+  EXPECT_THAT(Names(spec["volumes"]), ElementsAre(kShmVolume, kAgentVolume, kTokensVolume));
+  EXPECT_EQ(spec["volumes"][2]["secret"]["secretName"], "job-tokens-uid-1");
+  EXPECT_THAT(Names(c["volumeMounts"]), ElementsAre(kShmVolume, kAgentVolume, kTokensVolume));
+  EXPECT_EQ(c["volumeMounts"][2]["mountPath"], "/var/run/spawnpoint/tokens");
   EXPECT_EQ(c["volumeMounts"][2]["readOnly"], true);
   EXPECT_THAT(Names(c["ports"]), ElementsAre("rendezvous", "agent-status", "gang"));
   EXPECT_EQ(c["ports"][2]["containerPort"], 29444);
@@ -136,12 +138,45 @@ TEST(ChildrenTest, InPlacePodsJoinTheGangWithTheJobsTokenAndBudget) {
   json local = BuildPod(job, Owner(), 0, 0, settings);
   EXPECT_EQ(local["spec"]["containers"][0]["command"][13], "127.0.0.1:29444");
 
-  json secret = BuildGangSecret(job, Owner(), "abc");
-  EXPECT_EQ(secret["metadata"]["name"], "job-gang-uid-1");
-  EXPECT_EQ(secret["stringData"]["token"], "abc");
+  json secret = BuildJobSecret(job, Owner(), "abc", "");
+  EXPECT_EQ(secret["metadata"]["name"], "job-tokens-uid-1");
+  EXPECT_EQ(secret["stringData"], json({{"gang", "abc"}}));
   EXPECT_EQ(secret["metadata"]["ownerReferences"][0]["uid"], "uid-1");
   EXPECT_EQ(secret["metadata"]["ownerReferences"][0]["controller"], true);
   EXPECT_EQ(secret["metadata"]["labels"][kJobNameLabel], "job");
+}
+
+// With status tokens, every job's pods mount the job's Secret and the agent is told where its
+// status token is; without, a job that does not restart in place mounts nothing of it. The
+// Secret holds the status token (and the gang token only in place).
+TEST(ChildrenTest, WithStatusTokensTheAgentReadsTheJobsTokenFromItsSecret) {
+  json object = testing::MakeJob("job", 2, /*max_restarts=*/5, 1);
+  const api::TrainingJob job = Parse(object);
+  ASSERT_FALSE(RestartsInPlace(job));
+  PodSettings settings;
+  json plain = BuildPod(job, Owner(), 0, 0, settings);
+  EXPECT_THAT(Names(plain["spec"]["volumes"]), ElementsAre(kShmVolume, kAgentVolume));
+  EXPECT_THAT(plain["spec"]["containers"][0]["command"].get<std::vector<std::string>>(),
+              Not(Contains("--status-token-file")));
+
+  settings.status_token = true;
+  json pod = BuildPod(job, Owner(), 1, 0, settings);
+  const json& spec = pod["spec"];
+  const json& c = spec["containers"][0];
+  EXPECT_THAT(Names(spec["volumes"]), ElementsAre(kShmVolume, kAgentVolume, kTokensVolume));
+  EXPECT_EQ(spec["volumes"][2]["secret"]["secretName"], "job-tokens-uid-1");
+  EXPECT_EQ(c["volumeMounts"][2]["mountPath"], "/var/run/spawnpoint/tokens");
+  EXPECT_EQ(c["volumeMounts"][2]["readOnly"], true);
+  const auto command = c["command"].get<std::vector<std::string>>();
+  auto flag = std::find(command.begin(), command.end(), "--status-token-file");
+  ASSERT_NE(flag, command.end());
+  ASSERT_NE(flag + 1, command.end());
+  EXPECT_EQ(*(flag + 1), "/var/run/spawnpoint/tokens/status");
+  // Never in the environment, which the ranks inherit and a trainer may print.
+  for (const auto& e : c["env"]) EXPECT_EQ(e.dump().find("tokens"), std::string::npos) << e;
+
+  json secret = BuildJobSecret(job, Owner(), "", "s3cret");
+  EXPECT_EQ(secret["stringData"], json({{"status", "s3cret"}}));
 }
 
 // Unless the operator pins one, a job's gang port is next to its rendezvous port: two jobs

@@ -16,7 +16,7 @@ using std::chrono::seconds;
 
 class DocumentReader : public AgentStatusReader {
  public:
-  StatusOr<json> Read(const std::string& ip, int port) override {
+  StatusOr<json> Read(const std::string& ip, int port, const std::string&) override {
     reads.push_back(ip);
     auto it = documents.find(ip);
     if (it == documents.end()) return Unavailable("connection refused");

@@ -89,11 +89,11 @@ class InPlaceTest : public ::testing::Test {
 TEST_F(InPlaceTest, TheGangSecretIsCreatedBeforeThePods) {
   json job = cluster_.AddJob(MakeJob("job", 2, 3, 1, "InPlace"));
   ASSERT_TRUE(Reconcile().status.ok());
-  const std::string secret = GangSecretName("job", UidOf(job));
+  const std::string secret = JobSecretName("job", UidOf(job));
   EXPECT_THAT(cluster_.Writes(),
               ElementsAre("create-service job", "create-secret " + secret, "create-pod job-node-0",
                           "create-pod job-node-1", "update-status job"));
-  EXPECT_EQ((*cluster_.Secret(secret))["stringData"]["token"], "token");
+  EXPECT_EQ((*cluster_.Secret(secret))["stringData"]["gang"], "token");
   EXPECT_EQ(Status()["gangAttempt"], 0);
 }
 

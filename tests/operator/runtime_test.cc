@@ -107,11 +107,11 @@ TEST(HttpTest, ReaderOverLoopback) {
   EXPECT_EQ(missing->code, 404);
 
   HttpAgentStatusReader reader(seconds(2));
-  auto status = reader.Read("127.0.0.1", port);
+  auto status = reader.Read("127.0.0.1", port, "");
   ASSERT_TRUE(status.ok()) << status.status().ToString();
   std::vector<PodReading> readings;
   readings.push_back({"job-node-0", *status});
-  readings.push_back({"job-node-1", reader.Read("127.0.0.1", 1)});  // nothing listens there
+  readings.push_back({"job-node-1", reader.Read("127.0.0.1", 1, "")});  // nothing listens there
   json u = AggregateUtilisation(readings, "2024-05-01T10:00:00Z");
   EXPECT_DOUBLE_EQ(u["gpu"].get<double>(), 0.935);
   EXPECT_DOUBLE_EQ(u["dataStall"].get<double>(), 0.2);
@@ -288,7 +288,7 @@ TEST(JobStragglerTest, BelowTheRatioOrWithoutFiguresNoneIsNamed) {
 
 class ScriptedReader : public AgentStatusReader {
  public:
-  StatusOr<json> Read(const std::string& ip, int port) override {
+  StatusOr<json> Read(const std::string& ip, int port, const std::string&) override {
     ++reads;
     last_port = port;
     if (ip == "10.0.0.9") return Unavailable("connection refused");
@@ -337,7 +337,7 @@ TEST(UtilisationPollerTest, ReadsRunningJobsAndForgetsFinishedOnes) {
 // Each pod's document by its IP.
 class ProgressReader : public AgentStatusReader {
  public:
-  StatusOr<json> Read(const std::string& ip, int) override {
+  StatusOr<json> Read(const std::string& ip, int, const std::string&) override {
     std::lock_guard<std::mutex> lock(mu);
     auto it = docs.find(ip);
     if (it == docs.end()) return Unavailable("connection refused");
