@@ -131,9 +131,7 @@ cert scheduler "/CN=system:kube-scheduler"
 openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
 openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
 
-[ -n "$port" ] || port=$(free_port)
-echo "$port" >"$dir/apiserver.port"
-server=https://127.0.0.1:$port
+given_port=$port
 kubeconfig() {  # USER -> DIR/USER.kubeconfig
   cat >"$dir/$1.kubeconfig" <<EOF
 apiVersion: v1
@@ -150,7 +148,6 @@ contexts:
 current-context: $1
 EOF
 }
-for user in admin controller-manager scheduler; do kubeconfig "$user"; done
 
 cat >"$dir/audit-policy.yaml" <<'EOF'
 apiVersion: audit.k8s.io/v1
@@ -172,21 +169,6 @@ launch_as() {  # NAME COMMAND...
   echo $! >"$dir/$name.pid"
 }
 
-etcd_client=$(free_port) etcd_peer=$(free_port)
-launch etcd --name spawnpoint-test --data-dir "$dir/etcd" \
-  --listen-client-urls "http://127.0.0.1:$etcd_client" --advertise-client-urls "http://127.0.0.1:$etcd_client" \
-  --listen-peer-urls "http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
-  --initial-cluster "spawnpoint-test=http://127.0.0.1:$etcd_peer" \
-  --unsafe-no-fsync --log-level warn --quota-backend-bytes 4294967296
-launch kube-apiserver --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$port" \
-  --etcd-servers "http://127.0.0.1:$etcd_client" \
-  --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
-  --client-ca-file "$pki/ca.crt" \
-  --service-account-issuer https://kubernetes.default.svc.cluster.local \
-  --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
-  --service-cluster-ip-range 10.0.0.0/24 --authorization-mode Node,RBAC \
-  --audit-log-path "$dir/audit.log" --audit-policy-file "$dir/audit-policy.yaml" \
-  --allow-privileged=false --profiling=false --v=1
 failed() {
   local name
   for name in etcd kube-apiserver kube-controller-manager kube-scheduler local-node kueue vc-scheduler; do
@@ -199,12 +181,52 @@ failed() {
     fi
   done
 }
-say "starting etcd and kube-apiserver (https://127.0.0.1:$port) in $dir"
+# etcd and kube-apiserver on free ports. A port free when picked may be taken by another
+# process before the server binds it (tests start clusters side by side): then both are
+# stopped and started again on new ports, up to 3 times. Returns 1 for that case only.
+start_api() {
+  local name
+  port=${given_port:-$(free_port)}
+  echo "$port" >"$dir/apiserver.port"
+  server=https://127.0.0.1:$port
+  for user in admin controller-manager scheduler; do kubeconfig "$user"; done
+  etcd_client=$(free_port) etcd_peer=$(free_port)
+  rm -rf --one-file-system "$dir/etcd"
+  launch etcd --name spawnpoint-test --data-dir "$dir/etcd" \
+    --listen-client-urls "http://127.0.0.1:$etcd_client" --advertise-client-urls "http://127.0.0.1:$etcd_client" \
+    --listen-peer-urls "http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
+    --initial-cluster "spawnpoint-test=http://127.0.0.1:$etcd_peer" \
+    --unsafe-no-fsync --log-level warn --quota-backend-bytes 4294967296
+  launch kube-apiserver --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$port" \
+    --etcd-servers "http://127.0.0.1:$etcd_client" \
+    --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
+    --client-ca-file "$pki/ca.crt" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
+    --service-cluster-ip-range 10.0.0.0/24 --authorization-mode Node,RBAC \
+    --audit-log-path "$dir/audit.log" --audit-policy-file "$dir/audit-policy.yaml" \
+    --allow-privileged=false --profiling=false --v=1
+  say "starting etcd and kube-apiserver (https://127.0.0.1:$port) in $dir"
+  until readyz; do
+    for name in etcd kube-apiserver; do
+      if ! kill -0 "$(cat "$dir/$name.pid")" 2>/dev/null &&
+        grep -q "address already in use" "$dir/$name.log"; then
+        say "$name lost its port to another process; starting both again on new ports"
+        stop_pidfile "$dir" kube-apiserver
+        stop_pidfile "$dir" etcd
+        return 1
+      fi
+    done
+    failed
+    [ $SECONDS -lt $deadline ] || { say "no /readyz within the deadline"; tail -n 20 "$dir/kube-apiserver.log" >&2; stop_all; exit 1; }
+    sleep 0.2
+  done
+}
 deadline=$((SECONDS + ${SPAWNPOINT_CLUSTER_TIMEOUT:-180}))
-until readyz; do
-  failed
-  [ $SECONDS -lt $deadline ] || { say "no /readyz within the deadline"; tail -n 20 "$dir/kube-apiserver.log" >&2; stop_all; exit 1; }
-  sleep 0.2
+tries=0
+until start_api; do
+  tries=$((tries + 1))
+  [ -z "$given_port" ] && [ $tries -lt 3 ] || { say "etcd or kube-apiserver could not bind its port (${tries} tries)"; stop_all; exit 1; }
 done
 for file in "${apply[@]}"; do
   "$tools/kubectl" --kubeconfig "$dir/admin.kubeconfig" apply -f "$file" >/dev/null ||
@@ -215,19 +237,21 @@ for what in "${gang[@]}"; do
     bash "$repo/scripts/gang.sh" up "$what" --dir "$dir" || { stop_all; exit 1; }
 done
 # The controllers once the API server is ready: before, its RBAC bootstrap policy may not be
-# there yet, and kube-controller-manager exits when it cannot read its configmap.
+# there yet, and kube-controller-manager exits when it cannot read its configmap. They serve
+# no HTTPS (--secure-port 0): nothing reads their health endpoints, and a port picked free
+# could be taken before they bind it.
 say "starting kube-controller-manager and kube-scheduler"
 launch kube-controller-manager --kubeconfig "$dir/controller-manager.kubeconfig" \
   --authentication-kubeconfig "$dir/controller-manager.kubeconfig" \
   --authorization-kubeconfig "$dir/controller-manager.kubeconfig" \
-  --bind-address 127.0.0.1 --secure-port "$(free_port)" --leader-elect=false \
+  --secure-port 0 --leader-elect=false \
   --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
   --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
   --use-service-account-credentials --profiling=false --v=1
 launch kube-scheduler --kubeconfig "$dir/scheduler.kubeconfig" \
   --authentication-kubeconfig "$dir/scheduler.kubeconfig" \
   --authorization-kubeconfig "$dir/scheduler.kubeconfig" \
-  --bind-address 127.0.0.1 --secure-port "$(free_port)" --leader-elect=false --profiling=false --v=1
+  --secure-port 0 --leader-elect=false --profiling=false --v=1
 
 kubectl=$tools/kubectl
 until "$kubectl" --kubeconfig "$dir/admin.kubeconfig" -n default get serviceaccount default >/dev/null 2>&1; do

@@ -10,7 +10,8 @@
    processes), the chart installed with helm (its ServiceAccount, RBAC and Lease role; its
    Deployment's pod parked on no node), the image's entry point runs inside the image with
    buildah, as the Deployment's pod would get it: the Deployment's arguments, its user and
-   group (65532) and read-only root file system (securityContext), its /tmp volume, its
+   group (65532) and read-only root file system (securityContext), its /tmp volume, the
+   status-token key's Secret (the installed one's key, mode 0644 as a kubelet writes it), its
    POD_NAMESPACE/POD_NAME, and the ServiceAccount's credentials mounted where a kubelet
    mounts them (/var/run/secrets/kubernetes.io/serviceaccount: a TokenRequest token, the
    cluster's CA, the namespace) with KUBERNETES_SERVICE_HOST/PORT, so it configures itself
@@ -22,6 +23,7 @@
 Exit status: 0 passed, 1 failed, 77 skipped (not root).
 """
 
+import base64
 import json
 import os
 import re
@@ -44,6 +46,8 @@ RELEASE = "spawnpoint"
 REPOSITORY = "ghcr.io/spawnpoint/operator"
 MAX_BYTES = 60 * 1000 * 1000
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+# The status-token key's Secret (charts/spawnpoint/templates/status-token-key.yaml).
+KEY_DIR = "/etc/spawnpoint/status-token-key"
 DEADLINE_S = 300
 # The Deployment's own pod stays Pending: no node has this label.
 PARK = ["--set-string", "nodeSelector.spawnpoint\\.dev/no-such-node=true"]
@@ -170,6 +174,23 @@ class OperatorImageTest(unittest.TestCase):
         os.chmod(path, 0o755)
         return path, urllib.parse.urlparse(server)
 
+    def secret_dir(self, pod, mount):
+        """What a kubelet mounts for `mount`, a volume of the installed Secret: one file per key,
+        mode 0644 (a secret volume's default), in a directory of its own."""
+        volume = [v for v in pod["volumes"] if v["name"] == mount["name"]][0]
+        self.assertNotIn("defaultMode", volume["secret"],
+                         "the operator (uid 65532) reads files a kubelet writes as root")
+        secret = json.loads(self.kubectl("get", "secret", volume["secret"]["secretName"], "-n",
+                                         NS, "-o", "json"))
+        path = os.path.join(self.dir, "secret-" + mount["name"])
+        os.mkdir(path)
+        for key, value in secret["data"].items():
+            with open(os.path.join(path, key), "wb") as f:
+                f.write(base64.b64decode(value))
+            os.chmod(os.path.join(path, key), 0o644)
+        os.chmod(path, 0o755)
+        return path
+
     def operator_process(self, health_port):
         """The pid of the operator started with our --health-addr, from /proc."""
         for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -195,11 +216,13 @@ class OperatorImageTest(unittest.TestCase):
         security.update(container.get("securityContext") or {})
         self.assertEqual(container["image"], image.ref, "the chart names the image built")
         sa_dir, server = self.service_account_dir(deployment)
-        mounts = {m["mountPath"] for m in container.get("volumeMounts", [])}
-        self.assertEqual(mounts, {"/tmp"}, "the Deployment's volumes (the test gives /tmp)")
+        mounts = {m["mountPath"]: m for m in container.get("volumeMounts", [])}
+        self.assertEqual(set(mounts), {"/tmp", KEY_DIR},
+                         "the Deployment's volumes (the test gives /tmp and the key's Secret)")
         tmp = os.path.join(self.dir, "tmp")
         os.mkdir(tmp)
         os.chmod(tmp, 0o1777)  # an emptyDir
+        key_dir = self.secret_dir(pod, mounts[KEY_DIR])
 
         health, metrics = cluster_fixture.free_port(), cluster_fixture.free_port()
         argv = list(image.config["config"]["Entrypoint"]) + [
@@ -220,7 +243,8 @@ class OperatorImageTest(unittest.TestCase):
         log = os.path.join(self.dir, "operator.log")
         print("$ buildah run --user %s (read-only root) %s" % (user, " ".join(argv)))
         proc = self.store.popen(ctr, argv, log, user=user, env=env, read_only=True,
-                                volumes=[(sa_dir, SA_DIR, "ro"), (tmp, "/tmp", "rw")],
+                                volumes=[(sa_dir, SA_DIR, "ro"), (tmp, "/tmp", "rw"),
+                                         (key_dir, KEY_DIR, "ro")],
                                 prepare=[argv[0], "--help"])
         try:
             self.run_job(proc, log, health, server.geturl())
