@@ -25,6 +25,8 @@ inline constexpr std::string_view kFailureCauses[] = {
     "UserError", "OOMKilled", "ShmExhausted", "Killed", "Terminated", "Crashed", "Stalled",
     "GpuOutOfMemory", "CollectiveTimeout", "CollectiveError", "LoaderWorkerKilled", "ImportError",
     "PortInUse",
+    // The agents of a gang that gave up (NodeLost is the operator's too).
+    "GangStartTimeout",
     // The operator's.
     "Evicted", "Preempted", "NodeLost"};
 

@@ -77,6 +77,7 @@ constexpr IntFlag kIntFlags[] = {
 constexpr SecondsFlag kSecondsFlags[] = {
     {"--grace-period", &AgentOptions::grace_period},
     {"--status-interval", &AgentOptions::status_interval},
+    {"--gang-join-timeout", &AgentOptions::gang_join_timeout},
 };
 
 // In `torchrun`, the agent's flags that torchrun has too (its dashed spellings) are
@@ -163,6 +164,10 @@ flags:
                              maxRestarts is its whole budget (docs/trainingjob.md)
   --gang-token-file PATH     the job's gang token (needed with --gang): connections to the
                              coordinator without it are refused
+  --gang-join-timeout SECONDS
+                             with --gang: how long to wait for every node at the gang's
+                             barrier (then GangStartTimeout), for a lost coordinator to
+                             come back and for its verdict (then NodeLost); default 120
   --status-token-file PATH   the job's status token: /status serves log lines, tracebacks
                              and stacks only to readers that send "Authorization: Bearer
                              TOKEN" (the operator) or connect from loopback; others get

@@ -47,6 +47,10 @@ struct AgentOptions {
   // "": none (the operator recreates the gang, or this agent runs every node).
   std::string gang_addr;
   std::string gang_token_file;  // the job's token (Secret), required with --gang
+  // --gang: how long an agent waits for every node at the gang's barrier, for a lost
+  // coordinator to come back and for the coordinator's verdict, before it gives up
+  // (GangStartTimeout, NodeLost).
+  std::chrono::milliseconds gang_join_timeout{120'000};
   // The job's status token (Secret): /status serves log lines to readers that send it, and
   // on loopback (agent/status/status_access.h). "": loopback only.
   std::string status_token_file;

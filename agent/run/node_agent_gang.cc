@@ -15,9 +15,13 @@ namespace {
 using nlohmann::json;
 using std::chrono::milliseconds;
 
-// How long an agent waits for the coordinator: its pod may start after ours, or be
-// recreated; past this the gang is given up (the operator recreates it).
-constexpr milliseconds kJoinTimeout{120'000};
+// "120" for 120 s, "0.5" for 500 ms.
+std::string SecondsText(milliseconds ms) {
+  if (ms.count() % 1000 == 0) return std::to_string(ms.count() / 1000);
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%.3g", ms.count() / 1000.0);
+  return buf;
+}
 
 }  // namespace
 
@@ -43,6 +47,7 @@ Status NodeAgent::StartGang() {
     o.coordinator.nnodes = nnodes_;
     o.coordinator.policy = policy_;
     o.coordinator.restart_count = options_.restart_count;
+    o.coordinator.rejoin_timeout = options_.gang_join_timeout;
     // The first attempt meets on the job's rendezvous port; each later one on a fresh one,
     // which the old attempt's rank 0 cannot still hold.
     o.coordinator.pick_port = [first = std::make_shared<bool>(true),
@@ -67,7 +72,7 @@ Status NodeAgent::StartGang() {
   Say(node_.job.name + ": node " + std::to_string(node_rank_) + " joins the gang at " +
       (node_rank_ == 0 ? "its own coordinator, port " + std::to_string(port) : options_.gang_addr));
   SP_ASSIGN_OR_RETURN(gang_, gang::GangPeer::Connect(std::move(p), options_.restart_count,
-                                                     clock_->Now() + kJoinTimeout));
+                                                     clock_->Now() + options_.gang_join_timeout));
   return Status::Ok();
 }
 
@@ -98,7 +103,7 @@ void NodeAgent::ReportToGang(const json& exit) {
 }
 
 bool NodeAgent::AwaitReconnection(int* signal) {
-  const Clock::TimePoint deadline = clock_->Now() + kJoinTimeout;
+  const Clock::TimePoint deadline = clock_->Now() + options_.gang_join_timeout;
   while (!gang_->Connected()) {
     if (int sig = signals_->WaitForTermination(milliseconds(0)); sig != 0) {
       *signal = sig;
@@ -119,50 +124,54 @@ int NodeAgent::RunInGang() {
                            .exit_code = ExitForSignal(sig)});
     return ExitForSignal(sig);
   };
-  auto given_up = [&](const std::string& why) {
+  // No rank failed and nothing was signalled: the agent says why it gives up, and exits
+  // with kExitJobFailed (which is what the failure's exitCode says).
+  auto given_up = [&](ExitReason reason, const std::string& why) {
     RankFailure f;
     f.node_rank = node_rank_;
-    f.status.signal = SIGKILL;
-    f.cause = {ExitReason::kKilled, why};
+    f.status.exit_code = kExitJobFailed;
+    f.cause = {reason, why};
     f.retryable = true;  // the operator recreates the gang
     Report(AttemptDecision{.phase = AgentPhase::kFailed,
-                           .reason = "NodeLost",
+                           .reason = ExitReasonName(reason),
                            .message = why,
                            .exit_code = kExitJobFailed,
                            .failure = f});
     return kExitJobFailed;
   };
+  auto node_lost = [&](const std::string& why) { return given_up(ExitReason::kNodeLost, why); };
   restart_ = options_.restart_count;
   const std::string lost_for_good = "the gang's coordinator did not come back within " +
-                                    std::to_string(kJoinTimeout.count() / 1000) + " s";
+                                    SecondsText(options_.gang_join_timeout) + " s";
   while (true) {
     // The barrier: this node's ranks are stopped; the coordinator starts the attempt when
     // every node is here.
     int sig = 0;
     if (!gang_->Send({{"t", "ready"}, {"attempt", restart_}})) {
       if (!AwaitReconnection(&sig)) {
-        return sig != 0 ? terminated(sig, " while joining the gang") : given_up(lost_for_good);
+        return sig != 0 ? terminated(sig, " while joining the gang") : node_lost(lost_for_good);
       }
       continue;  // say ready again
     }
-    std::optional<json> m = AwaitGang({"start", "verdict"}, kJoinTimeout, &sig);
+    std::optional<json> m = AwaitGang({"start", "verdict"}, options_.gang_join_timeout, &sig);
     // A "restart" verdict here is of an attempt this node already left: the old coordinator
     // decided it as it went away, after this node saw it go (its ranks were stopped then).
     // The new attempt's start or the gang's end comes after it.
     while (m && m->value("t", "") == "verdict" && m->value("decision", "") == "restart" &&
            sig == 0) {
-      m = AwaitGang({"start", "verdict"}, kJoinTimeout, &sig);
+      m = AwaitGang({"start", "verdict"}, options_.gang_join_timeout, &sig);
     }
     if (sig != 0) return terminated(sig, " at the gang's barrier");
     if (!m) {
-      return given_up("the gang did not start within " +
-                      std::to_string(kJoinTimeout.count() / 1000) + " s");
+      return given_up(ExitReason::kGangStartTimeout,
+                      "the gang did not start within " + SecondsText(options_.gang_join_timeout) +
+                          " s: not every node's agent reached its barrier");
     }
     const std::string t = m->value("t", "");
     if (t == "refused") return FailAgent(Unavailable("the gang's coordinator refused this agent"));
     if (t == "lost" || t == "reconnected") {
       if (!AwaitReconnection(&sig)) {
-        return sig != 0 ? terminated(sig, " while joining the gang") : given_up(lost_for_good);
+        return sig != 0 ? terminated(sig, " while joining the gang") : node_lost(lost_for_good);
       }
       continue;  // a new coordinator: say ready again
     }
@@ -203,11 +212,11 @@ int NodeAgent::RunInGang() {
     bool lost = false;
     std::optional<json> verdict;
     while (!lost) {
-      verdict = AwaitGang({"verdict"}, kJoinTimeout, &sig);
+      verdict = AwaitGang({"verdict"}, options_.gang_join_timeout, &sig);
       if (sig != 0) return terminated(sig, " waiting for the gang's verdict");
       if (!verdict) {
-        return given_up("no verdict from the gang's coordinator within " +
-                        std::to_string(kJoinTimeout.count() / 1000) + " s");
+        return node_lost("no verdict from the gang's coordinator within " +
+                         SecondsText(options_.gang_join_timeout) + " s");
       }
       const std::string vt = verdict->value("t", "");
       if (vt == "lost" || vt == "reconnected") {
@@ -225,7 +234,7 @@ int NodeAgent::RunInGang() {
           std::to_string(restart_ - 1) + "; this node's ranks are stopped, and it waits to rejoin");
       if (!AwaitReconnection(&sig)) {
         return sig != 0 ? terminated(sig, " while the gang's coordinator was away")
-                        : given_up(lost_for_good);
+                        : node_lost(lost_for_good);
       }
       continue;
     }

@@ -53,6 +53,10 @@ const char* ExitReasonName(ExitReason reason) {
       return "ImportError";
     case ExitReason::kPortInUse:
       return "PortInUse";
+    case ExitReason::kGangStartTimeout:
+      return "GangStartTimeout";
+    case ExitReason::kNodeLost:
+      return "NodeLost";
   }
   return "Unknown";
 }

@@ -38,8 +38,11 @@ enum class ExitReason {
   kLoaderWorkerKilled,  // "DataLoader worker (pid N) is killed by signal"
   kImportError,         // a module or shared library that would not load
   kPortInUse,           // EADDRINUSE: a port the rank would listen on is held by another process
+  // The agents of a gang (--gang) gave up, no rank's failure and no signal:
+  kGangStartTimeout,  // the gang's nodes did not all reach its barrier in time
+  kNodeLost,          // the gang's coordinator went away and did not come back in time
 };
-inline constexpr ExitReason kLastExitReason = ExitReason::kPortInUse;  // for loops over them
+inline constexpr ExitReason kLastExitReason = ExitReason::kNodeLost;  // for loops over them
 
 const char* ExitReasonName(ExitReason reason);  // "OOMKilled", "ShmExhausted", "UserError", ...
 // The reason named `name` (ExitReasonName's spelling); nullopt for any other text.

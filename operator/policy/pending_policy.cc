@@ -1,12 +1,11 @@
 #include "operator/policy/pending_policy.h"
 
+#include "operator/common/names.h"
 #include "operator/common/object.h"
 #include "operator/policy/admission_policy.h"
 
 namespace spawnpoint::op {
-namespace {
 
-// The scheduler's (or kubelet's) explanation: PodScheduled=False, else a waiting container.
 std::string WhyPending(const nlohmann::json& pod) {
   const auto status = pod.value("status", nlohmann::json::object());
   for (const auto& c : status.value("conditions", nlohmann::json::array())) {
@@ -29,7 +28,27 @@ std::string WhyPending(const nlohmann::json& pod) {
   return "not scheduled or started yet";
 }
 
-}  // namespace
+std::string GangPodsNotRunning(const std::vector<const nlohmann::json*>& gang, int nodes,
+                               const std::string& job) {
+  std::string out;
+  for (int node = 0; node < nodes; ++node) {
+    const nlohmann::json* found = nullptr;
+    for (const auto* pod : gang) {
+      if (NodeRankOf(*pod) == node) found = pod;
+    }
+    std::string why;
+    if (found == nullptr) {
+      why = PodName(job, node) + " (not created)";
+    } else if (PodPhase(*found) == "Pending") {
+      why = NameOf(*found) + " (Pending" + (IsTerminating(*found) ? ", being deleted" : "") + ": " +
+            WhyPending(*found) + ")";
+    } else {
+      continue;
+    }
+    out += (out.empty() ? "" : ", ") + why;
+  }
+  return out;
+}
 
 PendingCheck CheckPending(const std::vector<const nlohmann::json*>& pods, Clock::Duration timeout,
                           WallTime now) {

@@ -27,4 +27,15 @@ struct PendingCheck {
 PendingCheck CheckPending(const std::vector<const nlohmann::json*>& pods, Clock::Duration timeout,
                           WallTime now);
 
+// Why a pod is not running: the scheduler's message (PodScheduled=False), else a waiting
+// container's reason and message, else "not scheduled or started yet".
+std::string WhyPending(const nlohmann::json& pod);
+
+// The pods of a gang of `nodes` (`gang`: the current attempt's pods) that never ran, for a gang
+// that did not start: "job-node-1 (Pending: 0/2 nodes are available: ...), job-node-2 (not
+// created)"; a pod that ran or ended is left out, one being deleted says so. "" when every
+// node's pod ran.
+std::string GangPodsNotRunning(const std::vector<const nlohmann::json*>& gang, int nodes,
+                               const std::string& job);
+
 }  // namespace spawnpoint::op

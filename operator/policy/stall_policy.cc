@@ -11,9 +11,8 @@ using nlohmann::json;
 namespace {
 
 constexpr const char* kNoStall = "no agent reports a stalled rank";
-constexpr const char* kNoStraggler = "no rank is a straggler";
-constexpr const char* kNoStallNorStraggler =
-    "no agent reports a stalled rank and no rank is a straggler";
+constexpr const char* kNoStraggler =
+    "no rank is slower than stallPolicy.stragglerRatio x its peers";
 
 std::optional<double> Number(const json& j, const char* key) {
   if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return std::nullopt;
@@ -72,17 +71,16 @@ StallUpdate DecideStallFromReadings(const json& previous_stall, const json& prev
   } else if (straggler) {
     u.straggler = nullptr;
   }
-  if (u.stall.is_object()) return u;  // a stalled rank: RankStalled takes precedence
+  // A slow rank is not a hang: the straggler has a condition of its own.
   const json& named = u.straggler ? *u.straggler : previous_straggler;
   if (named.is_object()) {
-    u.stalled = true;
-    u.reason = stall_reason::kStraggler;
-    u.message = DescribeStraggler(named);
-  } else if (stall || straggler) {
-    // Neither a stall nor a straggler, as far as the readings tell.
-    u.stalled = false;
-    u.reason = stall_reason::kProgressing;
-    u.message = !straggler ? kNoStall : !stall ? kNoStraggler : kNoStallNorStraggler;
+    u.straggling = true;
+    u.straggling_reason = straggler_reason::kSlowerThanPeers;
+    u.straggling_message = DescribeStraggler(named);
+  } else if (straggler) {
+    u.straggling = false;
+    u.straggling_reason = straggler_reason::kNoStraggler;
+    u.straggling_message = kNoStraggler;
   }
   return u;
 }
@@ -151,6 +149,9 @@ StallUpdate DecideStallAfterFailure(const json& previous, const PodFailure& fail
                 (stalled ? " on a stalled rank" : "") + "; the gang restarts";
     u.stall = nullptr;
     u.straggler = nullptr;
+    u.straggling = false;
+    u.straggling_reason = stall_reason::kGangRestarted;
+    u.straggling_message = u.message;
   }
   return u;
 }

@@ -1,13 +1,15 @@
-// Stalled and straggling ranks (issue 13): what the job's Stalled condition, status.stall,
-// status.straggler and the RankStalled and Straggler events say. The agents name a rank that
-// made no step for spec.stallPolicy's timeout in their status document ("stall",
+// Stalled and straggling ranks (issue 13): what the job's Stalled and Straggler conditions,
+// status.stall, status.straggler and the RankStalled and Straggler events say. The agents name
+// a rank that made no step for spec.stallPolicy's timeout in their status document ("stall",
 // docs/status.md), and a rank they stopped for it (action Restart or Fail) in the termination
 // message (reason Stalled). The operator itself names the job's straggler: the slowest rank
 // of the whole job by its own work per step, from every agent's figures (JobStraggler,
-// operator/utilisation/agent_status.h). The condition is True with reason RankStalled (the
-// agent's message) while the current attempt has a stalled rank, else True with reason
-// Straggler (rank, pod and ratio) while the job has a straggler, False once neither is
-// reported (reason Progressing) or the gang restarts (GangRestarted). A Warning event
+// operator/utilisation/agent_status.h). A hang and slowness are told apart: Stalled is True
+// (reason RankStalled, the agent's message) only while the current attempt has a rank that
+// makes no step, False once none is reported (reason Progressing) or the gang restarts
+// (GangRestarted); Straggler is True (reason SlowerThanPeers: rank, pod, ratio and what was
+// measured) while the job has a rank that steps but slower than its peers, False once it
+// has none (NoStraggler) or the gang restarts. A Warning event
 // RankStalled is recorded once per distinct stall: another rank or pod, or the same rank
 // stalled again after it made progress; a Warning event Straggler once per distinct
 // straggler (rank and pod), again only after it was cleared. status.stall and
@@ -28,8 +30,13 @@ inline constexpr const char* kRankStalled = "RankStalled";  // condition True; t
 inline constexpr const char* kProgressing = "Progressing";  // no agent reports a stall
 inline constexpr const char* kGangRestarted = "GangRestarted";
 inline constexpr const char* kStalledExit = "Stalled";  // the termination message's reason
-inline constexpr const char* kStraggler = "Straggler";  // condition True; the event
+inline constexpr const char* kStraggler = "Straggler";  // the event
 }  // namespace stall_reason
+
+namespace straggler_reason {
+inline constexpr const char* kSlowerThanPeers = "SlowerThanPeers";  // condition True
+inline constexpr const char* kNoStraggler = "NoStraggler";
+}  // namespace straggler_reason
 
 struct StallUpdate {
   // The Stalled condition to set; nullopt leaves it as it is. The reconciler writes False
@@ -37,6 +44,10 @@ struct StallUpdate {
   std::optional<bool> stalled;
   std::string reason;
   std::string message;
+  // The Straggler condition to set, likewise.
+  std::optional<bool> straggling;
+  std::string straggling_reason;
+  std::string straggling_message;
   // status.stall from now on: an object, or null.
   nlohmann::json stall;
   // Record a Warning event RankStalled with `event_message`: a stall not reported before.
@@ -62,10 +73,9 @@ StallUpdate DecideStallFromReading(const nlohmann::json& previous, const nlohman
 // known (some pod could not be read): `stall` as for DecideStallFromReading, `straggler` the
 // job's straggler (JobStraggler: {rank, pod, ratio, busySeconds, peersBusySeconds, ...}, or
 // null when every agent was read and none of the job's ranks straggles). `previous_stall` and
-// `previous_straggler` are status.stall and status.straggler. A stall, current or kept from
-// before, takes precedence over a straggler in the condition; the straggler is still kept and
-// its event recorded. status.straggler becomes {rank, pod, ratio, busySeconds,
-// peersBusySeconds, since}: `since` is when the operator first named it.
+// `previous_straggler` are status.stall and status.straggler. Each sets its own condition: a
+// job may have a stalled rank and a straggler at once. status.straggler becomes {rank, pod,
+// ratio, busySeconds, peersBusySeconds, since}: `since` is when the operator first named it.
 StallUpdate DecideStallFromReadings(const nlohmann::json& previous_stall,
                                     const nlohmann::json& previous_straggler,
                                     const std::optional<nlohmann::json>& stall,
@@ -73,10 +83,10 @@ StallUpdate DecideStallFromReadings(const nlohmann::json& previous_stall,
                                     const std::string& now);
 
 // After a failed attempt: `failure` ended it, and the gang restarts (`restart`) or the job
-// fails. A restart clears the condition and status.stall (the next attempt has not stalled);
-// a Stalled failure records the event if the poller has not already, and when the job fails
-// leaves the condition True with the failure's message. A restart clears status.straggler
-// too: a straggler of the next attempt is a new one.
+// fails. A restart clears the Stalled condition and status.stall (the next attempt has not
+// stalled); a Stalled failure records the event if the poller has not already, and when the
+// job fails leaves the condition True with the failure's message. A restart clears the
+// Straggler condition and status.straggler too: a straggler of the next attempt is a new one.
 StallUpdate DecideStallAfterFailure(const nlohmann::json& previous, const PodFailure& failure,
                                     bool restart, int attempt, const std::string& now);
 

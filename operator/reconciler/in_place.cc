@@ -7,6 +7,7 @@
 #include "operator/common/object.h"
 #include "operator/policy/failure_policy.h"
 #include "operator/policy/kueue_pods.h"
+#include "operator/policy/pending_policy.h"
 #include "operator/policy/restart_policy.h"
 #include "operator/policy/stall_policy.h"
 #include "operator/reconciler/reconcile_context.h"
@@ -80,11 +81,22 @@ bool Reconciler::InPlaceFailureStep(Context& c) {
               "restart " + std::to_string(n) + " of " +
                   std::to_string(c.job.spec.restart_policy.max_restarts) + " in place");
     }
-    // NodeLost: a node never rejoined; the gang is recreated as in Recreate mode, if the budget
-    // allows. Any other verdict ends the job.
-    const bool node_lost = verdict->second.verdict == "NodeLost";
-    if (node_lost) ended->retryable = true;
-    ActOnFailure(c, *ended, node_lost, verdict->second.verdict, verdict->second.message);
+    // NodeLost: a node never rejoined; GangStartTimeout: the gang's nodes never all met. The
+    // gang is recreated as in Recreate mode, if the budget allows. Any other verdict ends the
+    // job.
+    const std::string& name = verdict->second.verdict;
+    const bool recreate = name == "NodeLost" || name == "GangStartTimeout";
+    if (recreate) ended->retryable = true;
+    if (name == "GangStartTimeout") {
+      // Which pods never ran says why: unschedulable, an image that does not pull, ...
+      const std::string missing = GangPodsNotRunning(c.CurrentPods(), c.job.spec.nodes, c.job.name);
+      ended->reason = name;
+      ended->message = verdict->second.message +
+                       (missing.empty() ? "; every pod was running: the agents could not reach "
+                                          "node 0's on the gang port"
+                                        : "; not running: " + missing);
+    }
+    ActOnFailure(c, *ended, recreate, name, verdict->second.message);
     return true;
   }
   if (!fatal.empty()) {

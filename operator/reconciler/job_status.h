@@ -30,8 +30,9 @@ inline constexpr const char* kRestarting = "Restarting";
 inline constexpr const char* kSucceeded = "Succeeded";
 inline constexpr const char* kFailed = "Failed";
 inline constexpr const char* kSuspended = "Suspended";
-inline constexpr const char* kStalled = "Stalled";  // operator/policy/stall_policy.h
-inline constexpr const char* kQueued = "Queued";    // operator/policy/admission_policy.h
+inline constexpr const char* kStalled = "Stalled";      // operator/policy/stall_policy.h
+inline constexpr const char* kStraggler = "Straggler";  // operator/policy/stall_policy.h
+inline constexpr const char* kQueued = "Queued";        // operator/policy/admission_policy.h
 inline constexpr const char* kQuotaExceeded = "QuotaExceeded";  // operator/policy/quota_policy.h
 }  // namespace condition
 

@@ -510,6 +510,12 @@ void Reconciler::ApplyStall(Context& c, const StallUpdate& update) {
   } else if (update.stalled) {
     c.ClearCondition(condition::kStalled, update.reason, update.message);
   }
+  if (update.straggling && *update.straggling) {
+    c.SetCondition(condition::kStraggler, true, update.straggling_reason,
+                   update.straggling_message);
+  } else if (update.straggling) {
+    c.ClearCondition(condition::kStraggler, update.straggling_reason, update.straggling_message);
+  }
   if (update.straggler) c.status.straggler = *update.straggler;
   if (update.event) {
     c.Event(EventType::kWarning, stall_reason::kRankStalled, update.event_message);

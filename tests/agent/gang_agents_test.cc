@@ -132,6 +132,29 @@ TEST_F(GangAgentsTest, ANode0AgentThatCannotServeTheGangSaysWhyInItsTerminationL
   EXPECT_EQ(status["lastFailure"]["reason"], "AgentError");
 }
 
+// Node 1's agent never comes (its pod unschedulable, say): node 0's agent gives up after
+// --gang-join-timeout with the cause GangStartTimeout, its own exit code and no signal, since
+// no rank failed and nothing was killed (it used to read "exit 137 (Killed), SIGKILL").
+TEST_F(GangAgentsTest, AGangWhoseNodesNeverMeetGivesUpWithGangStartTimeoutAndNoSignal) {
+  WriteFile(dir_.File("job.yaml"), Job("[/bin/true]", "[]", 3, 0));
+  auto node0 = Agent(0, {"--gang-join-timeout", "1.5"});
+  EXPECT_EQ(node0->Wait(kTimeout), 1) << node0->Stderr();
+  nlohmann::json log =
+      nlohmann::json::parse(ReadFile(dir_.File("termination-0.json")), nullptr, false);
+  ASSERT_TRUE(log.is_object()) << ReadFile(dir_.File("termination-0.json"));
+  EXPECT_EQ(log["reason"], "GangStartTimeout") << log.dump();
+  EXPECT_EQ(log["verdict"], "GangStartTimeout") << log.dump();
+  EXPECT_EQ(log["exitCode"], 1) << log.dump();
+  EXPECT_TRUE(!log.contains("signal") || log["signal"].is_null()) << log.dump();
+  EXPECT_EQ(log["retryable"], true);
+  EXPECT_EQ(log["message"],
+            "the gang did not start within 1.5 s: not every node's agent reached its barrier");
+  nlohmann::json status = Status(0);
+  EXPECT_EQ(status["phase"], "Failed");
+  EXPECT_EQ(status["lastFailure"]["reason"], "GangStartTimeout");
+  EXPECT_TRUE(status["lastFailure"]["signal"].is_null()) << status["lastFailure"].dump();
+}
+
 TEST_F(GangAgentsTest, ARankKilledOnNode1RestartsTheGangInPlaceWithItsLoaderWorkers) {
   WriteFile(dir_.File("job.yaml"),
             Job("[\"" TRAINER_BIN "\"]",

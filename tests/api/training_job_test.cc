@@ -414,7 +414,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "job.yaml:12:23: spec.restartPolicy.retryOn[1]: must be one of UserError, "
                 "OOMKilled, ShmExhausted, Killed, Terminated, Crashed, Stalled, GpuOutOfMemory, "
                 "CollectiveTimeout, CollectiveError, LoaderWorkerKilled, ImportError, PortInUse, "
-                "Evicted, Preempted, NodeLost; got \"Kiled\" (did you mean \"Killed\"?)"},
+                "GangStartTimeout, Evicted, Preempted, NodeLost; got \"Kiled\" (did you mean "
+                "\"Killed\"?)"},
         BadCase{"  restartPolicy:\n    mode: inplace\n",
                 "job.yaml:12:11: spec.restartPolicy.mode: must be one of InPlace, Recreate; got "
                 "\"inplace\" (did you mean \"InPlace\"?)"},

@@ -17,6 +17,7 @@ fails the test with the command that builds it). Standard library only.
 import json
 import os
 import re
+import time
 import unittest
 
 import cluster_fixture
@@ -291,8 +292,25 @@ class CrdOnRealServerTest(unittest.TestCase):
         self.assertEqual(code, 0, out)
         header, row = out.splitlines()[0].split(), out.splitlines()[1].split()
         self.assertEqual(header, ["NAME", "PHASE", "NODES", "GPUS", "RESTARTS", "GPU-UTIL",
-                                  "DATA-STALL", "STALLED", "AGE"])
+                                  "DATA-STALL", "STALLED", "UPDATED", "AGE"])
         self.assertEqual(row[0:2], ["columns", "1"], out)  # no phase yet: the operator sets it
+        # A running job whose operator stopped reading it: UPDATED says how long ago its
+        # utilisation was read (issue 41: it read Running with live-looking numbers).
+        then = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 600))
+        status = {"status": {"phase": "Running", "utilisation": {"gpu": 0.89, "updated": then}}}
+        code, out = kubectl("patch", "tj", "columns", "--subresource=status", "--type=merge",
+                            "-p", json.dumps(status))
+        self.assertEqual(code, 0, out)
+        code, out = kubectl("get", "tj", "columns")
+        self.assertEqual(code, 0, out)
+        head, line = out.splitlines()[0], out.splitlines()[1]
+
+        def cell(column):  # empty cells are blanks: read by the header's offsets
+            at = head.index(column)
+            return line[at:].split(" ", 1)[0]
+        self.assertEqual(cell("PHASE"), "Running", out)
+        self.assertEqual(cell("GPU-UTIL"), "0.89", out)
+        self.assertRegex(cell("UPDATED"), r"^(10|11)m$", out)
         code, out = kubectl("get", "trainingjobs.spawnpoint.dev", "columns", "-o", "name")
         self.assertEqual((code, out.strip()), (0, "trainingjob.spawnpoint.dev/columns"))
 

@@ -85,7 +85,8 @@ class KubectlOnRealServerTest(unittest.TestCase):
                          "trainingjob.spawnpoint.dev/a unchanged")
         lines = self.ok("get", "tj", "-n", self.ns).splitlines()
         self.assertEqual(lines[0].split(), ["NAME", "PHASE", "NODES", "GPUS", "RESTARTS",
-                                            "GPU-UTIL", "DATA-STALL", "STALLED", "AGE"])
+                                            "GPU-UTIL", "DATA-STALL", "STALLED", "UPDATED",
+                                            "AGE"])
         self.assertEqual(lines[1].split()[:2], ["a", "2"])
         self.ok("patch", "tj", "a", "-n", self.ns, "--type", "merge", "-p",
                 '{"metadata":{"labels":{"team":"ml"}},"spec":{"nodes":3}}')

@@ -354,6 +354,52 @@ TEST_F(InPlaceTest, ANodeLostVerdictRecreatesTheGang) {
   EXPECT_EQ(LabelOf(*cluster_.Pod("job-node-1"), kAttemptLabel), "2");
 }
 
+// The gang never started (node 1's pod cannot be scheduled): node 0's agent gives up with
+// GangStartTimeout, its own exit code 1 and no signal; the operator names the pod that never
+// ran and why, and recreates the gang. Never "exit 137 (Killed)".
+TEST_F(InPlaceTest, AGangThatNeverStartedNamesThePodsThatDidNotRun) {
+  cluster_.AddJob(MakeJob("job", 2, 3, 1, "InPlace"));
+  ASSERT_TRUE(Reconcile().status.ok());
+  json& pending = *cluster_.Pod("job-node-1");
+  pending["status"]["phase"] = "Pending";
+  pending["status"]["conditions"] =
+      json::array({{{"type", "PodScheduled"},
+                    {"status", "False"},
+                    {"reason", "Unschedulable"},
+                    {"message", "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."}}});
+  // What the agent writes (agent/run/node_agent_gang.cc given_up, tests/agent/gang_agents_test).
+  const std::string why =
+      "the gang did not start within 120 s: not every node's agent reached its barrier";
+  json m = {{"rank", -1},
+            {"localRank", -1},
+            {"nodeRank", 0},
+            {"exitCode", 1},
+            {"reason", "GangStartTimeout"},
+            {"message", why},
+            {"retryable", true},
+            {"verdict", "GangStartTimeout"},
+            {"verdictMessage", why},
+            {"restarts", 0}};
+  cluster_.FailPod("job-node-0", 1, "Error", m.dump());
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Phase(), "Restarting");
+  EXPECT_EQ(Status()["restarts"], 1);
+  const json last = Status()["lastFailure"];
+  EXPECT_EQ(last["reason"], "GangStartTimeout") << last.dump();
+  EXPECT_EQ(last["exitCode"], 1) << last.dump();
+  EXPECT_TRUE(!last.contains("signal") || last["signal"].is_null()) << last.dump();
+  EXPECT_EQ(last["message"],
+            why +
+                "; not running: job-node-1 (Pending: 0/2 nodes are available: 2 Insufficient "
+                "nvidia.com/gpu.)");
+  for (const auto& e : cluster_.Events()) {
+    EXPECT_EQ(e.message.find("137"), std::string::npos) << e.message;
+    EXPECT_EQ(e.message.find("Killed"), std::string::npos) << e.message;
+  }
+  EXPECT_THAT(Condition("Restarting")["message"].get<std::string>(),
+              HasSubstr("not running: job-node-1 (Pending"));
+}
+
 // An agent that could not run at all (exit 2, no verdict) fails the job: recreating its pod
 // would fail again.
 TEST_F(InPlaceTest, AnAgentThatCannotRunFailsTheJob) {

@@ -684,21 +684,25 @@ TEST_F(ReconcilerStallTest, AReadingFromBeforeTheGangRanIsNotUsed) {
   EXPECT_EQ(Condition("Stalled")["status"], "True");
 }
 
-TEST_F(ReconcilerStallTest, AStragglerSetsTheConditionAndOneEventUntilItCatchesUp) {
+// A slow rank is not a hang: the Straggler condition says it, Stalled never does (it read
+// STALLED=True for a rank 1.5x slower under CPU contention).
+TEST_F(ReconcilerStallTest, AStragglerSetsItsOwnConditionAndOneEventUntilItCatchesUp) {
   StartRunning();
   clock_.Advance(seconds(30));
   Read(nullptr);
   ReadStraggler(nullptr);
   ASSERT_TRUE(Reconcile().status.ok());
-  EXPECT_TRUE(Condition("Stalled").is_null()) << "never set while nothing straggled";
+  EXPECT_TRUE(Condition("Stalled").is_null()) << "never set while nothing stalled";
+  EXPECT_TRUE(Condition("Straggler").is_null()) << "never set while nothing straggled";
 
   clock_.Advance(seconds(30));
   Read(nullptr);
   ReadStraggler(Straggler(1, 2));
   ASSERT_TRUE(Reconcile().status.ok());
-  EXPECT_EQ(Condition("Stalled")["status"], "True");
-  EXPECT_EQ(Condition("Stalled")["reason"], "Straggler");
-  EXPECT_EQ(Condition("Stalled")["message"],
+  EXPECT_TRUE(Condition("Stalled").is_null()) << "a straggler is not a stall";
+  EXPECT_EQ(Condition("Straggler")["status"], "True");
+  EXPECT_EQ(Condition("Straggler")["reason"], "SlowerThanPeers");
+  EXPECT_EQ(Condition("Straggler")["message"],
             "rank 1 (pod job-node-1) is 2.00x slower than the other ranks: 0.1 s of its own work "
             "per step vs 0.05 s (medians of the last 20 steps)");
   EXPECT_EQ(Status()["straggler"]["rank"], 1);
@@ -708,44 +712,46 @@ TEST_F(ReconcilerStallTest, AStragglerSetsTheConditionAndOneEventUntilItCatchesU
   EXPECT_EQ(Phase(), "Running");
   ASSERT_EQ(Count("Straggler"), 1);
   EXPECT_EQ(cluster_.Events().back().type, EventType::kWarning);
-  EXPECT_EQ(cluster_.Events().back().message, Condition("Stalled")["message"]);
+  EXPECT_EQ(cluster_.Events().back().message, Condition("Straggler")["message"]);
 
   // Read again: no second event, the ratio follows.
   clock_.Advance(seconds(30));
   ReadStraggler(Straggler(1, 2.5));
   ASSERT_TRUE(Reconcile().status.ok());
-  EXPECT_THAT(Condition("Stalled")["message"].get<std::string>(), HasSubstr("2.50x"));
+  EXPECT_THAT(Condition("Straggler")["message"].get<std::string>(), HasSubstr("2.50x"));
   EXPECT_EQ(Status()["straggler"]["since"], "2024-05-01T10:01:00Z");
   EXPECT_EQ(Count("Straggler"), 1);
 
-  // A rank stalls: RankStalled takes the condition; the straggler stays in status.
+  // A rank stalls: Stalled True beside the straggler.
   clock_.Advance(seconds(30));
   Read(AgentStall(40));
   ASSERT_TRUE(Reconcile().status.ok());
   EXPECT_EQ(Condition("Stalled")["reason"], "RankStalled");
+  EXPECT_EQ(Condition("Straggler")["status"], "True");
   EXPECT_EQ(Status()["straggler"]["rank"], 1);
   EXPECT_EQ(Count("RankStalled"), 1);
-  // The stall is over: Straggler again, without another event.
+  // The stall is over: Stalled False, the straggler stays, without another event.
   clock_.Advance(seconds(30));
   Read(nullptr);
   ASSERT_TRUE(Reconcile().status.ok());
-  EXPECT_EQ(Condition("Stalled")["status"], "True");
-  EXPECT_EQ(Condition("Stalled")["reason"], "Straggler");
+  EXPECT_EQ(Condition("Stalled")["status"], "False");
+  EXPECT_EQ(Condition("Stalled")["reason"], "Progressing");
+  EXPECT_EQ(Condition("Straggler")["status"], "True");
   EXPECT_EQ(Count("Straggler"), 1);
 
   // It catches up.
   clock_.Advance(seconds(30));
   ReadStraggler(nullptr);
   ASSERT_TRUE(Reconcile().status.ok());
-  EXPECT_EQ(Condition("Stalled")["status"], "False");
-  EXPECT_EQ(Condition("Stalled")["reason"], "Progressing");
+  EXPECT_EQ(Condition("Straggler")["status"], "False");
+  EXPECT_EQ(Condition("Straggler")["reason"], "NoStraggler");
   EXPECT_FALSE(Status().contains("straggler"));
 
   // And falls behind again: a new event.
   clock_.Advance(seconds(30));
   ReadStraggler(Straggler(1, 2));
   ASSERT_TRUE(Reconcile().status.ok());
-  EXPECT_EQ(Condition("Stalled")["reason"], "Straggler");
+  EXPECT_EQ(Condition("Straggler")["reason"], "SlowerThanPeers");
   EXPECT_EQ(Count("Straggler"), 2);
 }
 
@@ -761,7 +767,7 @@ TEST_F(ReconcilerStallTest, ANamedStragglerIsNotAnnouncedAgainAfterAnOperatorRes
   clock_.Advance(seconds(30));
   ReadStraggler(Straggler(1, 2.1));
   ASSERT_TRUE(Reconcile().status.ok());
-  EXPECT_EQ(Condition("Stalled")["reason"], "Straggler");
+  EXPECT_EQ(Condition("Straggler")["reason"], "SlowerThanPeers");
   EXPECT_EQ(Count("Straggler"), 1);
 }
 

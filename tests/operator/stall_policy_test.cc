@@ -151,19 +151,24 @@ json JobStraggler(int rank, const std::string& pod, double ratio) {
           {"message", "the operator's words"}};
 }
 
-TEST(StallPolicyTest, AStragglerSetsTheConditionAndOneEvent) {
+// A slow rank is not a hang: the straggler has its own condition, and Stalled says only that
+// no rank stalled.
+TEST(StallPolicyTest, AStragglerSetsItsOwnConditionAndOneEventNeverStalled) {
   StallUpdate u = DecideStallFromReadings(nullptr, nullptr, json(nullptr),
                                           JobStraggler(1, "big-node-1", 1.98), kNow);
-  ASSERT_TRUE(u.stalled.has_value());
-  EXPECT_TRUE(*u.stalled);
-  EXPECT_EQ(u.reason, "Straggler");
-  EXPECT_EQ(u.message,
+  ASSERT_TRUE(u.straggling.has_value());
+  EXPECT_TRUE(*u.straggling);
+  EXPECT_EQ(u.straggling_reason, "SlowerThanPeers");
+  EXPECT_EQ(u.straggling_message,
             "rank 1 (pod big-node-1) is 1.98x slower than the other ranks: 0.099 s of its own "
             "work per step vs 0.05 s (medians of the last 20 steps)");
+  ASSERT_TRUE(u.stalled.has_value());
+  EXPECT_FALSE(*u.stalled) << "no rank stalled";
+  EXPECT_EQ(u.reason, "Progressing");
   EXPECT_FALSE(u.event) << "no stall";
   EXPECT_TRUE(u.stall.is_null());
   EXPECT_TRUE(u.straggler_event);
-  EXPECT_EQ(u.straggler_event_message, u.message);
+  EXPECT_EQ(u.straggler_event_message, u.straggling_message);
   ASSERT_TRUE(u.straggler.has_value());
   EXPECT_EQ((*u.straggler)["rank"], 1);
   EXPECT_EQ((*u.straggler)["pod"], "big-node-1");
@@ -176,9 +181,9 @@ TEST(StallPolicyTest, AStragglerSetsTheConditionAndOneEvent) {
   StallUpdate next =
       DecideStallFromReadings(nullptr, *u.straggler, json(nullptr),
                               JobStraggler(1, "big-node-1", 2.5), "2024-05-01T10:05:30Z");
-  EXPECT_TRUE(*next.stalled);
-  EXPECT_EQ(next.reason, "Straggler");
-  EXPECT_THAT(next.message, HasSubstr("is 2.50x slower"));
+  EXPECT_TRUE(*next.straggling);
+  EXPECT_EQ(next.straggling_reason, "SlowerThanPeers");
+  EXPECT_THAT(next.straggling_message, HasSubstr("is 2.50x slower"));
   EXPECT_FALSE(next.straggler_event);
   EXPECT_EQ((*next.straggler)["since"], kNow);
   EXPECT_EQ((*next.straggler)["ratio"], 2.5);
@@ -196,10 +201,10 @@ TEST(StallPolicyTest, AnotherStragglerOrOneNamedAgainAfterItClearedIsANewEvent) 
           .straggler_event);
 
   StallUpdate cleared = DecideStallFromReadings(nullptr, named, json(nullptr), json(nullptr), kNow);
-  ASSERT_TRUE(cleared.stalled.has_value());
-  EXPECT_FALSE(*cleared.stalled);
-  EXPECT_EQ(cleared.reason, "Progressing");
-  EXPECT_FALSE(cleared.message.empty());
+  ASSERT_TRUE(cleared.straggling.has_value());
+  EXPECT_FALSE(*cleared.straggling);
+  EXPECT_EQ(cleared.straggling_reason, "NoStraggler");
+  EXPECT_FALSE(cleared.straggling_message.empty());
   ASSERT_TRUE(cleared.straggler.has_value());
   EXPECT_TRUE(cleared.straggler->is_null());
   EXPECT_FALSE(cleared.straggler_event);
@@ -208,21 +213,24 @@ TEST(StallPolicyTest, AnotherStragglerOrOneNamedAgainAfterItClearedIsANewEvent) 
                   .straggler_event);
 }
 
-TEST(StallPolicyTest, AStalledRankTakesPrecedenceOverAStraggler) {
+TEST(StallPolicyTest, AStalledRankAndAStragglerEachHaveTheirCondition) {
   StallUpdate both = DecideStallFromReadings(nullptr, nullptr, AgentStall(0, "big-node-0", 40),
                                              JobStraggler(1, "big-node-1", 2), kNow);
   EXPECT_TRUE(*both.stalled);
   EXPECT_EQ(both.reason, "RankStalled");
   EXPECT_THAT(both.message, HasSubstr("made no step"));
   EXPECT_TRUE(both.event);
-  EXPECT_TRUE(both.straggler_event) << "the straggler is still named";
+  EXPECT_TRUE(*both.straggling);
+  EXPECT_THAT(both.straggling_message, HasSubstr("rank 1 (pod big-node-1) is 2.00x slower"));
+  EXPECT_TRUE(both.straggler_event);
   EXPECT_EQ((*both.straggler)["rank"], 1);
 
-  // The stall is over, the straggler is not: the condition says so, without another event.
+  // The stall is over, the straggler is not: Stalled clears, Straggler stays, no new event.
   StallUpdate after = DecideStallFromReadings(both.stall, *both.straggler, json(nullptr),
                                               JobStraggler(1, "big-node-1", 2), kNow);
-  EXPECT_TRUE(*after.stalled);
-  EXPECT_EQ(after.reason, "Straggler");
+  EXPECT_FALSE(*after.stalled);
+  EXPECT_EQ(after.reason, "Progressing");
+  EXPECT_TRUE(*after.straggling);
   EXPECT_FALSE(after.straggler_event);
   EXPECT_FALSE(after.event);
   EXPECT_TRUE(after.stall.is_null());
@@ -235,11 +243,11 @@ TEST(StallPolicyTest, WhatCannotBeReadIsKept) {
   // Every agent was read for the stall but not all for the straggler: the straggler stands.
   StallUpdate u = DecideStallFromReadings(nullptr, named, json(nullptr), std::nullopt, kNow);
   EXPECT_FALSE(u.straggler.has_value()) << "status.straggler is left as it is";
-  ASSERT_TRUE(u.stalled.has_value());
-  EXPECT_TRUE(*u.stalled);
-  EXPECT_EQ(u.reason, "Straggler");
-  EXPECT_THAT(u.message, HasSubstr("rank 1 (pod big-node-1) is 2.00x slower"));
+  ASSERT_TRUE(u.straggling.has_value());
+  EXPECT_TRUE(*u.straggling);
+  EXPECT_THAT(u.straggling_message, HasSubstr("rank 1 (pod big-node-1) is 2.00x slower"));
   EXPECT_FALSE(u.straggler_event);
+  EXPECT_FALSE(*u.stalled);
 
   // No straggler, and the stall not known: a stall named before stands.
   json stall = DecideStallFromReading(nullptr, AgentStall(0, "big-node-0", 40), kNow).stall;
@@ -247,12 +255,14 @@ TEST(StallPolicyTest, WhatCannotBeReadIsKept) {
   EXPECT_FALSE(u.stalled.has_value()) << "the condition stays RankStalled";
   EXPECT_EQ(u.stall, stall);
   EXPECT_TRUE(u.straggler->is_null());
+  EXPECT_FALSE(*u.straggling);
 
   // Only the stall known, and nothing named: as DecideStallFromReading says.
   u = DecideStallFromReadings(nullptr, nullptr, json(nullptr), std::nullopt, kNow);
   EXPECT_FALSE(*u.stalled);
   EXPECT_EQ(u.reason, "Progressing");
   EXPECT_FALSE(u.straggler.has_value());
+  EXPECT_FALSE(u.straggling.has_value());
 }
 
 TEST(StallPolicyTest, ARestartClearsTheStraggler) {
@@ -263,6 +273,9 @@ TEST(StallPolicyTest, ARestartClearsTheStraggler) {
   StallUpdate restarts = DecideStallAfterFailure(nullptr, oom, /*restart=*/true, 0, kNow);
   ASSERT_TRUE(restarts.straggler.has_value());
   EXPECT_TRUE(restarts.straggler->is_null());
+  ASSERT_TRUE(restarts.straggling.has_value());
+  EXPECT_FALSE(*restarts.straggling);
+  EXPECT_EQ(restarts.straggling_reason, "GangRestarted");
   EXPECT_FALSE(
       DecideStallAfterFailure(nullptr, oom, /*restart=*/false, 0, kNow).straggler.has_value());
 }
