@@ -201,7 +201,7 @@ int RunOperator(const OperatorOptions& o) {
   }
   Controller controller(client->get(), &wall, co, &metrics, &poller, log);
   controller_ptr = &controller;
-  metrics.CollectJobs(&controller.jobs());
+  metrics.CollectJobs(&controller.jobs(), &wall);
 
   std::thread elector_thread;
   auto start_acting = [&] {

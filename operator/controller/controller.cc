@@ -157,7 +157,7 @@ void Controller::ProcessKey(const std::string& key) {
   const double seconds = std::chrono::duration<double>(clock->Now() - start).count();
   if (result.status_written && metrics_) {
     metrics_->ObserveStatusWrite(ns, result.previous_phase, result.phase, result.previous_restarts,
-                                 result.restarts);
+                                 result.restarts, result.admission_wait);
   }
 
   const Status& s = result.status;

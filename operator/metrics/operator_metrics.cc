@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <set>
 
 #include "operator/common/object.h"
 #include "operator/reconciler/job_status.h"
@@ -18,6 +19,11 @@ using metrics::MetricType;
 constexpr const char* kPhases[] = {phase::kPending,    phase::kQueued,    phase::kRunning,
                                    phase::kRestarting, phase::kSucceeded, phase::kFailed,
                                    phase::kSuspended};
+
+// Waits for Kueue's admission: seconds while a queue has room, to hours or a day behind other
+// teams' jobs.
+const std::vector<double> kAdmissionWaitBuckets = {1,   5,    15,   30,   60,    120,   300,
+                                                   600, 1800, 3600, 7200, 14400, 43200, 86400};
 
 // Registration can only fail on a programming error (a bad or duplicate name), which the
 // unit tests catch; crash loudly rather than run without metrics.
@@ -70,6 +76,14 @@ OperatorMetrics::OperatorMetrics(metrics::Registry* registry) : registry_(regist
   jobs_failed_ = per_namespace("spawnpoint_jobs_failed_total", "TrainingJobs that reached Failed.");
   jobs_restarted_ =
       per_namespace("spawnpoint_jobs_restarted_total", "Whole-gang restarts the operator made.");
+  admission_wait_ = Must(registry->AddHistogram(
+      {.name = "spawnpoint_job_admission_wait_seconds",
+       .help = "Time TrainingJobs' gangs waited for Kueue's admission (spec.scheduling.gang "
+               "kueue), by namespace: from the Queued condition turning True (the whole gang "
+               "created and gated, or evicted by Kueue) to its turning False (Admitted), "
+               "observed once per admission.",
+       .labels = {"namespace"}},
+      kAdmissionWaitBuckets));
   queue_depth_ = Must(registry->AddGauge({.name = "spawnpoint_workqueue_depth",
                                           .help = "Job keys waiting for a worker."}))
                      ->WithLabels({});
@@ -104,17 +118,20 @@ void OperatorMetrics::ObserveReconcile(double seconds, const std::string& result
 
 void OperatorMetrics::ObserveStatusWrite(const std::string& ns, const std::string& old_phase,
                                          const std::string& new_phase, int old_restarts,
-                                         int new_restarts) {
+                                         int new_restarts,
+                                         std::optional<Clock::Duration> admission_wait) {
   // Every namespace's series exist from its first job on, at 0, so rate() and increase()
   // see the first success or failure rather than a series appearing.
   auto created = jobs_created_->WithLabels({ns});
   auto succeeded = jobs_succeeded_->WithLabels({ns});
   auto failed = jobs_failed_->WithLabels({ns});
   auto restarted = jobs_restarted_->WithLabels({ns});
+  auto waited = admission_wait_->WithLabels({ns});
   if (old_phase.empty() && !new_phase.empty()) created->Inc();
   if (new_phase != old_phase && new_phase == phase::kSucceeded) succeeded->Inc();
   if (new_phase != old_phase && new_phase == phase::kFailed) failed->Inc();
   if (new_restarts > old_restarts) restarted->Inc(new_restarts - old_restarts);
+  if (admission_wait) waited->Observe(std::chrono::duration<double>(*admission_wait).count());
 }
 
 void OperatorMetrics::SetLeader(bool leader) { leader_->Set(leader ? 1 : 0); }
@@ -128,14 +145,16 @@ void OperatorMetrics::ObserveApiRequest(const std::string& verb, int code, doubl
   api_duration_->WithLabels({verb})->Observe(seconds);
 }
 
-void OperatorMetrics::CollectJobs(const kube::Store* jobs) {
+void OperatorMetrics::CollectJobs(const kube::Store* jobs, const WallClock* clock) {
   StopCollectingJobs();
   // Only the leader exports them: standby replicas have the same cache, and a dashboard's
   // sum over replicas would count every job once per replica.
   jobs_collector_ =
-      registry_->AddCollector([jobs, leader = leader_](std::vector<CollectedFamily>* out) {
+      registry_->AddCollector([jobs, clock, leader = leader_](std::vector<CollectedFamily>* out) {
         if (leader->Value() != 1) return;
-        for (auto& family : JobFamilies(jobs->List())) out->push_back(std::move(family));
+        for (auto& family : JobFamilies(jobs->List(), clock->Now())) {
+          out->push_back(std::move(family));
+        }
       });
 }
 
@@ -144,8 +163,43 @@ void OperatorMetrics::StopCollectingJobs() {
   jobs_collector_ = 0;
 }
 
-std::vector<CollectedFamily> JobFamilies(const std::vector<kube::ObjectPtr>& jobs) {
+std::optional<WallTime> PendingSince(const nlohmann::json& job) {
+  std::string current = Str(job, "/status/phase"_json_pointer);
+  if (current.empty()) current = phase::kPending;
+  if (current != phase::kPending && current != phase::kQueued) return std::nullopt;
+  std::optional<WallTime> since = ParseTime(Str(job, "/metadata/creationTimestamp"_json_pointer));
+  const auto conditions = "/status/conditions"_json_pointer;
+  if (job.contains(conditions) && job.at(conditions).is_array()) {
+    for (const auto& c : job.at(conditions)) {
+      if (!c.is_object() || c.value("status", "") != "False") continue;
+      const std::string type = c.value("type", "");
+      if (type != condition::kRunning && type != condition::kSuspended &&
+          type != condition::kFailed) {
+        continue;
+      }
+      std::optional<WallTime> at = ParseTime(c.value("lastTransitionTime", ""));
+      if (at && (!since || *at > *since)) since = at;
+    }
+  }
+  return since;
+}
+
+std::vector<CollectedFamily> JobFamilies(const std::vector<kube::ObjectPtr>& jobs, WallTime now) {
   std::map<std::string, std::map<std::string, int>> by_namespace;  // namespace -> phase -> n
+  CollectedFamily conditions{
+      .name = "spawnpoint_job_condition",
+      .help =
+          "1 for each True condition of a TrainingJob, by its type and reason "
+          "(status.conditions); a False or absent condition has no series. Every job the "
+          "operator knows, finished ones too, until it is deleted.",
+      .label_names = {"namespace", "job", "type", "reason"}};
+  CollectedFamily pending{
+      .name = "spawnpoint_job_pending_seconds",
+      .help =
+          "Seconds a Pending or Queued TrainingJob has waited for its pods to run: since "
+          "it was created, last stopped running, was resumed or had its spec corrected, "
+          "whichever came last. No series in other phases.",
+      .label_names = {"namespace", "job"}};
   CollectedFamily gpu{.name = "spawnpoint_job_gpu_utilisation_ratio",
                       .help =
                           "Mean GPU utilisation (0-1) of a running job's GPUs, from "
@@ -174,6 +228,20 @@ std::vector<CollectedFamily> JobFamilies(const std::vector<kube::ObjectPtr>& job
     std::string current = Str(*job, "/status/phase"_json_pointer);
     if (current.empty()) current = phase::kPending;
     ++by_namespace[ns][current];
+    const auto c = "/status/conditions"_json_pointer;
+    if (job->contains(c) && job->at(c).is_array()) {
+      std::set<std::string> types;  // one series per type, should a status repeat one
+      for (const auto& cond : job->at(c)) {
+        if (!cond.is_object() || cond.value("status", "") != "True") continue;
+        const std::string type = cond.value("type", "");
+        if (type.empty() || !types.insert(type).second) continue;
+        conditions.Add({ns, name, type, cond.value("reason", "")}, 1);
+      }
+    }
+    if (std::optional<WallTime> since = PendingSince(*job)) {
+      // A clock behind the API server's reads a wait just begun as 0, never negative.
+      pending.Add({ns, name}, std::max(0.0, std::chrono::duration<double>(now - *since).count()));
+    }
     if (current != phase::kRunning) continue;
     const auto u = "/status/utilisation"_json_pointer;
     const auto slowest = u / "slowestRankRatio";
@@ -208,7 +276,7 @@ std::vector<CollectedFamily> JobFamilies(const std::vector<kube::ObjectPtr>& job
   }
   std::vector<CollectedFamily> out;
   out.push_back(std::move(phases));
-  for (CollectedFamily* f : {&gpu, &stall, &samples, &straggler}) {
+  for (CollectedFamily* f : {&conditions, &pending, &gpu, &stall, &samples, &straggler}) {
     if (!f->samples.empty()) out.push_back(std::move(*f));
   }
   return out;

@@ -1,6 +1,9 @@
 #include "operator/policy/admission_policy.h"
 
+#include <algorithm>
 #include <set>
+
+#include "operator/common/wall_clock.h"
 
 namespace spawnpoint::op {
 
@@ -37,6 +40,35 @@ AdmissionCheck CheckAdmission(const std::vector<const nlohmann::json*>& pods, in
                   std::to_string(gated) + " of " + std::to_string(pods.size()) + " pod" +
                   (pods.size() == 1 ? "" : "s") + " gated (" + list + ")";
   return check;
+}
+
+namespace {
+
+// The Queued condition of a status object, or null.
+const nlohmann::json* QueuedCondition(const nlohmann::json& status) {
+  if (!status.is_object()) return nullptr;
+  auto it = status.find("conditions");
+  if (it == status.end() || !it->is_array()) return nullptr;
+  for (const auto& c : *it) {
+    if (c.is_object() && c.value("type", "") == "Queued") return &c;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::optional<Clock::Duration> AdmissionWait(const nlohmann::json& before,
+                                             const nlohmann::json& after) {
+  const nlohmann::json* queued = QueuedCondition(before);
+  const nlohmann::json* admitted = QueuedCondition(after);
+  if (!queued || !admitted || queued->value("status", "") != "True" ||
+      admitted->value("status", "") != "False") {
+    return std::nullopt;
+  }
+  std::optional<WallTime> from = ParseTime(queued->value("lastTransitionTime", ""));
+  std::optional<WallTime> to = ParseTime(admitted->value("lastTransitionTime", ""));
+  if (!from || !to) return std::nullopt;
+  return std::max<Clock::Duration>(Clock::Duration::zero(), *to - *from);
 }
 
 }  // namespace spawnpoint::op

@@ -9,8 +9,11 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "common/clock.h"
 
 namespace spawnpoint::op {
 
@@ -30,5 +33,13 @@ std::vector<std::string> KueueGates(const nlohmann::json& pod);
 // `pods`: the current attempt's pods that are not going away; `nodes`: how many it has.
 AdmissionCheck CheckAdmission(const std::vector<const nlohmann::json*>& pods, int nodes,
                               const std::string& queue);
+
+// How long the gang waited for Kueue's admission, when a status write ends the wait: the
+// Queued condition is True in `before` (the status as read) and False in `after` (the status
+// written); the time from the one's lastTransitionTime (the operator saw the whole gang created
+// and gated, or Kueue evicted it) to the other's (the gates gone). nullopt for any other write,
+// or a time that does not parse. For spawnpoint_job_admission_wait_seconds.
+std::optional<Clock::Duration> AdmissionWait(const nlohmann::json& before,
+                                             const nlohmann::json& after);
 
 }  // namespace spawnpoint::op

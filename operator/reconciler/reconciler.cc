@@ -6,6 +6,7 @@
 #include "api/training_job.h"
 #include "operator/common/names.h"
 #include "operator/common/object.h"
+#include "operator/policy/admission_policy.h"
 #include "operator/policy/clean_pod_policy.h"
 #include "operator/policy/deadline_policy.h"
 #include "operator/policy/failure_policy.h"
@@ -430,6 +431,7 @@ ReconcileResult Reconciler::Finish(Context& c) {
       return result;
     }
     result.status_written = true;
+    result.admission_wait = AdmissionWait(c.old_status, desired);
     if (desired.value("phase", "") != result.previous_phase) {
       c.log.Info("phase changed", {{"from", result.previous_phase},
                                    {"to", desired.value("phase", "")},

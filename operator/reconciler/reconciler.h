@@ -127,6 +127,9 @@ struct ReconcileResult {
   std::string previous_phase;
   int previous_restarts = 0;
   int restarts = 0;
+  // The status written ended a wait for Kueue's admission that took this long
+  // (AdmissionWait, admission_policy.h); nullopt otherwise, and when nothing was written.
+  std::optional<Clock::Duration> admission_wait;
 };
 
 class Reconciler {

@@ -130,6 +130,7 @@ TEST_P(ChartTest, DefaultValuesRenderALeastPrivilegeOperator) {
   EXPECT_EQ(OfKind(r, "CustomResourceDefinition").size(), 1u);
   EXPECT_TRUE(OfKind(r, "ServiceMonitor").empty());
   EXPECT_TRUE(OfKind(r, "PodMonitor").empty());
+  EXPECT_TRUE(OfKind(r, "PrometheusRule").empty()) << "the alerts are optional";
   EXPECT_TRUE(OfKind(r, "ConfigMap").empty()) << "the dashboard is optional";
 
   const json deployment = One(r, "Deployment");
@@ -217,6 +218,11 @@ TEST_P(ChartTest, EveryOptionalPartOn) {
   EXPECT_FALSE(pm["spec"]["podMetricsEndpoints"][0].contains("honorLabels"));
   EXPECT_EQ(pm["spec"]["podMetricsEndpoints"][0]["port"], "agent-status");
   EXPECT_EQ(pm["metadata"]["labels"]["release"], "kube-prometheus-stack");
+  // The alerts, run by promtool in tests/helm/alerts_test.py.
+  const json rule = One(r, "PrometheusRule");
+  ASSERT_TRUE(rule.is_object());
+  EXPECT_EQ(rule["metadata"]["labels"]["release"], "kube-prometheus-stack");
+  EXPECT_EQ(rule["spec"]["groups"][0]["rules"].size(), 5u);
 
   const json dashboard = One(r, "ConfigMap");
   ASSERT_TRUE(dashboard.is_object());

@@ -59,6 +59,26 @@ TEST(AdmissionPolicyTest, AGatedPodIsNotStuckPending) {
   EXPECT_EQ(CheckPending({&open}, minutes(5), now).stuck_pod, "job-node-0");
 }
 
+json QueuedCondition(const std::string& status, const std::string& at) {
+  return {
+      {"conditions",
+       {{{"type", "Created"}, {"status", "True"}, {"lastTransitionTime", "2024-05-01T09:00:00Z"}},
+        {{"type", "Queued"}, {"status", status}, {"lastTransitionTime", at}}}}};
+}
+
+TEST(AdmissionPolicyTest, TheWaitIsFromQueuedTrueToQueuedFalse) {
+  const json queued = QueuedCondition("True", "2024-05-01T10:00:00Z");
+  const json admitted = QueuedCondition("False", "2024-05-01T10:02:30Z");
+  EXPECT_EQ(AdmissionWait(queued, admitted), std::optional<Clock::Duration>(seconds(150)));
+  // Only the write that ends a wait: still queued, admitted before, never queued.
+  EXPECT_EQ(AdmissionWait(queued, QueuedCondition("True", "2024-05-01T10:00:00Z")), std::nullopt);
+  EXPECT_EQ(AdmissionWait(admitted, admitted), std::nullopt);
+  EXPECT_EQ(AdmissionWait(json::object(), admitted), std::nullopt);
+  EXPECT_EQ(AdmissionWait(nullptr, admitted), std::nullopt);
+  EXPECT_EQ(AdmissionWait(queued, json::object()), std::nullopt);
+  EXPECT_EQ(AdmissionWait(QueuedCondition("True", "garbage"), admitted), std::nullopt);
+}
+
 class AdmissionTest : public ::testing::Test {
  protected:
   AdmissionTest()
@@ -118,17 +138,24 @@ TEST_F(AdmissionTest, GatedPodsAreQueuedAndNeverPendingPastTheTimeout) {
 TEST_F(AdmissionTest, OnceAdmittedTheJobRunsAsBefore) {
   ASSERT_TRUE(Reconcile().status.ok());
   Gate(true);
-  ASSERT_TRUE(Reconcile().status.ok());
+  ReconcileResult queued = Reconcile();
+  ASSERT_TRUE(queued.status.ok());
   ASSERT_EQ(Status()["phase"], "Queued");
+  EXPECT_EQ(queued.admission_wait, std::nullopt);
   clock_.Advance(minutes(1));
   Gate(false);
-  ASSERT_TRUE(Reconcile().status.ok());
+  ReconcileResult admitted = Reconcile();
+  ASSERT_TRUE(admitted.status.ok());
+  // The write that admits the gang reports its wait (spawnpoint_job_admission_wait_seconds).
+  EXPECT_EQ(admitted.admission_wait, std::optional<Clock::Duration>(minutes(1)));
   EXPECT_EQ(Status()["phase"], "Pending");
   EXPECT_EQ(Condition("Queued")["status"], "False");
   EXPECT_EQ(Condition("Queued")["reason"], "Admitted");
   EXPECT_EQ(EventsWith("Admitted"), 1);
   for (int node = 0; node < 2; ++node) cluster_.SetPodPhase(PodName("job", node), "Running");
-  ASSERT_TRUE(Reconcile().status.ok());
+  ReconcileResult running = Reconcile();
+  ASSERT_TRUE(running.status.ok());
+  EXPECT_EQ(running.admission_wait, std::nullopt) << "counted once";
   EXPECT_EQ(Status()["phase"], "Running");
   EXPECT_EQ(Condition("Running")["status"], "True");
   EXPECT_EQ(EventsWith("Admitted"), 1);

@@ -387,6 +387,13 @@ TEST_F(OperatorTest, HealthReadinessAndMetrics) {
   EXPECT_THAT(metrics, HasSubstr("spawnpoint_api_requests_total{verb=\"POST\",code=\"201\"}"));
   EXPECT_THAT(metrics, HasSubstr("spawnpoint_api_requests_total{verb=\"WATCH\",code=\"200\"}"));
   EXPECT_THAT(metrics, HasSubstr("spawnpoint_workqueue_adds_total "));
+  // The job's True conditions (the chart's alerts select them), and the namespace's
+  // admission-wait histogram from its first status write on.
+  EXPECT_THAT(metrics,
+              HasSubstr("spawnpoint_job_condition{namespace=\"" + h_->ns() +
+                        "\",job=\"watched\",type=\"Running\",reason=\"GangRunning\"} 1\n"));
+  EXPECT_THAT(metrics, HasSubstr("spawnpoint_job_admission_wait_seconds_count{namespace=\"" +
+                                 h_->ns() + "\"} 0\n"));
   // The operator's real exposition, as Prometheus' own linter sees it.
   auto promtool = spawnpoint::testing::PromtoolCheckMetrics(metrics);
   if (promtool) {

@@ -1,6 +1,7 @@
 // The operator's metrics on a real Registry: every name docs/metrics.md promises, with its
-// type and labels; reconcile, queue, API and lifecycle counting; the per-job families from
-// the job cache; and `promtool check metrics` on the rendered text.
+// type and labels; reconcile, queue, API, lifecycle and admission-wait counting; the per-job
+// families from the job cache, the pending waits on a simulated clock; and `promtool check
+// metrics` on the rendered text.
 #include "operator/metrics/operator_metrics.h"
 
 #include <gmock/gmock.h>
@@ -21,10 +22,31 @@ using nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-kube::ObjectPtr Job(const std::string& ns, const std::string& name, json status) {
-  json job = {{"metadata", {{"namespace", ns}, {"name", name}}}};
+// Jobs are created at 10:00:00 unless a test says otherwise; scrapes happen at kNow.
+constexpr const char* kCreated = "2024-05-01T10:00:00Z";
+const WallTime kNow = *ParseTime("2024-05-01T10:05:00Z");
+
+kube::ObjectPtr Job(const std::string& ns, const std::string& name, json status,
+                    const std::string& created = kCreated) {
+  json job = {{"metadata", {{"namespace", ns}, {"name", name}, {"creationTimestamp", created}}}};
   if (!status.is_null()) job["status"] = std::move(status);
   return std::make_shared<const json>(std::move(job));
+}
+
+json Cond(const std::string& type, const std::string& status, const std::string& reason,
+          const std::string& at = kCreated) {
+  return {{"type", type}, {"status", status}, {"reason", reason}, {"lastTransitionTime", at}};
+}
+
+// label values -> value of one collected family.
+std::map<std::vector<std::string>, double> Samples(
+    const std::vector<metrics::CollectedFamily>& families, const std::string& name) {
+  std::map<std::vector<std::string>, double> out;
+  for (const auto& f : families) {
+    if (f.name != name) continue;
+    for (const auto& s : f.samples) out[s.label_values] = s.value;
+  }
+  return out;
 }
 
 // Rows of the "Operator metrics" table in docs/metrics.md: name -> type.
@@ -46,23 +68,35 @@ TEST(OperatorMetricsTest, ExportsEveryDocumentedMetricWithItsType) {
   metrics::Registry registry;
   OperatorMetrics m(&registry);
   kube::Store jobs;
-  m.CollectJobs(&jobs);
+  SimulatedClock clock;
+  WallClock wall(&clock, kNow);
+  m.CollectJobs(&jobs, &wall);
   m.SetLeader(true);
   jobs.Replace(
       {Job("ml", "a",
            {{"phase", "Running"},
-            {"utilisation", {{"gpu", 0.5}, {"dataStall", 0.25}, {"samplesPerSecond", 80}}}})});
+            {"conditions", {Cond("Running", "True", "GangRunning")}},
+            {"utilisation", {{"gpu", 0.5}, {"dataStall", 0.25}, {"samplesPerSecond", 80}}}}),
+       Job("ml", "b", {{"phase", "Pending"}})});
   m.ObserveReconcile(0.01, "success");
   m.ObserveApiRequest("GET", 200, 0.002);
   m.ObserveStatusWrite("ml", "", "Pending", 0, 0);
   m.ObserveStatusWrite("ml", "Running", "Succeeded", 0, 1);
   m.ObserveStatusWrite("ml", "Running", "Failed", 0, 0);
+  m.ObserveStatusWrite("ml", "Queued", "Pending", 0, 0, std::chrono::seconds(42));
   const std::string text = registry.Render();
   const auto documented = DocumentedOperatorMetrics();
   ASSERT_GE(documented.size(), 16u) << "the table in docs/metrics.md was not found";
   for (const auto& [name, type] : documented) {
     EXPECT_NE(text.find("# TYPE " + name + " " + type + "\n"), std::string::npos)
         << name << " (" << type << ") is documented but not exported";
+  }
+  // And the other way: nothing exported that the table does not list.
+  static const std::regex type_line(R"(# TYPE ([a-z_]+) ([a-z]+)\n)");
+  for (std::sregex_iterator it(text.begin(), text.end(), type_line), end; it != end; ++it) {
+    auto row = documented.find((*it)[1]);
+    EXPECT_TRUE(row != documented.end() && row->second == (*it)[2])
+        << (*it)[1] << " (" << (*it)[2] << ") is exported but not in docs/metrics.md's table";
   }
 }
 
@@ -145,7 +179,8 @@ TEST(OperatorMetricsTest, JobFamiliesCountPhasesAndExportOnlyRunningJobs) {
       JobFamilies({Job("ml", "a", {{"phase", "Running"}, {"utilisation", util}}),
                    Job("ml", "b", {{"phase", "Succeeded"}, {"utilisation", util}}),
                    Job("ml", "c", nullptr),  // not reconciled yet
-                   Job("cv", "d", {{"phase", "Running"}}), Job("cv", "e", {{"phase", "Queued"}})});
+                   Job("cv", "d", {{"phase", "Running"}}), Job("cv", "e", {{"phase", "Queued"}})},
+                  kNow);
   std::map<std::string, const metrics::CollectedFamily*> by_name;
   for (const auto& f : families) by_name[f.name] = &f;
   ASSERT_TRUE(by_name.count("spawnpoint_jobs"));
@@ -172,7 +207,8 @@ TEST(OperatorMetricsTest, EveryRunningJobHasItsSlowestRanksRatio) {
   auto families = JobFamilies(
       {Job("ml", "a", {{"phase", "Running"}, {"utilisation", {{"slowestRankRatio", 1.98}}}}),
        Job("ml", "b", {{"phase", "Running"}, {"utilisation", {{"gpu", 0.5}}}}),
-       Job("ml", "c", {{"phase", "Succeeded"}, {"utilisation", {{"slowestRankRatio", 3}}}})});
+       Job("ml", "c", {{"phase", "Succeeded"}, {"utilisation", {{"slowestRankRatio", 3}}}})},
+      kNow);
   std::map<std::vector<std::string>, double> ratios;
   for (const auto& f : families) {
     if (f.name != "spawnpoint_job_straggler_ratio") continue;
@@ -187,7 +223,9 @@ TEST(OperatorMetricsTest, FinishedJobsLeaveTheNextScrape) {
   metrics::Registry registry;
   OperatorMetrics m(&registry);
   kube::Store jobs;
-  m.CollectJobs(&jobs);
+  SimulatedClock clock;
+  WallClock wall(&clock, kNow);
+  m.CollectJobs(&jobs, &wall);
   const json util = {{"gpu", 0.5}, {"dataStall", 0.2}, {"samplesPerSecond", 10}};
   jobs.Replace({Job("ml", "a", {{"phase", "Running"}, {"utilisation", util}})});
   EXPECT_THAT(registry.Render(), Not(HasSubstr("namespace=\"ml\"")))
@@ -205,18 +243,147 @@ TEST(OperatorMetricsTest, FinishedJobsLeaveTheNextScrape) {
   m.StopCollectingJobs();
 }
 
+// One series per True condition, with its reason: the alerts select Failed, Stalled with
+// reason RankStalled (never Straggler) and QuotaExceeded by these labels.
+TEST(OperatorMetricsTest, EveryTrueConditionIsOneSeriesWithItsReason) {
+  auto families = JobFamilies(
+      {Job("ml", "hung",
+           {{"phase", "Running"},
+            {"conditions",
+             {Cond("Created", "True", "GangCreated"), Cond("Running", "True", "GangRunning"),
+              Cond("Stalled", "True", "RankStalled"), Cond("Restarting", "False", "GangRunning"),
+              Cond("Stalled", "True", "Straggler")}}}),  // a type repeated: the first counts
+       Job("ml", "slow",
+           {{"phase", "Running"}, {"conditions", {Cond("Stalled", "True", "Straggler")}}}),
+       Job("ml", "denied",
+           {{"phase", "Pending"},
+            {"conditions",
+             {Cond("QuotaExceeded", "True", "ExceededQuota"), Cond("Created", "Unknown", "")}}}),
+       // Finished jobs keep theirs until deleted: the Failed alert names the job from it.
+       Job("cv", "broken",
+           {{"phase", "Failed"}, {"conditions", {Cond("Failed", "True", "MaxRestartsReached")}}}),
+       Job("cv", "fresh", nullptr)},
+      kNow);
+  using Labels = std::vector<std::string>;
+  EXPECT_EQ(Samples(families, "spawnpoint_job_condition"),
+            (std::map<Labels, double>{{{"ml", "hung", "Created", "GangCreated"}, 1},
+                                      {{"ml", "hung", "Running", "GangRunning"}, 1},
+                                      {{"ml", "hung", "Stalled", "RankStalled"}, 1},
+                                      {{"ml", "slow", "Stalled", "Straggler"}, 1},
+                                      {{"ml", "denied", "QuotaExceeded", "ExceededQuota"}, 1},
+                                      {{"cv", "broken", "Failed", "MaxRestartsReached"}, 1}}));
+}
+
+// A Pending or Queued job's wait, read against the injected wall clock at each scrape: from
+// its creation, or from when it last stopped running, was resumed or had its spec corrected.
+TEST(OperatorMetricsTest, PendingSecondsCountTheCurrentWaitOnTheWallClock) {
+  metrics::Registry registry;
+  OperatorMetrics m(&registry);
+  kube::Store jobs;
+  SimulatedClock clock;
+  WallClock wall(&clock, kNow);  // 10:05:00
+  m.CollectJobs(&jobs, &wall);
+  m.SetLeader(true);
+  jobs.Replace({
+      // Never reconciled, or Pending since creation (its Running condition False from its
+      // first reconcile on): 300 s.
+      Job("ml", "new", nullptr),
+      Job("ml", "waiting",
+          {{"phase", "Pending"},
+           {"conditions",
+            {Cond("Running", "False", "PodPending", "2024-05-01T10:00:01Z"),
+             Cond("QuotaExceeded", "True", "ExceededQuota", "2024-05-01T10:00:02Z")}}}),
+      // Ran, then Kueue evicted it at 10:04:00: waiting again for 60 s.
+      Job("ml", "evicted",
+          {{"phase", "Queued"},
+           {"conditions",
+            {Cond("Running", "False", "Preempted", "2024-05-01T10:04:00Z"),
+             Cond("Queued", "True", "Preempted", "2024-05-01T10:04:00Z")}}},
+          "2024-05-01T08:00:00Z"),
+      // Suspended for an hour, resumed at 10:04:30: 30 s.
+      Job("ml", "resumed",
+          {{"phase", "Pending"},
+           {"conditions",
+            {Cond("Running", "False", "JobSuspended", "2024-05-01T09:00:00Z"),
+             Cond("Suspended", "False", "JobResumed", "2024-05-01T10:04:30Z")}}},
+          "2024-05-01T08:00:00Z"),
+      // Spec corrected at 10:04:50 after failing as InvalidSpec: 10 s.
+      Job("ml", "corrected",
+          {{"phase", "Pending"},
+           {"conditions", {Cond("Failed", "False", "SpecCorrected", "2024-05-01T10:04:50Z")}}},
+          "2024-05-01T08:00:00Z"),
+      // Created after this replica's clock reads now (clock skew): 0, never negative.
+      Job("ml", "ahead", {{"phase", "Pending"}}, "2024-05-01T10:05:07Z"),
+      // Not waiting: no series.
+      Job("ml", "running", {{"phase", "Running"}}),
+      Job("ml", "restarting", {{"phase", "Restarting"}}),
+      Job("ml", "suspended", {{"phase", "Suspended"}}),
+      Job("ml", "done", {{"phase", "Succeeded"}}),
+      Job("ml", "failed", {{"phase", "Failed"}}),
+  });
+  auto pending = [&] {
+    auto families = JobFamilies(jobs.List(), wall.Now());
+    return Samples(families, "spawnpoint_job_pending_seconds");
+  };
+  using Labels = std::vector<std::string>;
+  EXPECT_EQ(pending(), (std::map<Labels, double>{{{"ml", "new"}, 300},
+                                                 {{"ml", "waiting"}, 299},
+                                                 {{"ml", "evicted"}, 60},
+                                                 {{"ml", "resumed"}, 30},
+                                                 {{"ml", "corrected"}, 10},
+                                                 {{"ml", "ahead"}, 0}}));
+  clock.Advance(std::chrono::minutes(10));
+  EXPECT_EQ(pending()[Labels({"ml", "new"})], 900);
+  EXPECT_EQ(pending()[Labels({"ml", "evicted"})], 660);
+  // The scrape reads the same clock.
+  EXPECT_THAT(registry.Render(),
+              HasSubstr("spawnpoint_job_pending_seconds{namespace=\"ml\",job=\"new\"} 900\n"));
+  // Once it runs, its series is gone.
+  jobs.Replace({Job("ml", "new", {{"phase", "Running"}})});
+  EXPECT_THAT(registry.Render(), Not(HasSubstr("spawnpoint_job_pending_seconds{")));
+  m.StopCollectingJobs();
+}
+
+// Observed from the status write that admits the gang, as the lifecycle totals are.
+TEST(OperatorMetricsTest, AdmissionWaitsAreAHistogramByNamespace) {
+  metrics::Registry registry;
+  OperatorMetrics m(&registry);
+  m.ObserveStatusWrite("ml", "", "Pending", 0, 0);
+  std::string text = registry.Render();
+  EXPECT_THAT(text, HasSubstr("spawnpoint_job_admission_wait_seconds_count{namespace=\"ml\"} 0\n"))
+      << "from a namespace's first job on, at 0";
+  m.ObserveStatusWrite("ml", "Queued", "Pending", 0, 0, std::chrono::seconds(90));
+  m.ObserveStatusWrite("ml", "Pending", "Running", 0, 0);  // no wait ended: nothing observed
+  m.ObserveStatusWrite("ml", "Queued", "Running", 0, 0, std::chrono::seconds(4000));
+  text = registry.Render();
+  EXPECT_THAT(text, HasSubstr("spawnpoint_job_admission_wait_seconds_bucket{namespace=\"ml\","
+                              "le=\"60\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("spawnpoint_job_admission_wait_seconds_bucket{namespace=\"ml\","
+                              "le=\"120\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("spawnpoint_job_admission_wait_seconds_bucket{namespace=\"ml\","
+                              "le=\"7200\"} 2\n"));
+  EXPECT_THAT(text,
+              HasSubstr("spawnpoint_job_admission_wait_seconds_sum{namespace=\"ml\"} 4090\n"));
+  EXPECT_THAT(text, HasSubstr("spawnpoint_job_admission_wait_seconds_count{namespace=\"ml\"} 2\n"));
+}
+
 TEST(OperatorMetricsTest, PromtoolAcceptsTheExposition) {
   metrics::Registry registry;
   OperatorMetrics m(&registry);
   kube::Store jobs;
-  m.CollectJobs(&jobs);
+  SimulatedClock clock;
+  WallClock wall(&clock, kNow);
+  m.CollectJobs(&jobs, &wall);
   m.SetLeader(true);
-  jobs.Replace(
-      {Job("ml", "we\"ird\\name",
-           {{"phase", "Running"}, {"utilisation", {{"gpu", 0.5}, {"slowestRankRatio", 1.98}}}})});
+  jobs.Replace({Job("ml", "we\"ird\\name",
+                    {{"phase", "Running"},
+                     {"conditions", {Cond("Stalled", "True", "RankStalled")}},
+                     {"utilisation", {{"gpu", 0.5}, {"slowestRankRatio", 1.98}}}}),
+                Job("ml", "queued", {{"phase", "Queued"}})});
   m.ObserveReconcile(0.01, "success");
   m.ObserveApiRequest("PATCH", 422, 0.01);
   m.ObserveStatusWrite("ml", "", "Running", 0, 0);
+  m.ObserveStatusWrite("ml", "Queued", "Pending", 0, 0, std::chrono::seconds(12));
   auto promtool = testing::PromtoolCheckMetrics(registry.Render());
   ASSERT_TRUE(promtool)
       << "promtool is not installed: scripts/install-deps.sh (make deps) installs it";
