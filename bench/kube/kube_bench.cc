@@ -292,7 +292,7 @@ int Run(const Flags& f) {
   // Informer: list + store + handlers, then watch.
   int64_t heap_before = HeapInUse();
   InformerOptions io;
-  io.ns = ns;
+  io.namespaces = {ns};
   io.reflector.page_size = f.page_size;
   Informer inf(&client, resources::Pods(), io);
   std::atomic<int64_t> adds{0}, updates{0};

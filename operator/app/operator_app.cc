@@ -29,6 +29,14 @@
 namespace spawnpoint::op {
 namespace {
 
+// "(all)", or the namespaces separated by commas, as --namespace takes them.
+std::string WatchedNamespaces(const std::vector<std::string>& namespaces) {
+  if (namespaces.empty()) return "(all)";
+  std::string out;
+  for (const auto& ns : namespaces) out += (out.empty() ? "" : ",") + ns;
+  return out;
+}
+
 // Set by the signal thread or a lost leadership; main waits on it.
 struct StopSignal {
   std::mutex mu;
@@ -136,7 +144,7 @@ int RunOperator(const OperatorOptions& o) {
     return 2;
   }
   log.Info("starting", {{"server", (*client)->server()},
-                        {"namespace", o.ns.empty() ? "(all)" : o.ns},
+                        {"namespace", WatchedNamespaces(o.namespaces)},
                         {"leaderElect", o.leader_elect ? "true" : "false"}});
 
   StopSignal stop;
@@ -177,7 +185,7 @@ int RunOperator(const OperatorOptions& o) {
       });
 
   ControllerOptions co;
-  co.ns = o.ns;
+  co.namespaces = o.namespaces;
   co.workers = o.max_concurrent_reconciles;
   co.resync_period = o.resync_period;
   co.instance = identity;
@@ -214,9 +222,7 @@ int RunOperator(const OperatorOptions& o) {
   std::unique_ptr<kube::LeaderElector> elector;
   if (o.leader_elect) {
     kube::LeaderElectionConfig lec;
-    lec.lease_namespace = !o.leader_elect_namespace.empty() ? o.leader_elect_namespace
-                          : !o.ns.empty()                   ? o.ns
-                                                            : (*client)->default_namespace();
+    lec.lease_namespace = LeaseNamespace(o, (*client)->default_namespace());
     lec.lease_name = o.leader_elect_name;
     lec.identity = identity;
     lec.lease_duration = o.lease_duration;

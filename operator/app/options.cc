@@ -1,7 +1,9 @@
 #include "operator/app/options.h"
 
+#include "api/field_reader.h"
 #include "common/flags.h"
 
+#include <algorithm>
 #include <charconv>
 #include <functional>
 #include <map>
@@ -47,10 +49,11 @@ flags:
   --kubeconfig PATH               kubeconfig to use (default: in-cluster, else $KUBECONFIG
                                   or ~/.kube/config)
   --context NAME                  kubeconfig context (default: current)
-  --namespace NS                  watch only NS (default: every namespace)
+  --namespace NS[,NS...]          watch only these namespaces, one watch each (default:
+                                  every namespace); a namespaced Role in each is enough
   --leader-elect                  run as one of several replicas: only the Lease holder acts
-  --leader-elect-namespace NS     namespace of the Lease (default: --namespace, else the
-                                  kubeconfig's namespace)
+  --leader-elect-namespace NS     namespace of the Lease (default: --namespace when it names
+                                  one, else the kubeconfig's namespace)
   --leader-elect-name NAME        name of the Lease (default spawnpoint-operator)
   --leader-elect-lease-duration D followers wait this long before taking over (default 15s)
   --leader-elect-renew-deadline D the leader gives up if it cannot renew this long (10s)
@@ -89,6 +92,36 @@ flags:
 )";
 }
 
+std::string LeaseNamespace(const OperatorOptions& o, const std::string& config_namespace) {
+  if (!o.leader_elect_namespace.empty()) return o.leader_elect_namespace;
+  if (o.namespaces.size() == 1) return o.namespaces[0];
+  return config_namespace;
+}
+
+StatusOr<std::vector<std::string>> ParseNamespaceList(const std::string& text) {
+  std::vector<std::string> out;
+  if (text.empty()) return out;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = text.find(',', start);
+    std::string name = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    if (name.size() > 63 || !api::IsDnsLabel(name, /*first_may_be_digit=*/true)) {
+      return InvalidArgument(
+          "namespace " + api::Quote(name) + " in " + api::Quote(text) +
+          " is not a DNS label (lowercase letters, digits and '-', starting and ending with a "
+          "letter or digit, at most 63 characters); give names separated by commas, or \"\" "
+          "for every namespace");
+    }
+    if (std::find(out.begin(), out.end(), name) != out.end()) {
+      return InvalidArgument("namespace " + api::Quote(name) + " is listed twice in " +
+                             api::Quote(text));
+    }
+    out.push_back(std::move(name));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
 StatusOr<OperatorOptions> ParseOperatorArgs(const std::vector<std::string>& args) {
   OperatorOptions o;
   using Setter = std::function<Status(const std::string& flag, const std::string& value)>;
@@ -119,7 +152,13 @@ StatusOr<OperatorOptions> ParseOperatorArgs(const std::vector<std::string>& args
   const std::map<std::string, Setter> valued = {
       {"--kubeconfig", str(&o.kubeconfig)},
       {"--context", str(&o.context)},
-      {"--namespace", str(&o.ns)},
+      {"--namespace",
+       [&](const std::string& flag, const std::string& v) {
+         auto namespaces = ParseNamespaceList(v);
+         if (!namespaces.ok()) return namespaces.status().WithPrefix(flag);
+         o.namespaces = std::move(*namespaces);
+         return Status::Ok();
+       }},
       {"--leader-elect-namespace", str(&o.leader_elect_namespace)},
       {"--leader-elect-name", str(&o.leader_elect_name)},
       {"--leader-elect-lease-duration", duration(&o.lease_duration, false)},

@@ -16,9 +16,12 @@ struct OperatorOptions {
   bool version = false;    // --version: print the version and exit
   std::string kubeconfig;  // "": in-cluster, else $KUBECONFIG or ~/.kube/config
   std::string context;
-  std::string ns;  // "": every namespace
+  // --namespace a,b: the namespaces whose TrainingJobs (and their pods and services) are
+  // watched, one watch each; empty: every namespace.
+  std::vector<std::string> namespaces;
   bool leader_elect = false;
-  std::string leader_elect_namespace;  // "": --namespace, else the config's namespace
+  // "": the one --namespace, else (every namespace or several) the config's namespace.
+  std::string leader_elect_namespace;
   std::string leader_elect_name = "spawnpoint-operator";
   Clock::Duration lease_duration = std::chrono::seconds(15);
   Clock::Duration renew_deadline = std::chrono::seconds(10);
@@ -52,6 +55,14 @@ struct OperatorOptions {
 
 StatusOr<OperatorOptions> ParseOperatorArgs(const std::vector<std::string>& args);
 std::string OperatorUsage();
+
+// The Lease's namespace: --leader-elect-namespace, else the one namespace watched, else (every
+// namespace or several, none of which is the obvious home) the config's namespace.
+std::string LeaseNamespace(const OperatorOptions& options, const std::string& config_namespace);
+
+// --namespace's value: "" is every namespace (an empty list), else names separated by commas,
+// each a DNS label (RFC 1123, at most 63 characters), none twice.
+StatusOr<std::vector<std::string>> ParseNamespaceList(const std::string& text);
 
 // "500ms", "2s", "1.5m", "1h"; a bare number is seconds.
 StatusOr<Clock::Duration> ParseDuration(const std::string& text);

@@ -34,7 +34,7 @@ void TrimChild(nlohmann::json& object) {
 
 kube::InformerOptions ChildInformerOptions(const ControllerOptions& o) {
   kube::InformerOptions io;
-  io.ns = o.ns;
+  io.namespaces = o.namespaces;
   io.label_selector = kJobNameLabel;  // exists: only the children of TrainingJobs
   io.transform = TrimChild;
   return io;
@@ -42,7 +42,7 @@ kube::InformerOptions ChildInformerOptions(const ControllerOptions& o) {
 
 kube::InformerOptions JobInformerOptions(const ControllerOptions& o) {
   kube::InformerOptions io;
-  io.ns = o.ns;
+  io.namespaces = o.namespaces;
   io.resync_period = o.resync_period;
   return io;
 }

@@ -30,7 +30,7 @@
 namespace spawnpoint::op {
 
 struct ControllerOptions {
-  std::string ns;  // "" watches every namespace
+  std::vector<std::string> namespaces;  // empty: every namespace
   int workers = 4;
   ReconcilerOptions reconciler;
   // Every period each cached job is reconciled again (0: never; events suffice).

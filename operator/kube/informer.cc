@@ -1,5 +1,7 @@
 #include "operator/kube/informer.h"
 
+#include <algorithm>
+
 namespace spawnpoint::kube {
 
 void StripManagedFields(Json& object) {
@@ -7,14 +9,25 @@ void StripManagedFields(Json& object) {
   if (m != object.end() && m->is_object()) m->erase("managedFields");
 }
 
+Informer::Source::Source(Informer* informer, std::string ns)
+    : informer(informer),
+      ns(std::move(ns)),
+      reflector(informer->client_, informer->gvr_, this->ns,
+                ListOptions{.label_selector = informer->options_.label_selector,
+                            .field_selector = informer->options_.field_selector},
+                this, informer->options_.reflector) {}
+
 Informer::Informer(Client* client, GroupVersionResource gvr, InformerOptions options)
-    : client_(client),
-      gvr_(gvr),
-      options_(std::move(options)),
-      reflector_(client, gvr, options_.ns,
-                 ListOptions{.label_selector = options_.label_selector,
-                             .field_selector = options_.field_selector},
-                 this, options_.reflector) {}
+    : client_(client), gvr_(std::move(gvr)), options_(std::move(options)) {
+  std::vector<std::string> namespaces;
+  for (const auto& ns : options_.namespaces) {
+    if (std::find(namespaces.begin(), namespaces.end(), ns) == namespaces.end()) {
+      namespaces.push_back(ns);
+    }
+  }
+  if (namespaces.empty()) namespaces.push_back("");
+  for (auto& ns : namespaces) sources_.push_back(std::make_unique<Source>(this, std::move(ns)));
+}
 
 Informer::~Informer() { Stop(); }
 
@@ -22,9 +35,13 @@ void Informer::AddEventHandler(EventHandler handler) { handlers_.push_back(std::
 
 void Informer::Start() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (reflector_thread_.joinable() || stopping_) return;
+  if (started_ || stopping_) return;
+  started_ = true;
   dispatch_thread_ = std::thread([this] { DispatchLoop(); });
-  reflector_thread_ = std::thread([this] { reflector_.Run(); });
+  for (auto& source : sources_) {
+    Reflector* reflector = &source->reflector;
+    source->thread = std::thread([reflector] { reflector->Run(); });
+  }
 }
 
 void Informer::Stop() {
@@ -33,9 +50,32 @@ void Informer::Stop() {
     stopping_ = true;
     cv_.notify_all();
   }
-  reflector_.Stop();
-  if (reflector_thread_.joinable()) reflector_thread_.join();
+  for (auto& source : sources_) source->reflector.Stop();
+  for (auto& source : sources_) {
+    if (source->thread.joinable()) source->thread.join();
+  }
   if (dispatch_thread_.joinable()) dispatch_thread_.join();
+}
+
+std::string Informer::LastResourceVersion(const std::string& ns) const {
+  for (const auto& source : sources_) {
+    if (ns.empty() || source->ns == ns) return source->reflector.LastResourceVersion();
+  }
+  return "";
+}
+
+ReflectorStats Informer::ReflectorStatistics() const {
+  ReflectorStats sum;
+  for (const auto& source : sources_) {
+    ReflectorStats s = source->reflector.Stats();
+    sum.lists += s.lists;
+    sum.relists_on_gone += s.relists_on_gone;
+    sum.watches += s.watches;
+    sum.events += s.events;
+    sum.bookmarks += s.bookmarks;
+    sum.errors += s.errors;
+  }
+  return sum;
 }
 
 bool Informer::HasSynced() const {
@@ -55,17 +95,22 @@ ObjectPtr Informer::Freeze(Json object) const {
 
 void Informer::Push(std::vector<Notification> batch) {
   std::lock_guard<std::mutex> lock(mu_);
+  PushLocked(std::move(batch));
+}
+
+void Informer::PushLocked(std::vector<Notification> batch) {
   if (stopping_) return;
   for (auto& n : batch) pending_.push_back(std::move(n));
   cv_.notify_all();
 }
 
-void Informer::Replace(std::vector<Json> items, const std::string& resource_version) {
+void Informer::Replace(Source* source, std::vector<Json> items) {
   std::vector<ObjectPtr> objects;
   objects.reserve(items.size());
   for (auto& item : items) objects.push_back(Freeze(std::move(item)));
   items.clear();
-  Store::ReplaceResult diff = store_.Replace(std::move(objects));
+  // A namespace's reflector replaces that namespace's objects only.
+  Store::ReplaceResult diff = store_.Replace(std::move(objects), source->ns);
   std::vector<Notification> batch;
   batch.reserve(diff.added.size() + diff.updated.size() + diff.deleted.size() + 1);
   // Deletions first: a name that was deleted and re-created in the gap shows up as an
@@ -77,14 +122,17 @@ void Informer::Replace(std::vector<Json> items, const std::string& resource_vers
     batch.push_back({Notification::kUpdate, std::move(old_obj), std::move(new_obj), false});
   }
   for (auto& obj : diff.added) batch.push_back({Notification::kAdd, nullptr, std::move(obj)});
-  bool first;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    first = !first_replace_done_;
-    first_replace_done_ = true;
+  // Synced once every source has listed: the last one's first batch carries the mark, so
+  // every source's first objects are delivered before it. Pushed under the lock that counts,
+  // so no other source's batch can come between.
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!source->listed) {
+    source->listed = true;
+    if (++sources_listed_ == sources_.size()) {
+      batch.push_back({Notification::kSynced, nullptr, nullptr});
+    }
   }
-  if (first) batch.push_back({Notification::kSynced, nullptr, nullptr});
-  Push(std::move(batch));
+  PushLocked(std::move(batch));
 }
 
 void Informer::Apply(WatchEventType type, Json object) {

@@ -1,10 +1,12 @@
-// An informer: a reflector feeding a Store, plus event handlers called in order from one
-// dispatch thread (never concurrently with each other, never under the store's lock).
-// After a relist (410 Gone) the store is reconciled with the new list: objects no longer
-// listed produce OnDelete with final_state_unknown = true (client-go's
-// DeletedFinalStateUnknown), changed ones OnUpdate, new ones OnAdd.
-// HasSynced() turns true once the first list is in the store and its OnAdd calls have
-// returned. Thread-safe.
+// An informer: reflectors feeding one Store, plus event handlers called in order from one
+// dispatch thread (never concurrently with each other, never under the store's lock). One
+// reflector watches every namespace, or one per listed namespace (the API has no watch of
+// "these namespaces"; a namespaced RBAC Role allows no other), each on its own thread.
+// After a relist (410 Gone) the store is reconciled with the new list, for the relisted
+// namespace only: objects no longer listed produce OnDelete with final_state_unknown = true
+// (client-go's DeletedFinalStateUnknown), changed ones OnUpdate, new ones OnAdd; the other
+// namespaces' objects are untouched. HasSynced() turns true once every reflector's first list
+// is in the store and its OnAdd calls have returned. Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -34,7 +36,9 @@ struct EventHandler {
 void StripManagedFields(Json& object);
 
 struct InformerOptions {
-  std::string ns;  // "" watches all namespaces
+  // The namespaces to watch, one reflector each; empty: one reflector for every namespace (and
+  // for cluster-scoped resources). Duplicates are watched once.
+  std::vector<std::string> namespaces;
   std::string label_selector;
   std::string field_selector;
   // Non-zero: every period, OnUpdate(obj, obj) for every cached object, so handlers that
@@ -45,7 +49,7 @@ struct InformerOptions {
   ReflectorOptions reflector;
 };
 
-class Informer : private ReflectorSink {
+class Informer {
  public:
   Informer(Client* client, GroupVersionResource gvr, InformerOptions options = {});
   ~Informer();  // Stop()
@@ -53,9 +57,9 @@ class Informer : private ReflectorSink {
   // Handlers and indexes must be added before Start().
   void AddEventHandler(EventHandler handler);
   void AddIndex(const std::string& name, IndexFunc func) { store_.AddIndex(name, std::move(func)); }
-  // Starts the reflector and the dispatch threads.
+  // Starts the reflectors' and the dispatch threads.
   void Start();
-  // Stops both threads; pending notifications are dropped. Idempotent.
+  // Stops the threads; pending notifications are dropped. Idempotent.
   void Stop();
 
   bool HasSynced() const;
@@ -64,11 +68,30 @@ class Informer : private ReflectorSink {
 
   // The cache. Read-only for users: only the informer writes it.
   const Store& store() const { return store_; }
-  std::string LastResourceVersion() const { return reflector_.LastResourceVersion(); }
-  ReflectorStats ReflectorStatistics() const { return reflector_.Stats(); }
+  // The last resourceVersion the reflector of `ns` saw ("": the first reflector's, the only
+  // one without a list of namespaces); "" for a namespace not watched.
+  std::string LastResourceVersion(const std::string& ns = "") const;
+  // The reflectors' statistics, summed.
+  ReflectorStats ReflectorStatistics() const;
   const GroupVersionResource& gvr() const { return gvr_; }
 
  private:
+  // One reflector and its namespace ("": every namespace); the informer is its sink.
+  struct Source : ReflectorSink {
+    Source(Informer* informer, std::string ns);
+    void Replace(std::vector<Json> items, const std::string& resource_version) override {
+      informer->Replace(this, std::move(items));
+    }
+    void Apply(WatchEventType type, Json object) override {
+      informer->Apply(type, std::move(object));
+    }
+    Informer* const informer;
+    const std::string ns;
+    Reflector reflector;
+    bool listed = false;  // guarded by the informer's mu_
+    std::thread thread;
+  };
+
   struct Notification {
     enum Kind { kAdd, kUpdate, kDelete, kSynced } kind;
     ObjectPtr old_object;
@@ -76,12 +99,13 @@ class Informer : private ReflectorSink {
     bool final_state_unknown = false;
   };
 
-  // ReflectorSink, on the reflector's thread.
-  void Replace(std::vector<Json> items, const std::string& resource_version) override;
-  void Apply(WatchEventType type, Json object) override;
+  // From a source's reflector, on its thread.
+  void Replace(Source* source, std::vector<Json> items);
+  void Apply(WatchEventType type, Json object);
 
   ObjectPtr Freeze(Json object) const;
   void Push(std::vector<Notification> batch);
+  void PushLocked(std::vector<Notification> batch);  // REQUIRES: mu_ held
   void DispatchLoop();
   void Deliver(const Notification& n);
 
@@ -89,7 +113,7 @@ class Informer : private ReflectorSink {
   const GroupVersionResource gvr_;
   const InformerOptions options_;
   Store store_;
-  Reflector reflector_;
+  std::vector<std::unique_ptr<Source>> sources_;  // constant after construction
   std::vector<EventHandler> handlers_;
 
   mutable std::mutex mu_;
@@ -97,8 +121,8 @@ class Informer : private ReflectorSink {
   std::deque<Notification> pending_;
   bool stopping_ = false;
   bool synced_ = false;
-  bool first_replace_done_ = false;
-  std::thread reflector_thread_;
+  bool started_ = false;
+  size_t sources_listed_ = 0;  // sources whose first list is in the store
   std::thread dispatch_thread_;
 };
 

@@ -86,7 +86,10 @@ ObjectPtr Store::Remove(const std::string& key) {
   return old;
 }
 
-Store::ReplaceResult Store::Replace(std::vector<ObjectPtr> objects) {
+Store::ReplaceResult Store::Replace(std::vector<ObjectPtr> objects,
+                                    const std::string& only_namespace) {
+  // Keys are "namespace/name": the namespace's own start with this.
+  const std::string prefix = only_namespace.empty() ? "" : only_namespace + "/";
   ReplaceResult result;
   std::unique_lock lock(mu_);
   std::unordered_set<std::string> listed;
@@ -108,7 +111,7 @@ Store::ReplaceResult Store::Replace(std::vector<ObjectPtr> objects) {
     }
   }
   for (auto it = objects_.begin(); it != objects_.end();) {
-    if (listed.count(it->first)) {
+    if (listed.count(it->first) || it->first.compare(0, prefix.size(), prefix) != 0) {
       ++it;
       continue;
     }

@@ -1,8 +1,9 @@
 // The informer cache: objects keyed "namespace/name" (or "name" when cluster-scoped),
 // with secondary indexes. Objects are immutable once stored (shared_ptr<const Json>), so
 // readers keep what they got while the store moves on. Built-in indexes: by namespace, by
-// owner UID (metadata.ownerReferences[].uid) and by label ("key=value"). Thread-safe: one
-// writer (the informer) and any number of readers.
+// owner UID (metadata.ownerReferences[].uid) and by label ("key=value"). Thread-safe: the
+// informer writes (one reflector per namespace, each writing its namespace's objects only),
+// any number of readers.
 #pragma once
 
 #include <functional>
@@ -52,8 +53,9 @@ class Store {
   ObjectPtr Upsert(ObjectPtr object);
   // Removes the key; returns what was stored (nullptr if nothing).
   ObjectPtr Remove(const std::string& key);
-  // Makes the store hold exactly `objects`, atomically for readers.
-  ReplaceResult Replace(std::vector<ObjectPtr> objects);
+  // Makes the store hold exactly `objects`, atomically for readers. With `only_namespace`,
+  // only that namespace's objects are replaced (those not listed deleted); the others stay.
+  ReplaceResult Replace(std::vector<ObjectPtr> objects, const std::string& only_namespace = "");
 
   ObjectPtr Get(const std::string& key) const;
   ObjectPtr Get(const std::string& ns, const std::string& name) const;

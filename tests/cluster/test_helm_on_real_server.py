@@ -6,8 +6,11 @@ token (a TokenRequest token, as a pod mounts), reconciling the example 2-node jo
 Succeeded on local_node.py's nodes in two namespaces while the real API server enforces the
 chart's RBAC (the audit log must show no request of the operator's refused); `upgrade` with
 changed values, `rollback`, `list`/`status`/`history`; `uninstall`, after which the CRD and
-the TrainingJobs stay, as the chart's README says; then a namespace-scoped install whose
-operator runs a job in its namespace and may not read pods elsewhere.
+the TrainingJobs stay, as the chart's README says; then a namespace-scoped install watching
+two namespaces (watchNamespaces: [team-a, team-b], a Role and RoleBinding in each and no
+ClusterRole) whose operator runs a job to Succeeded in each, never touches a job in a third
+namespace (no status, no pod, no request of its own there), and may not read or write pods
+elsewhere (`kubectl auth can-i` as its ServiceAccount: no in team-c and kube-system).
 
 The Deployment's own pods cannot run here (the local node runs commands, not images): the
 chart is installed with a node selector no node has, so they stay Pending and the operator
@@ -134,6 +137,10 @@ class HelmOnRealServerTest(unittest.TestCase):
         proc.wait(timeout=30)
 
     def run_example_job(self, namespace, name, log):
+        self.apply_example_job(namespace, name)
+        self.wait_succeeded(namespace, name, log)
+
+    def apply_example_job(self, namespace, name):
         with open(os.path.join(args().source_dir, "examples", "local-cluster.yaml")) as f:
             manifest = f.read().replace("build/bin/",
                                         os.path.join(args().build_dir, "bin") + "/")
@@ -144,6 +151,7 @@ class HelmOnRealServerTest(unittest.TestCase):
         code, out = self.cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=manifest)
         self.assertEqual(code, 0, out)
 
+    def wait_succeeded(self, namespace, name, log):
         def phase():
             return self.kubectl_json("get", "tj", name, "-n", namespace).get(
                 "status", {}).get("phase")
@@ -168,6 +176,13 @@ class HelmOnRealServerTest(unittest.TestCase):
 
     def operator_requests(self):
         return len(self.operator_events())
+
+    def can_i(self, *argv):
+        """`kubectl auth can-i --as=<the operator> ARGV`: "yes" or "no"."""
+        code, out = self.cluster.kubectl("auth", "can-i", "--as=" + SA_USER, *argv)
+        answer = out.strip().splitlines()[-1] if out.strip() else ""
+        self.assertIn(answer, ("yes", "no"), out)
+        return answer
 
     # ---- the test --------------------------------------------------------------------------
 
@@ -261,22 +276,62 @@ class HelmOnRealServerTest(unittest.TestCase):
         self.kubectl("get", "crd", "trainingjobs.spawnpoint.dev")
         self.kubectl("get", "tj", "helm-default", "-n", "default")
 
-        # A namespace-scoped install: its operator handles "ml" and may not look elsewhere.
-        self.helm("install", RELEASE, self.chart, "-n", NS, "--values",
-                  os.path.join(values, "namespace-scope-values.yaml"), *PARK)
-        kinds = {d["kind"] for d in self.manifest_docs()}
-        self.assertNotIn("ClusterRoleBinding", kinds, "namespace scope binds no cluster role")
+        # A namespace-scoped install watching two namespaces: a Role and RoleBinding in each,
+        # no ClusterRole; its operator handles team-a and team-b and may not look elsewhere.
+        teams = ("team-a", "team-b")
+        for namespace in teams + ("team-c",):
+            self.kubectl("create", "namespace", namespace)
+        self.helm("install", RELEASE, self.chart, "-n", NS, "--set", "rbac.scope=namespace",
+                  "--set", "watchNamespaces={%s}" % ",".join(teams), *PARK)
+        docs = self.manifest_docs()
+        self.assertEqual([d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRole"], [],
+                         "namespace scope makes no ClusterRole")
+        self.assertNotIn("ClusterRoleBinding", {d["kind"] for d in docs})
+        for kind in ("Role", "RoleBinding"):
+            self.assertEqual(sorted(d["metadata"]["namespace"] for d in docs
+                                    if d["kind"] == kind and d["metadata"]["name"] == RELEASE),
+                             list(teams), kind)
+        self.assertIn("--namespace=team-a,team-b", self.deployment_args())
+        # A job in a namespace not watched, there before the operator starts.
+        self.apply_example_job("team-c", "helm-unwatched")
+        before = len(self.operator_events())
         operator = self.start_installed_operator("operator-namespaced")
-        self.run_example_job("ml", "helm-namespaced", "operator-namespaced")
+        # One after the other: the local nodes' pods share this machine's ports.
+        for namespace in teams:
+            self.run_example_job(namespace, "helm-" + namespace, "operator-namespaced")
         self.assertEqual(self.denials(), [],
                          "the operator needed a permission the chart does not grant")
+        # Its requests on jobs, pods, services, secrets and events were all in team-a or
+        # team-b: one watch per namespace, none across the cluster, none in team-c.
+        elsewhere = ["%s %s" % (e.get("verb"), e.get("requestURI"))
+                     for e in self.operator_events()[before:]
+                     if e.get("objectRef", {}).get("resource") in (
+                         "trainingjobs", "pods", "services", "secrets", "events") and
+                     e["objectRef"].get("namespace") not in teams]
+        self.assertEqual(elsewhere, [], "requests outside the watched namespaces")
+        self.assertGreater(len(self.operator_events()) - before, 10)
+        # The unwatched job: never seen, so no status, no pod.
+        unwatched = self.kubectl_json("get", "tj", "helm-unwatched", "-n", "team-c")
+        self.assertNotIn("status", unwatched, json.dumps(unwatched))
+        self.assertEqual(self.kubectl_json("get", "pods", "-n", "team-c")["items"], [])
+        self.assertNotIn("team-c", self.cluster.log("operator-namespaced"))
         code, out = self.kubectl("get", "pods", "-n", "default", ok=False,
                                  kubeconfig=self.cluster.service_account_kubeconfig(NS, RELEASE))
-        self.assertNotEqual(code, 0, "no rights outside the watched namespace")
+        self.assertNotEqual(code, 0, "no rights outside the watched namespaces")
         self.assertIn("Forbidden", out)
+        for namespace in teams:
+            for verb in ("list", "watch", "create", "delete"):
+                self.assertEqual(self.can_i(verb, "pods", "-n", namespace), "yes",
+                                 (verb, namespace))
+        for namespace in ("team-c", "kube-system", NS):
+            for verb in ("get", "list", "watch", "create", "delete"):
+                for resource in ("pods", "services", "trainingjobs.spawnpoint.dev"):
+                    self.assertEqual(self.can_i(verb, resource, "-n", namespace), "no",
+                                     (verb, resource, namespace))
+            self.assertEqual(self.can_i("create", "secrets", "-n", namespace), "no", namespace)
+        self.assertEqual(self.can_i("list", "pods", "--all-namespaces"), "no")
         self.stop(operator)
         self.helm("uninstall", RELEASE, "-n", NS)
-
 
 if __name__ == "__main__":
     cluster_fixture.main(build_dir=True, required=("--helm",))

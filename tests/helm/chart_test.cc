@@ -374,6 +374,112 @@ TEST_P(ChartTest, NamespaceScopeCreatesNoClusterScopedObjectsButTheCrd) {
   EXPECT_TRUE(HasArg(Args(One(r, "Deployment")), "--namespace=ml"));
 }
 
+// The operator's rules of a Role or ClusterRole, as "group/resource verb" strings.
+std::set<std::string> RulesOf(const json& role) {
+  std::set<std::string> out;
+  for (const auto& rule : role.value("rules", json::array())) {
+    for (const auto& g : rule.value("apiGroups", json::array())) {
+      for (const auto& res : rule.value("resources", json::array())) {
+        for (const auto& v : rule.value("verbs", json::array())) {
+          out.insert(g.get<std::string>() + "/" + res.get<std::string>() + " " +
+                     v.get<std::string>());
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// watchNamespaces (issue 41): with namespace scope a Role and RoleBinding in each listed
+// namespace, each with the rules a one-namespace install and the cluster-scope ClusterRole
+// have, and no cluster-scoped object but the CRD (the aggregate ClusterRoles are cluster
+// scope only); the operator is told the list.
+TEST_P(ChartTest, NamespaceScopeGivesARoleInEachWatchedNamespace) {
+  Rendered r = Render({"--set", "rbac.scope=namespace", "--set", "watchNamespaces={team-a,team-b}",
+                       "--set", "rbac.aggregateToDefaultRoles=true"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(OfKind(r, "ClusterRole").empty());
+  EXPECT_TRUE(OfKind(r, "ClusterRoleBinding").empty());
+  EXPECT_TRUE(OfKind(r, "ValidatingAdmissionPolicy").empty());
+  std::map<std::string, json> roles, bindings;  // by namespace, the operator's only
+  for (const auto& role : OfKind(r, "Role")) {
+    if (role["metadata"]["name"] == kRelease) roles[role["metadata"]["namespace"]] = role;
+  }
+  for (const auto& binding : OfKind(r, "RoleBinding")) {
+    if (binding["metadata"]["name"] == kRelease) {
+      bindings[binding["metadata"]["namespace"]] = binding;
+    }
+  }
+  ASSERT_EQ(roles.size(), 2u);
+  ASSERT_EQ(bindings.size(), 2u);
+  Rendered one = Render({"--values", CHART_DIR "/ci/namespace-scope-values.yaml"});
+  ASSERT_EQ(one.code, 0) << one.err;
+  json one_role;
+  for (const auto& role : OfKind(one, "Role")) {
+    if (role["metadata"]["name"] == kRelease) one_role = role;
+  }
+  ASSERT_TRUE(one_role.is_object());
+  Rendered cluster = Render({});
+  ASSERT_EQ(cluster.code, 0) << cluster.err;
+  json cluster_role;
+  for (const auto& role : OfKind(cluster, "ClusterRole")) {
+    if (role["metadata"]["name"] == kRelease) cluster_role = role;
+  }
+  for (const char* ns : {"team-a", "team-b"}) {
+    ASSERT_TRUE(roles.count(ns)) << ns;
+    EXPECT_EQ(RulesOf(roles[ns]), RulesOf(one_role)) << ns;
+    EXPECT_EQ(RulesOf(roles[ns]), RulesOf(cluster_role)) << ns;
+    ASSERT_TRUE(bindings.count(ns)) << ns;
+    const json& binding = bindings[ns];
+    EXPECT_EQ(
+        binding["roleRef"],
+        json({{"apiGroup", "rbac.authorization.k8s.io"}, {"kind", "Role"}, {"name", kRelease}}))
+        << ns;
+    EXPECT_EQ(
+        binding["subjects"],
+        json::array({{{"kind", "ServiceAccount"}, {"name", kRelease}, {"namespace", kNamespace}}}))
+        << ns;
+  }
+  const auto args = Args(One(r, "Deployment"));
+  EXPECT_TRUE(HasArg(args, "--namespace=team-a,team-b"));
+  EXPECT_TRUE(HasArg(args, std::string("--leader-elect-namespace=") + kNamespace))
+      << "the Lease stays in the release namespace";
+  std::set<std::string> policies;
+  for (const auto& p : OfKind(r, "NetworkPolicy")) policies.insert(p["metadata"]["namespace"]);
+  EXPECT_EQ(policies, (std::set<std::string>{"team-a", "team-b"}));
+}
+
+// Cluster scope with a list: one ClusterRole and binding, the operator told the list; the one
+// namespace shorthand still works; both at once is refused.
+TEST_P(ChartTest, WatchNamespacesInClusterScopeAndTheShorthand) {
+  Rendered r = Render({"--set", "watchNamespaces={team-a,team-b}", "--set",
+                       "agentMetrics.podMonitor.enabled=true", "--api-versions",
+                       "monitoring.coreos.com/v1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(OfKind(r, "ClusterRoleBinding").size(), 1u);
+  EXPECT_TRUE(HasArg(Args(One(r, "Deployment")), "--namespace=team-a,team-b"));
+  EXPECT_EQ(One(r, "PodMonitor")["spec"]["namespaceSelector"],
+            json({{"matchNames", {"team-a", "team-b"}}}));
+
+  Rendered shorthand = Render({"--set", "watchNamespace=ml"});
+  ASSERT_EQ(shorthand.code, 0) << shorthand.err;
+  EXPECT_TRUE(HasArg(Args(One(shorthand, "Deployment")), "--namespace=ml"));
+  Rendered all = Render({});
+  ASSERT_EQ(all.code, 0) << all.err;
+  for (const auto& arg : Args(One(all, "Deployment"))) {
+    EXPECT_NE(arg.rfind("--namespace", 0), 0u) << "every namespace: no --namespace, got " << arg;
+  }
+
+  Rendered both = Render({"--set", "watchNamespace=ml", "--set", "watchNamespaces={team-a}"});
+  EXPECT_EQ(both.code, 1);
+  EXPECT_THAT(both.err, HasSubstr("watchNamespace (\"ml\") and watchNamespaces ([team-a]) are "
+                                  "both set: give the namespaces in watchNamespaces only"));
+  Rendered bad = Render({"--set", "watchNamespaces={team-a,Team_B}"});
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_THAT(bad.err, HasSubstr(Helm4() ? "at '/watchNamespaces/1': 'Team_B' does not match"
+                                         : "watchNamespaces.1: Does not match pattern"));
+}
+
 TEST_P(ChartTest, SchemaRejectsWrongValuesWithHelmsMessages) {
   // helm 3 checks values with gojsonschema, helm 4 with santhosh-tekuri/jsonschema: the same
   // refusals in each one's words.
@@ -400,7 +506,9 @@ TEST_P(ChartTest, SchemaRejectsWrongValuesWithHelmsMessages) {
   // The chart's own check (templates/rbac.yaml), the same in both.
   Rendered no_namespace = Render({"--set", "rbac.scope=namespace"});
   EXPECT_EQ(no_namespace.code, 1);
-  EXPECT_THAT(no_namespace.err, HasSubstr("set watchNamespace to that namespace"));
+  EXPECT_THAT(no_namespace.err,
+              HasSubstr("rbac.scope=namespace gives the operator a Role in each watched "
+                        "namespace only: list them (--set 'watchNamespaces={team-a,team-b}'"));
 }
 
 TEST_P(ChartTest, LintStrictPassesForEveryValuesFileInCi) {

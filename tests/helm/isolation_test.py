@@ -364,6 +364,11 @@ class NetworkPolicyTest(unittest.TestCase):
         self.assertEqual([p["metadata"]["namespace"] for p in scoped], ["ml"])
         off = render("--set", "watchNamespace=ml", "--set", "networkPolicy.enabled=false")
         self.assertEqual(of_kind(off, "NetworkPolicy"), [])
+        for scope in ("namespace", "cluster"):
+            listed = of_kind(render("--set", "rbac.scope=" + scope,
+                                    "--set", "watchNamespaces={team-a,team-b}"), "NetworkPolicy")
+            self.assertEqual(sorted(p["metadata"]["namespace"] for p in listed),
+                             ["team-a", "team-b"], scope)
 
     def test_prometheus_selectors_follow_the_values(self):
         docs = render("--set", "networkPolicy.namespaces={team-a}",
@@ -656,6 +661,23 @@ class AdmissionPolicyTest(unittest.TestCase):
                           refusal("--set", "rbac.scope=" + scope, "--set", "watchNamespace=" + NS))
         self.assertIn('watchNamespace "kube-system" is one of rbac.protectedNamespaces',
                       refusal("--set", "watchNamespace=kube-system"))
+        # Every namespace of watchNamespaces is checked, not only the first.
+        for scope in ("namespace", "cluster"):
+            self.assertIn('watchNamespaces holds "%s", the release namespace' % NS,
+                          refusal("--set", "rbac.scope=" + scope,
+                                  "--set", "watchNamespaces={team-a,%s}" % NS))
+        self.assertIn('watchNamespaces holds "kube-system", one of rbac.protectedNamespaces '
+                      '[kube-system]: the admission policy would refuse',
+                      refusal("--set", "watchNamespaces={team-a,kube-system}"))
+        # With namespace scope there is no admission policy: the Role itself would be the
+        # write access to kube-system.
+        self.assertIn('watchNamespaces holds "kube-system", one of rbac.protectedNamespaces '
+                      '[kube-system]: with rbac.scope=namespace the operator would get a Role '
+                      'there', refusal("--set", "rbac.scope=namespace",
+                                       "--set", "watchNamespaces={team-a,kube-system}"))
+        self.assertIn('watchNamespace "kube-system" is one of rbac.protectedNamespaces',
+                      refusal("--set", "rbac.scope=namespace",
+                              "--set", "watchNamespace=kube-system"))
         old = refusal("--kube-version", "1.29.0")
         self.assertIn("no admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy", old)
         self.assertIn("rbac.admissionPolicy=false", old)

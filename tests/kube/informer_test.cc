@@ -1,5 +1,7 @@
 #include "operator/kube/informer.h"
 
+#include <map>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -22,6 +24,15 @@ using ::testing::HasSubstr;
 using testing::JsonResponse;
 using testing::StatusResponse;
 using ::testing::UnorderedElementsAre;
+
+// The namespace of a request's path, "" for every namespace.
+std::string TargetNamespace(const std::string& target) {
+  const std::string marker = "/namespaces/";
+  const size_t at = target.find(marker);
+  if (at == std::string::npos) return "";
+  const size_t start = at + marker.size();
+  return target.substr(start, target.find('/', start) - start);
+}
 
 Json Pod(const std::string& name, const std::string& rv, Json labels = Json::object(),
          const std::string& owner_uid = "") {
@@ -51,7 +62,8 @@ HttpResponse ListResponse(std::vector<Json> items, const std::string& rv,
                                .dump());
 }
 
-// The API as the reflector sees it: list answers and watch streams the test feeds.
+// The API as the reflector sees it: list answers and watch streams the test feeds. A list
+// answer added for a namespace answers only that namespace's lists.
 class ScriptedApi {
  public:
   void Install(FakeTransport* t) {
@@ -59,9 +71,10 @@ class ScriptedApi {
       std::lock_guard<std::mutex> lock(mu_);
       list_targets_.push_back(r.target);
       cv_.notify_all();
-      if (lists_.empty()) return StatusResponse(500, "InternalError", "no list scripted");
-      HttpResponse resp = lists_.front();
-      lists_.pop_front();
+      std::deque<HttpResponse>& lists = lists_by_ns_[TargetNamespace(r.target)];
+      if (lists.empty()) return StatusResponse(500, "InternalError", "no list scripted");
+      HttpResponse resp = lists.front();
+      lists.pop_front();
       return resp;
     });
     t->SetStreamHandler([this](const HttpRequest& r, std::shared_ptr<FakeStreamControl>* c) {
@@ -75,13 +88,15 @@ class ScriptedApi {
       }
       *c = std::make_shared<FakeStreamControl>();
       watches_.push_back(*c);
+      watches_by_ns_[TargetNamespace(r.target)].push_back(*c);
       cv_.notify_all();
       return JsonResponse(200, "");
     });
   }
-  void AddList(HttpResponse r) {
+  // The next list answer for `ns` (MakeInformer's "ml" by default).
+  void AddList(HttpResponse r, const std::string& ns = "ml") {
     std::lock_guard<std::mutex> lock(mu_);
-    lists_.push_back(std::move(r));
+    lists_by_ns_[ns].push_back(std::move(r));
   }
   void AddWatchError(HttpResponse r) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -92,6 +107,14 @@ class ScriptedApi {
     std::unique_lock<std::mutex> lock(mu_);
     if (!cv_.wait_for(lock, seconds(10), [&] { return watches_.size() >= n; })) return nullptr;
     return watches_[n - 1];
+  }
+  // The n-th (1-based) watch stream opened on namespace `ns`.
+  std::shared_ptr<FakeStreamControl> WaitForWatchIn(const std::string& ns, size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, seconds(10), [&] { return watches_by_ns_[ns].size() >= n; })) {
+      return nullptr;
+    }
+    return watches_by_ns_[ns][n - 1];
   }
   bool WaitForWatchAttempts(size_t n) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -113,9 +136,10 @@ class ScriptedApi {
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<HttpResponse> lists_;
+  std::map<std::string, std::deque<HttpResponse>> lists_by_ns_;
   std::deque<HttpResponse> watch_errors_;
   std::vector<std::shared_ptr<FakeStreamControl>> watches_;
+  std::map<std::string, std::vector<std::shared_ptr<FakeStreamControl>>> watches_by_ns_;
   std::vector<std::string> watch_targets_;
   std::vector<std::string> list_targets_;
 };
@@ -174,7 +198,7 @@ class InformerTest : public ::testing::Test {
     client_ = std::make_unique<Client>(c, transport_, &clock_, o);
   }
   std::unique_ptr<Informer> MakeInformer(InformerOptions o = {}) {
-    o.ns = "ml";
+    if (o.namespaces.empty()) o.namespaces = {"ml"};
     o.reflector.uniform01 = [] { return 0.5; };  // no jitter: exact timings
     o.reflector.page_size = 2;
     auto inf = std::make_unique<Informer>(client_.get(), resources::Pods(), o);
@@ -303,6 +327,67 @@ TEST_F(InformerTest, RelistAfterGoneReconcilesMissedDeletions) {
   EXPECT_EQ(inf->ReflectorStatistics().relists_on_gone, 2);
   ASSERT_TRUE(api_.WaitForWatch(3));
   EXPECT_THAT(api_.WatchTargets()[3], HasSubstr("resourceVersion=50&"));
+}
+
+Json PodIn(const std::string& ns, const std::string& name, const std::string& rv) {
+  Json p = Pod(name, rv);
+  p["metadata"]["namespace"] = ns;
+  return p;
+}
+
+// --namespace team-a,team-b: a reflector per namespace (its own list and watch paths) feeding
+// one store. Synced only once both listed; a 410 in one relists that namespace alone, and the
+// other's objects stay (no deletion of what the relist did not cover).
+TEST_F(InformerTest, EachNamespaceIsListedWatchedAndRelistedOnItsOwn) {
+  api_.AddList(ListResponse({PodIn("team-a", "x", "1"), PodIn("team-a", "y", "2")}, "10"),
+               "team-a");
+  // team-b's first list fails (nothing scripted): it backs off 800 ms.
+  InformerOptions o;
+  o.namespaces = {"team-a", "team-b", "team-a"};  // a duplicate is watched once
+  auto inf = MakeInformer(o);
+  inf->Start();
+  auto wa = api_.WaitForWatchIn("team-a", 1);
+  ASSERT_TRUE(wa);
+  ASSERT_TRUE(clock_.BlockUntilNextDeadlineIn(milliseconds(800)));
+  wa->PushLine(Event("MODIFIED", PodIn("team-a", "x", "11")));
+  ASSERT_TRUE(rec_.WaitForCount(3));
+  // Delivered in order: had team-a's list alone marked the cache synced, that mark would have
+  // been taken before this update.
+  EXPECT_FALSE(inf->HasSynced()) << "team-b has not been listed";
+  EXPECT_THAT(rec_.Events(),
+              ElementsAre("add team-a/x 1", "add team-a/y 2", "update team-a/x 1->11"));
+
+  api_.AddList(ListResponse({PodIn("team-b", "z", "3")}, "20"), "team-b");
+  clock_.Advance(milliseconds(800));
+  ASSERT_TRUE(inf->WaitForSync(seconds(10)));
+  auto wb = api_.WaitForWatchIn("team-b", 1);
+  ASSERT_TRUE(wb);
+  EXPECT_THAT(api_.WatchTargets(), UnorderedElementsAre(HasSubstr("/namespaces/team-a/pods?"),
+                                                        HasSubstr("/namespaces/team-b/pods?")));
+  EXPECT_THAT(api_.ListTargets(), UnorderedElementsAre("/api/v1/namespaces/team-a/pods?limit=2",
+                                                       "/api/v1/namespaces/team-b/pods?limit=2",
+                                                       "/api/v1/namespaces/team-b/pods?limit=2"))
+      << "each namespace on its own path, nothing cluster-wide";
+  EXPECT_EQ(inf->LastResourceVersion("team-b"), "20");
+
+  // team-a's watch expires (410): team-a is listed again, y is gone meanwhile. team-b's
+  // objects are not in that list, and stay.
+  api_.AddList(ListResponse({PodIn("team-a", "x", "11")}, "30"), "team-a");
+  wa->PushLine(Event("ERROR", {{"kind", "Status"}, {"code", 410}, {"reason", "Expired"}}));
+  ASSERT_TRUE(clock_.BlockUntilNextDeadlineIn(milliseconds(800)));
+  clock_.Advance(milliseconds(800));
+  ASSERT_TRUE(api_.WaitForWatchIn("team-a", 2));
+  EXPECT_EQ(inf->LastResourceVersion("team-a"), "30");
+  EXPECT_EQ(inf->LastResourceVersion("team-c"), "") << "not watched";
+  wb->PushLine(Event("MODIFIED", PodIn("team-b", "z", "31")));
+  ASSERT_TRUE(rec_.WaitForCount(6));
+  auto ev = rec_.Events();
+  EXPECT_THAT(
+      std::vector<std::string>(ev.begin() + 3, ev.end()),
+      UnorderedElementsAre("add team-b/z 3", "delete team-a/y (unknown)", "update team-b/z 3->31"));
+  EXPECT_THAT(inf->store().ListKeys(), UnorderedElementsAre("team-a/x", "team-b/z"));
+  EXPECT_EQ(inf->ReflectorStatistics().relists_on_gone, 1);
+  EXPECT_EQ(inf->ReflectorStatistics().lists, 3);
 }
 
 TEST_F(InformerTest, FailuresBackOffExponentiallyToTheCap) {

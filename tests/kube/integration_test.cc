@@ -312,7 +312,7 @@ struct Tally {
 
 InformerOptions FastInformer(const std::string& ns) {
   InformerOptions o;
-  o.ns = ns;
+  o.namespaces = {ns};
   o.reflector.page_size = 10;
   o.reflector.backoff.initial = milliseconds(100);
   o.reflector.backoff.max = seconds(1);

@@ -48,7 +48,7 @@ TEST(OperatorOptionsTest, ParsesTheFlags) {
                               "0"});
   ASSERT_TRUE(o.ok()) << o.status().message();
   EXPECT_EQ(o->kubeconfig, "/kc");
-  EXPECT_EQ(o->ns, "ml");
+  EXPECT_EQ(o->namespaces, std::vector<std::string>{"ml"});
   EXPECT_TRUE(o->leader_elect);
   EXPECT_EQ(o->lease_duration, seconds(2));
   EXPECT_EQ(o->renew_deadline, milliseconds(1500));
@@ -58,6 +58,46 @@ TEST(OperatorOptionsTest, ParsesTheFlags) {
   EXPECT_EQ(o->max_concurrent_reconciles, 8);
   EXPECT_EQ(o->pending_timeout, std::chrono::minutes(10));
   EXPECT_EQ(o->utilisation_interval, Clock::Duration::zero());
+}
+
+// --namespace a,b: a list (one watch per namespace); "" or no flag: every namespace. Each name
+// is checked as the API server would: a bad one is named in the error, not found later as a
+// watch that fails forever.
+TEST(OperatorOptionsTest, NamespaceTakesAListOfDnsLabels) {
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(ParseOperatorArgs({"--namespace", "team-a,team-b,3rd"})->namespaces,
+            (Names{"team-a", "team-b", "3rd"}));
+  EXPECT_EQ(ParseOperatorArgs({"--namespace=ml"})->namespaces, Names{"ml"});
+  EXPECT_EQ(ParseOperatorArgs({"--namespace="})->namespaces, Names{});
+  EXPECT_EQ(ParseOperatorArgs({})->namespaces, Names{});
+  const std::string rule = "is not a DNS label (lowercase letters, digits and '-'";
+  for (const auto& [value, bad] : std::vector<std::pair<std::string, std::string>>{
+           {"team-a,Team_B", "\"Team_B\""},
+           {"team-a,", "\"\""},
+           {",team-a", "\"\""},
+           {"team-a, team-b", "\" team-b\""},
+           {"-a", "\"-a\""},
+           {std::string(64, 'a'), "\"" + std::string(64, 'a') + "\""}}) {
+    auto o = ParseOperatorArgs({"--namespace", value});
+    ASSERT_FALSE(o.ok()) << value;
+    EXPECT_THAT(o.status().message(),
+                HasSubstr("--namespace: namespace " + bad + " in \"" + value + "\" " + rule))
+        << value;
+  }
+  EXPECT_TRUE(ParseOperatorArgs({"--namespace", std::string(63, 'a')}).ok());
+  EXPECT_THAT(ParseOperatorArgs({"--namespace", "a,b,a"}).status().message(),
+              HasSubstr("--namespace: namespace \"a\" is listed twice in \"a,b,a\""));
+}
+
+TEST(OperatorOptionsTest, TheLeaseIsInTheOneWatchedNamespaceElseTheConfigs) {
+  auto lease_ns = [](std::vector<std::string> args) {
+    return LeaseNamespace(*ParseOperatorArgs(args), "from-config");
+  };
+  EXPECT_EQ(lease_ns({"--namespace=ml"}), "ml");
+  EXPECT_EQ(lease_ns({"--namespace=team-a,team-b"}), "from-config");
+  EXPECT_EQ(lease_ns({}), "from-config");
+  EXPECT_EQ(lease_ns({"--namespace=team-a,team-b", "--leader-elect-namespace=ops"}), "ops");
+  EXPECT_EQ(lease_ns({"--namespace=ml", "--leader-elect-namespace=ops"}), "ops");
 }
 
 TEST(OperatorOptionsTest, OffTurnsAnAddressOffAsTheAgentsFlagDoes) {

@@ -89,11 +89,30 @@ The Lease's name.
 {{- end }}
 
 {{/*
-The namespace of the operator's main RBAC rules with rbac.scope=namespace: watchNamespace,
-which is then required.
+The namespaces whose TrainingJobs the operator handles (--namespace), as a JSON list:
+watchNamespaces, or watchNamespace as a list of one; empty: every namespace. Refuses both set.
 */}}
-{{- define "spawnpoint.rbacNamespace" -}}
-{{- required "rbac.scope=namespace gives the operator a Role in one namespace only: set watchNamespace to that namespace (--set watchNamespace=ml), or use rbac.scope=cluster" .Values.watchNamespace }}
+{{- define "spawnpoint.watchNamespaces" -}}
+{{- $list := .Values.watchNamespaces | default list }}
+{{- if and $list .Values.watchNamespace }}
+{{- fail (printf "watchNamespace (%q) and watchNamespaces (%v) are both set: give the namespaces in watchNamespaces only (watchNamespace is its one-namespace shorthand)" .Values.watchNamespace $list) }}
+{{- end }}
+{{- if .Values.watchNamespace }}
+{{- $list = list .Values.watchNamespace }}
+{{- end }}
+{{- toJson $list }}
+{{- end }}
+
+{{/*
+The namespaces of the operator's main RBAC rules with rbac.scope=namespace, a Role and
+RoleBinding in each, as a JSON list: the watched namespaces, which are then required.
+*/}}
+{{- define "spawnpoint.rbacNamespaces" -}}
+{{- $namespaces := include "spawnpoint.watchNamespaces" . | fromJsonArray }}
+{{- if not $namespaces }}
+{{- fail "rbac.scope=namespace gives the operator a Role in each watched namespace only: list them (--set 'watchNamespaces={team-a,team-b}', or --set watchNamespace=ml for one), or use rbac.scope=cluster" }}
+{{- end }}
+{{- toJson $namespaces }}
 {{- end }}
 
 {{/*
@@ -103,8 +122,9 @@ Checks that apply to the whole release; included by the Deployment.
 {{- if not (has .Values.rbac.scope (list "cluster" "namespace")) }}
 {{- fail (printf "rbac.scope must be cluster or namespace, got %q" (toString .Values.rbac.scope)) }}
 {{- end }}
+{{- $_ := include "spawnpoint.watchNamespaces" . }}
 {{- if and .Values.rbac.create (eq .Values.rbac.scope "namespace") }}
-{{- $_ := include "spawnpoint.rbacNamespace" . }}
+{{- $_ := include "spawnpoint.rbacNamespaces" . }}
 {{- end }}
 {{- if eq (int .Values.metrics.port) (int .Values.health.port) }}
 {{- fail (printf "metrics.port and health.port are both %d: give them different ports (they are two container ports)" (int .Values.metrics.port)) }}
@@ -116,17 +136,26 @@ Checks that apply to the whole release; included by the Deployment.
 
 {{/*
 The namespaces where the operator may write pods, services and secrets must not hold other
-workloads: watchNamespace is never the release namespace (the operator's token could then
-delete its neighbours, in either scope) nor one of rbac.protectedNamespaces (the admission
-policy would refuse every pod of every job there).
+workloads: no watched namespace is the release namespace (the operator's token could then
+delete its neighbours, in either scope) nor one of rbac.protectedNamespaces (with cluster
+scope the admission policy would refuse every pod of every job there; with namespace scope
+the operator would get a Role there to create and delete pods among its workloads).
 */}}
 {{- define "spawnpoint.validateIsolation" -}}
-{{- $watch := .Values.watchNamespace }}
-{{- if and $watch (eq $watch .Release.Namespace) }}
-{{- fail (printf "watchNamespace is %q, the release namespace: the operator's pods, services and secrets would share it with the operator itself and whatever else runs there, which its rights to create and delete pods would reach. Install the chart into a namespace of its own (-n spawnpoint-system) and keep the TrainingJobs in another." $watch) }}
+{{- $isList := not (empty .Values.watchNamespaces) }}
+{{- range $watch := include "spawnpoint.watchNamespaces" . | fromJsonArray }}
+{{- if eq $watch $.Release.Namespace }}
+{{- $what := ternary (printf "watchNamespaces holds %q" $watch) (printf "watchNamespace is %q" $watch) $isList }}
+{{- fail (printf "%s, the release namespace: the operator's pods, services and secrets would share it with the operator itself and whatever else runs there, which its rights to create and delete pods would reach. Install the chart into a namespace of its own (-n spawnpoint-system) and keep the TrainingJobs in another." $what) }}
 {{- end }}
-{{- if and $watch .Values.rbac.admissionPolicy (eq .Values.rbac.scope "cluster") (has $watch .Values.rbac.protectedNamespaces) }}
-{{- fail (printf "watchNamespace %q is one of rbac.protectedNamespaces %v: the admission policy would refuse every pod of its TrainingJobs. Watch another namespace, or take it out of the list." $watch .Values.rbac.protectedNamespaces) }}
+{{- $protected := has $watch ($.Values.rbac.protectedNamespaces | default list) }}
+{{- $what := ternary (printf "watchNamespaces holds %q, one of" $watch) (printf "watchNamespace %q is one of" $watch) $isList }}
+{{- if and $protected (eq $.Values.rbac.scope "namespace") }}
+{{- fail (printf "%s rbac.protectedNamespaces %v: with rbac.scope=namespace the operator would get a Role there that creates and deletes pods among its workloads. Watch another namespace, or take it out of the list." $what $.Values.rbac.protectedNamespaces) }}
+{{- end }}
+{{- if and $protected $.Values.rbac.admissionPolicy (eq $.Values.rbac.scope "cluster") }}
+{{- fail (printf "%s rbac.protectedNamespaces %v: the admission policy would refuse every pod of its TrainingJobs. Watch another namespace, or take it out of the list." $what $.Values.rbac.protectedNamespaces) }}
+{{- end }}
 {{- end }}
 {{- $prom := .Values.networkPolicy.prometheus }}
 {{- $nsSelector := $prom.namespaceSelector | default dict }}
@@ -137,12 +166,12 @@ policy would refuse every pod of every job there).
 
 {{/*
 The namespaces that get the agents' NetworkPolicy, as a JSON list: networkPolicy.namespaces,
-else watchNamespace; empty when every namespace is watched and none is listed.
+else the watched namespaces; empty when every namespace is watched and none is listed.
 */}}
 {{- define "spawnpoint.networkPolicyNamespaces" -}}
 {{- $namespaces := .Values.networkPolicy.namespaces | default list }}
-{{- if and (not $namespaces) .Values.watchNamespace }}
-{{- $namespaces = list .Values.watchNamespace }}
+{{- if not $namespaces }}
+{{- $namespaces = include "spawnpoint.watchNamespaces" . | fromJsonArray }}
 {{- end }}
 {{- toJson $namespaces }}
 {{- end }}
