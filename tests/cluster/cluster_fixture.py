@@ -219,6 +219,14 @@ class Cluster(object):
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def kubectl_ok(cluster, *argv, stdin=None):
+    """`kubectl ARGV` on `cluster` as its admin; raises with its output when it fails."""
+    code, out = cluster.kubectl(*argv, stdin=stdin)
+    if code != 0:
+        raise AssertionError("kubectl %s: %s" % (" ".join(argv), out))
+    return out
+
+
 class OperatorClusterTest(unittest.TestCase):
     """A test class on one Cluster of NODES local nodes of GPUS GPUs, with namespace NAMESPACE
     and the build's spawnpoint-operator (admin kubeconfig; OPERATOR_ARGS and
@@ -255,11 +263,7 @@ class OperatorClusterTest(unittest.TestCase):
 
     @classmethod
     def kubectl_ok(cls, *argv, stdin=None):
-        """`kubectl ARGV`; raises with its output when it fails."""
-        code, out = cls.cluster.kubectl(*argv, stdin=stdin)
-        if code != 0:
-            raise AssertionError("kubectl %s: %s" % (" ".join(argv), out))
-        return out
+        return kubectl_ok(cls.cluster, *argv, stdin=stdin)
 
     @classmethod
     def apply(cls, obj):

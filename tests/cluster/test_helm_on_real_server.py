@@ -218,7 +218,7 @@ class HelmOnRealServerTest(unittest.TestCase):
         # Every document of the all-on values is valid for the real server (the monitors'
         # kinds served by a stand-in prometheus-operator CRD, as a cluster with
         # kube-prometheus-stack has them).
-        for kind in ("ServiceMonitor", "PodMonitor"):
+        for kind in ("ServiceMonitor", "PodMonitor", "PrometheusRule"):
             self.cluster.kubectl("apply", "-f", "-", stdin=monitoring_crd(kind))
             self.cluster.wait_established("%ss.monitoring.coreos.com" % kind.lower())
         self.kubectl("create", "namespace", "monitoring")
@@ -228,7 +228,7 @@ class HelmOnRealServerTest(unittest.TestCase):
         code, out = self.cluster.kubectl("apply", "--dry-run=server", "-f", "-",
                                          stdin=rendered)
         self.assertEqual(code, 0, out)
-        for kind in ("servicemonitor", "podmonitor", "configmap", "deployment"):
+        for kind in ("servicemonitor", "podmonitor", "prometheusrule", "configmap", "deployment"):
             self.assertIn(kind, out)
 
         releases = json.loads(self.helm("list", "-n", NS, "-o", "json")[1])

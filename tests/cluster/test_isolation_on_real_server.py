@@ -89,11 +89,7 @@ class IsolationOnRealServerTest(unittest.TestCase):
 
     @classmethod
     def kubectl_ok(cls, *argv, stdin=None):
-        """`kubectl ARGV` as the admin; raises with its output when it fails."""
-        code, out = cls.cluster.kubectl(*argv, stdin=stdin)
-        if code != 0:
-            raise AssertionError("kubectl %s: %s" % (" ".join(argv), out))
-        return out
+        return cluster_fixture.kubectl_ok(cls.cluster, *argv, stdin=stdin)
 
     def as_operator(self, *argv, stdin=None):
         """kubectl as the operator: its ServiceAccount's own token."""

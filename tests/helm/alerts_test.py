@@ -15,55 +15,21 @@ helm 3 or helm 4 renders them with `helm template`:
     python3 alerts_test.py --source-dir REPO --helm helm3 [unittest args]
 """
 
-import argparse
 import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import unittest
 
 import yaml
 
-ARGS = None
-HELM_HOME = None
-NS = "spawnpoint-system"
-RELEASE = "spawnpoint"
+import helm_chart
+from helm_chart import NS, refusal, render
+
 MONITORING = ("--api-versions", "monitoring.coreos.com/v1")
 ALERTS = ["TrainingJobFailed", "TrainingJobStalled", "TrainingJobQuotaExceeded",
           "TrainingJobPendingTooLong", "SpawnpointOperatorDown"]
-
-
-def chart():
-    return os.path.join(ARGS.source_dir, "charts", "spawnpoint")
-
-
-def helm(*argv):
-    """(exit status, stdout, stderr) of the tools folder's helm, its homes in a temporary
-    directory."""
-    home = HELM_HOME
-    env = dict(os.environ, HOME=home, HELM_CACHE_HOME=home + "/cache",
-               HELM_CONFIG_HOME=home + "/config", HELM_DATA_HOME=home + "/data")
-    env.pop("KUBECONFIG", None)
-    p = subprocess.run([os.path.join(ARGS.source_dir, ".tools", "bin", ARGS.helm)] + list(argv),
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                       env=env, timeout=120)
-    return p.returncode, p.stdout, p.stderr
-
-
-def render(*values):
-    code, out, err = helm("template", RELEASE, chart(), "--namespace", NS, *values)
-    if code != 0:
-        raise AssertionError("helm template %s failed:\n%s" % (" ".join(values), err))
-    return [d for d in yaml.safe_load_all(out) if d]
-
-
-def refusal(*values):
-    code, out, err = helm("template", RELEASE, chart(), "--namespace", NS, *values)
-    if code == 0:
-        raise AssertionError("helm template %s rendered; expected a refusal" % " ".join(values))
-    return err
 
 
 def prometheus_rule(*values):
@@ -346,21 +312,5 @@ class ValuesTest(unittest.TestCase):
                          r"alerts[./]jobPendingTooLong.*(property|properties) '?thresold")
 
 
-def main():
-    global ARGS, HELM_HOME
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--source-dir", required=True)
-    parser.add_argument("--helm", required=True, help="helm3 or helm4 (in REPO/.tools/bin)")
-    ARGS, rest = parser.parse_known_args()
-    HELM_HOME = tempfile.mkdtemp(prefix="spawnpoint-helm-home-")
-    try:
-        program = unittest.main(module="__main__", argv=[sys.argv[0]] + rest, verbosity=2,
-                                exit=False)
-    finally:
-        shutil.rmtree(HELM_HOME, ignore_errors=True)
-    result = program.result
-    sys.exit(0 if result.wasSuccessful() and result.testsRun > 0 and not result.skipped else 1)
-
-
 if __name__ == "__main__":
-    main()
+    helm_chart.main()
