@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: deps demo-deps configure build test demo demo-cpp cluster-tools cluster-up cluster-down bench-launch bench-restart bench-first-steps bench-loader bench-kube demo-cluster bench-operator bench-metrics bench-frameworks bench-first-batch fuzz chaos test-asan test-tsan test-repeat agent-bundle images frameworks-env chart sync-chart-crds format clean
+.PHONY: deps demo-deps configure build test demo demo-cpp cluster-tools cluster-up cluster-down chart-local bench-launch bench-restart bench-first-steps bench-loader bench-kube demo-cluster bench-operator bench-metrics bench-frameworks bench-first-batch fuzz chaos test-asan test-tsan test-repeat agent-bundle images frameworks-env chart sync-chart-crds format clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -116,6 +116,13 @@ cluster-down:
 # examples/local-cluster.yaml), e.g. JOB=examples/python/ddp.yaml.
 demo-cluster: build cluster-tools
 	JOB=$(JOB) bash operator/demo/demo-cluster.sh
+
+# The Helm chart tried on this machine (operator/demo/chart-local.sh): installed on the local
+# control plane, the operator Deployment's pod Pending (the local node runs commands, not
+# images) and the built operator run beside the cluster as that pod (its arguments, its
+# ServiceAccount's token), the example job to Succeeded. CHART_LOCAL_KEEP=1 keeps it all up.
+chart-local: build cluster-tools
+	bash operator/demo/chart-local.sh
 
 bench-kube: build cluster-tools
 	bash bench/kube/kube_bench.sh

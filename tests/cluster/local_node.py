@@ -19,7 +19,10 @@ no image, no namespaces, no mounts):
   annotations['k'], spec.nodeName, spec.serviceAccountName, status.podIP/hostIP,
   configMapKeyRef and secretKeyRef). A fieldRef or source it cannot give fails the container
   (StartError) with the reason. emptyDir volumes are directories under the pod's work
-  directory (not mounted: their paths are not the mountPath).
+  directory (not mounted: their paths are not the mountPath). A pod with a container that
+  has no command (an image's entry point, e.g. the chart's operator Deployment) runs nothing
+  and stays Pending, that container waiting with reason ImageNotRunnable, until deleted: never
+  Failed, so a ReplicaSet does not replace it over and over.
 - Secret volumes: a container's mount of a pod volume from a Secret is a directory of the
   pod's work directory holding one file per key, made before the container starts (waiting,
   as a kubelet does, until the Secret exists); every occurrence of the mountPath in argv and
@@ -74,6 +77,10 @@ import yaml
 
 RENEW_S = 10.0
 OWN_POD_IP = "local-node.spawnpoint.dev/own-pod-ip"
+IMAGE_ONLY_REASON = "ImageNotRunnable"
+IMAGE_ONLY_MESSAGE = ("container %s has no command: the local node runs commands, not images "
+                      "(give it a command, or run its program beside the cluster as "
+                      "`make chart-local` does the operator's)")
 _own_ips = {"next": 0, "lock": threading.Lock()}
 
 
@@ -288,9 +295,6 @@ class Pod(object):
             argv = [expand(a, env) for a in c.spec.get("command", []) + c.spec.get("args", [])]
             for path in sorted(mounts, key=len, reverse=True):
                 argv = [a.replace(path, mounts[path]) for a in argv]
-            if not c.spec.get("command"):
-                raise ValueError("container %s has no command (the local node runs no images)"
-                                 % c.name)
             declared = c.spec.get("terminationMessagePath", "/dev/termination-log")
             argv = [a.replace(declared, term_path) for a in argv]
             cwd = os.path.join(self.node.cwd, c.spec.get("workingDir", ""))
@@ -340,6 +344,18 @@ class Pod(object):
             if self.deleting:
                 self.remove()
             return
+        image_only = [c for c in self.inits + self.containers if not c.spec.get("command")]
+        if image_only:
+            # Nothing to run: the pod stays Pending, as one whose image never pulls would, so
+            # that a ReplicaSet has no failed pod to replace (it made 318 in 30 s), until it
+            # is deleted.
+            for c in image_only:
+                c.state = {"waiting": {"reason": IMAGE_ONLY_REASON,
+                                       "message": IMAGE_ONLY_MESSAGE % c.name}}
+            self.report()
+            while not self.deleting:
+                time.sleep(0.2)
+            return self.end("Failed")
         for c in self.inits:
             if self.deleting or not self.start(c):
                 return self.end("Failed")

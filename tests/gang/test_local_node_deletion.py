@@ -6,7 +6,9 @@ with a finalizer that is deleted:
 - the pod reports a terminal phase with the exit code, then the node's DELETE (grace 0),
 - the API server keeps it, terminal, while the finalizer stays; it goes once it is removed,
 - a condition another writer set (Kueue's TerminationTarget) survives the node's reports;
-and a bound pod deleted while its node was down is reported Failed, never run.
+a bound pod deleted while its node was down is reported Failed, never run; and a pod with a
+container that has no command (an image-only Deployment) stays Pending, never Failed, so its
+ReplicaSet makes one pod, not one after another.
 
     python3 test_local_node_deletion.py --source-dir REPO [unittest args]
 """
@@ -134,6 +136,40 @@ class LocalNodeDeletionTest(gang_fixture.GangTest):
         self.assertFalse(os.path.exists(started), "the deleted pod was run")
         self.assertEqual(self.get("orphan")["metadata"]["uid"], made["metadata"]["uid"])
         self.release("orphan")
+
+    def test_an_image_only_deployment_keeps_one_pending_pod(self):
+        """The chart's operator Deployment (its image's entry point, no command) on the local
+        node: its pod stays Pending with the reason, never Failed, so its ReplicaSet does not
+        replace it (issue 41: 318 failed pods in 30 s)."""
+        labels = {"app": "image-only"}
+        self.cluster.apply([{"apiVersion": "apps/v1", "kind": "Deployment",
+                             "metadata": {"name": "image-only", "namespace": NS},
+                             "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                                      "template": {"metadata": {"labels": labels},
+                                                   "spec": {"containers": [{
+                                                       "name": "operator",
+                                                       "image": "ghcr.io/x/operator:1",
+                                                       "args": ["--log-level=info"]}]}}}}])
+
+        def pods():
+            return self.cluster.get("pods", "-n", NS, "-l", "app=image-only")["items"]
+
+        def waiting():
+            for pod in pods():
+                for cs in pod["status"].get("containerStatuses") or []:
+                    state = cs.get("state", {}).get("waiting") or {}
+                    if state.get("reason") == "ImageNotRunnable":
+                        return pod
+            return None
+        self.wait("the pod waits with reason ImageNotRunnable", waiting)
+        pod = waiting()
+        self.assertEqual(pod["status"]["phase"], "Pending")
+        message = pod["status"]["containerStatuses"][0]["state"]["waiting"]["message"]
+        self.assertIn("runs commands, not images", message)
+        # Its status is written: a ReplicaSet would have replaced a Failed pod by now.
+        self.assertEqual([p["metadata"]["name"] for p in pods()], [pod["metadata"]["name"]])
+        self.kubectl("delete", "deployment", "-n", NS, "image-only")
+        self.wait("the pod gone with its Deployment", lambda: not pods())
 
 
 if __name__ == "__main__":

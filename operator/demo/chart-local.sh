@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# `make chart-local`: the Helm chart tried on this machine. scripts/cluster.sh starts the real
+# control plane on loopback with tests/cluster/local_node.py's 2 nodes (they run pods'
+# commands as local processes, not images); the pinned helm 3 installs charts/spawnpoint as a
+# platform team would, namespace-scoped to the namespace `ml` (its Role, its NetworkPolicy,
+# the status-token key). The operator Deployment's pod cannot run here (an image's entry
+# point): it stays Pending, waiting with reason ImageNotRunnable. In its place the built
+# spawnpoint-operator runs beside the cluster exactly as that pod would: the Deployment's
+# arguments, the installed ServiceAccount's token (so the chart's RBAC is what the API server
+# enforces) and the installed status-token key; only what differs on this machine is
+# replaced (its ports, the agent used in place, the rendezvous on 127.0.0.1). Then
+# examples/local-cluster.yaml runs in `ml` to Succeeded.
+#
+# CHART_LOCAL_KEEP=1 keeps everything running afterwards (kubectl, helm upgrade, your own
+# jobs) until Ctrl-C; otherwise everything is removed at the end.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+build=${BUILD:-build}
+case "$build" in /*) ;; *) build=$root/$build ;; esac
+ns=spawnpoint-system release=spawnpoint team=ml
+
+for bin in spawnpoint-operator spawnpoint-agent spawnpoint-example-trainer; do
+  [ -x "$build/bin/$bin" ] || { echo "chart-local: $build/bin/$bin is missing; build first (make build)" >&2; exit 1; }
+done
+for tool in kubectl helm3; do
+  [ -x "$root/.tools/bin/$tool" ] || { echo "chart-local: no $tool in .tools/bin; run make deps (scripts/install-tools.sh)" >&2; exit 1; }
+done
+kubectl() { "$root/.tools/bin/kubectl" "$@"; }
+helm() { "$root/.tools/bin/helm3" "$@"; }
+
+work=$(mktemp -d /tmp/spawnpoint-chart-local.XXXXXX)
+pids=()
+cleanup() {
+  local code=$?
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    kill "${pids[$i]}" 2>/dev/null || true
+    wait "${pids[$i]}" 2>/dev/null || true
+  done
+  bash scripts/cluster.sh down --dir "$work/cluster" >/dev/null 2>&1 || true
+  rm -rf "$work"
+  exit "$code"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+if [ -t 1 ]; then
+  say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+else
+  say() { printf '\n== %s\n' "$*"; }
+fi
+
+say "a real control plane on loopback, and 2 local nodes that run pods' commands"
+bash scripts/cluster.sh up --dir "$work/cluster" --nodes 2 >"$work/cluster.out"
+tail -n 1 "$work/cluster.out"
+export KUBECONFIG=$work/cluster/admin.kubeconfig KUBECACHEDIR=$work/kubecache
+export HOME=$work/home HELM_CACHE_HOME=$work/helm/cache HELM_CONFIG_HOME=$work/helm/config \
+  HELM_DATA_HOME=$work/helm/data
+mkdir -p "$HOME"
+
+say "helm install $release charts/spawnpoint -n $ns (namespace-scoped to $team)"
+kubectl create namespace "$team" >/dev/null
+helm install "$release" charts/spawnpoint -n "$ns" --create-namespace \
+  --set rbac.scope=namespace --set "watchNamespaces={$team}" | sed -n '1,/^NOTES:/p'
+kubectl get deployment,serviceaccount,role,rolebinding,networkpolicy,secret -n "$ns"
+kubectl get role,rolebinding,networkpolicy -n "$team"
+
+say "the Deployment's pod: Pending (the local node runs commands, not images)"
+for _ in $(seq 300); do
+  reason=$(kubectl get pods -n "$ns" -l app.kubernetes.io/component=operator \
+    -o jsonpath='{.items[0].status.containerStatuses[0].state.waiting.reason}' 2>/dev/null || true)
+  [ "$reason" = ImageNotRunnable ] && break
+  sleep 0.1
+done
+kubectl get pods -n "$ns" -l app.kubernetes.io/component=operator -o jsonpath='{range .items[*]}{.metadata.name} {.status.phase} {.status.containerStatuses[0].state.waiting.reason}{"\n"}{end}'
+[ "$reason" = ImageNotRunnable ] || { echo "chart-local: the operator pod never said why it waits" >&2; exit 1; }
+
+say "spawnpoint-operator as that pod: its arguments, its ServiceAccount's token, its key"
+# The installed Deployment's arguments, and where its key Secret is mounted.
+helm get manifest "$release" -n "$ns" >"$work/manifest.yaml"
+python3 - "$work/manifest.yaml" "$work" >"$work/args" <<'EOF'
+import sys
+import yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+pod = [d for d in docs if d["kind"] == "Deployment"][0]["spec"]["template"]["spec"]
+container = pod["containers"][0]
+local = ("--metrics-addr", "--health-addr", "--agent-status-port", "--utilisation-interval")
+for a in container.get("args", []):
+    if a.startswith(local):
+        continue
+    if a.startswith("--status-token-key-file="):
+        path = a.split("=", 1)[1]
+        mount = [m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/")][0]
+        secret = [v for v in pod["volumes"] if v["name"] == mount["name"]][0]["secret"]
+        print("KEY %s %s" % (secret["secretName"], path.rsplit("/", 1)[1]))
+        a = "--status-token-key-file=%s/status-token-key" % sys.argv[2]
+    print(a)
+EOF
+read -r _ key_secret key_name < <(grep '^KEY ' "$work/args")
+kubectl get secret -n "$ns" "$key_secret" -o jsonpath="{.data.$key_name}" | base64 -d >"$work/status-token-key"
+mapfile -t args < <(grep -v '^KEY ' "$work/args")
+# The ServiceAccount's credentials, as a pod would mount them (a TokenRequest token).
+server=$(kubectl config view --raw --minify -o jsonpath='{.clusters[0].cluster.server}')
+ca=$(kubectl config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority}')
+token=$(kubectl create token "$release" -n "$ns" --duration=24h)
+cat >"$work/operator.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: local, cluster: {server: "$server", certificate-authority: "$ca"}}]
+users: [{name: $release, user: {token: "$token"}}]
+contexts: [{name: $release, context: {cluster: local, user: $release, namespace: $ns}}]
+current-context: $release
+EOF
+printf '  %s\n' "${args[@]}"
+"$build/bin/spawnpoint-operator" "${args[@]}" --kubeconfig "$work/operator.kubeconfig" \
+  --agent-path "$build/bin/spawnpoint-agent" --master-addr 127.0.0.1 \
+  --health-addr off --metrics-addr off --utilisation-interval 2s 2>"$work/operator.log" &
+pids+=($!)
+echo "as $(KUBECONFIG=$work/operator.kubeconfig kubectl auth whoami -o jsonpath='{.status.userInfo.username}')"
+
+say "kubectl apply -n $team -f examples/local-cluster.yaml"
+manifest=examples/local-cluster.yaml
+if [ "$build" != "$root/build" ]; then
+  sed "s#build/bin/spawnpoint-example-trainer#$build/bin/spawnpoint-example-trainer#" \
+    "$manifest" >"$work/job.yaml"
+  manifest=$work/job.yaml
+fi
+job=$(kubectl apply -n "$team" -f "$manifest" -o name)
+job=${job##*/}
+phase=
+for _ in $(seq 1800); do
+  phase=$(kubectl get tj -n "$team" "$job" -o jsonpath='{.status.phase}' 2>/dev/null || true)
+  [ "$phase" = Succeeded ] || [ "$phase" = Failed ] && break
+  sleep 0.1
+done
+kubectl get tj -n "$team" -o wide
+if [ "$phase" != Succeeded ]; then
+  echo "chart-local: the job did not succeed (phase '$phase')" >&2
+  kubectl get tj -n "$team" "$job" -o yaml >&2 || true
+  tail -20 "$work/operator.log" >&2
+  exit 1
+fi
+echo "the chart's operator ran $team/$job to Succeeded under the chart's RBAC"
+
+if [ "${CHART_LOCAL_KEEP:-0}" = 1 ]; then
+  say "running until Ctrl-C"
+  echo "export KUBECONFIG=$KUBECONFIG"
+  echo "kubectl get tj -n $team; helm --kube-context admin list -n $ns (HELM_*_HOME under $work/helm)"
+  echo "the operator's log: $work/operator.log"
+  wait "${pids[0]}"
+fi
