@@ -5,7 +5,7 @@ helm 3 or helm 4 renders them with `helm template`:
   `promtool test rules` runs them on synthetic series of the operator's metrics
   (docs/metrics.md): each alert fires for its case, with its labels and its annotations as
   Prometheus expands them (naming the namespace and the job), and stays silent where it must:
-  a straggler (condition Stalled, reason Straggler) is not a hang; a stalled rank of a job
+  a straggler (condition Straggler, reason SlowerThanPeers) is not a hang; a stalled rank of a job
   that has failed is history; a job pending less than the threshold; a standby replica beside
   a leader; a leader of another release.
 - ValuesTest: thresholds, `for` durations, severities and labels from the values; an alert
@@ -169,7 +169,7 @@ class RulesTest(unittest.TestCase):
                 {"series": condition("team-a", "hung", "Stalled", "RankStalled"),
                  "values": "1x20"},
                 # A slow rank is not a hang.
-                {"series": condition("team-a", "slow", "Stalled", "Straggler"),
+                {"series": condition("team-a", "slow", "Straggler", "SlowerThanPeers"),
                  "values": "1x20"},
                 # A job that failed on its stalled rank (stallPolicy.action Fail) keeps the
                 # condition: TrainingJobFailed reports it, not this.
@@ -187,7 +187,7 @@ class RulesTest(unittest.TestCase):
             # A straggler alone, for the whole window: nothing.
             "interval": "1m",
             "input_series": [
-                {"series": condition("team-a", "slow", "Stalled", "Straggler"),
+                {"series": condition("team-a", "slow", "Straggler", "SlowerThanPeers"),
                  "values": "1x60"},
             ],
             "alert_rule_test": [
