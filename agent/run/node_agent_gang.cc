@@ -2,12 +2,10 @@
 // their gang in place, coordinated by node 0's agent (agent/gang/coordinator.h).
 #include <signal.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "agent/run/exit_codes.h"
 #include "agent/run/node_agent.h"
 #include "agent/run/report.h"
+#include "common/random.h"
 
 namespace spawnpoint::agent {
 namespace {
@@ -26,15 +24,12 @@ std::string SecondsText(milliseconds ms) {
 }  // namespace
 
 Status NodeAgent::StartGang() {
-  std::ifstream in(options_.gang_token_file);
-  std::stringstream token;
-  token << in.rdbuf();
-  std::string secret = token.str();
-  while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
-  if (!in || secret.empty()) {
+  StatusOr<std::string> token = ReadSecretFile(options_.gang_token_file);
+  if (!token.ok()) {
     return InvalidArgument("--gang-token-file " + options_.gang_token_file +
                            ": cannot read the job's gang token (an empty file counts as none)");
   }
+  const std::string& secret = *token;
   const size_t colon = options_.gang_addr.rfind(':');
   const std::string host = options_.gang_addr.substr(0, colon);
   const int port = std::stoi(options_.gang_addr.substr(colon + 1));

@@ -1,11 +1,9 @@
 #include "agent/status/status_access.h"
 
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <initializer_list>
+
+#include "common/random.h"
 
 namespace spawnpoint::agent {
 namespace {
@@ -72,23 +70,18 @@ json WithoutLogs(const json& doc) {
 
 StatusOr<std::string> ReadStatusToken(const std::string& path, std::string* note) {
   if (path.empty()) return std::string();
-  if (access(path.c_str(), F_OK) != 0 && errno == ENOENT) {
+  StatusOr<std::string> token = ReadSecretFile(path);
+  if (token.ok()) return token;
+  if (token.status().code() == StatusCode::kNotFound) {
     *note = "--status-token-file " + path +
             ": no such file; /status serves log lines only on this pod's loopback";
     return std::string();
   }
-  std::ifstream in(path);
-  if (!in) {
-    return InvalidArgument("--status-token-file " + path + ": cannot read it: " + strerror(errno));
-  }
-  std::string token;
-  std::getline(in, token);
-  while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
-  if (token.empty()) {
+  if (token.status().code() == StatusCode::kInvalidArgument) {
     return InvalidArgument("--status-token-file " + path +
                            ": empty (the job's status token is one line of text)");
   }
-  return token;
+  return InvalidArgument("--status-token-file " + path + ": " + token.status().message());
 }
 
 }  // namespace spawnpoint::agent

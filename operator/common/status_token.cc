@@ -3,20 +3,17 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "common/random.h"
 
 namespace spawnpoint::op {
 
 StatusOr<StatusTokens> StatusTokens::FromFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return InvalidArgument("--status-token-key-file " + path + ": cannot read it");
-  std::stringstream bytes;
-  bytes << in.rdbuf();
-  std::string key = bytes.str();
-  while (!key.empty() && (key.back() == '\n' || key.back() == '\r')) key.pop_back();
+  StatusOr<std::string> read = ReadSecretFile(path);
+  const bool empty = !read.ok() && read.status().code() == StatusCode::kInvalidArgument;
+  if (!read.ok() && !empty) {
+    return InvalidArgument("--status-token-key-file " + path + ": cannot read it");
+  }
+  std::string key = empty ? "" : *std::move(read);
   if (key.size() < kMinStatusTokenKeyBytes) {
     return InvalidArgument("--status-token-key-file " + path + ": " + std::to_string(key.size()) +
                            " bytes; the key needs at least " +
@@ -39,14 +36,7 @@ std::string StatusTokens::For(const std::string& ns, const std::string& name,
   unsigned int len = 0;
   HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()),
        reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &len);
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * len);
-  for (unsigned int i = 0; i < len; ++i) {
-    out.push_back(kHex[mac[i] >> 4]);
-    out.push_back(kHex[mac[i] & 15]);
-  }
-  return out;
+  return HexEncode(std::string_view(reinterpret_cast<const char*>(mac), len));
 }
 
 }  // namespace spawnpoint::op
