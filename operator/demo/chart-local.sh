@@ -15,44 +15,14 @@
 # jobs) until Ctrl-C; otherwise everything is removed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-root=$PWD
-build=${BUILD:-build}
-case "$build" in /*) ;; *) build=$root/$build ;; esac
+demo=chart-local
+. operator/demo/demo_lib.sh
 ns=spawnpoint-system release=spawnpoint team=ml
-
-for bin in spawnpoint-operator spawnpoint-agent spawnpoint-example-trainer; do
-  [ -x "$build/bin/$bin" ] || { echo "chart-local: $build/bin/$bin is missing; build first (make build)" >&2; exit 1; }
-done
-for tool in kubectl helm3; do
-  [ -x "$root/.tools/bin/$tool" ] || { echo "chart-local: no $tool in .tools/bin; run make deps (scripts/install-tools.sh)" >&2; exit 1; }
-done
-kubectl() { "$root/.tools/bin/kubectl" "$@"; }
+[ -x "$root/.tools/bin/helm3" ] || { echo "chart-local: no helm3 in .tools/bin; run make deps (scripts/install-tools.sh)" >&2; exit 1; }
 helm() { "$root/.tools/bin/helm3" "$@"; }
 
-work=$(mktemp -d /tmp/spawnpoint-chart-local.XXXXXX)
-pids=()
-cleanup() {
-  local code=$?
-  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
-    kill "${pids[$i]}" 2>/dev/null || true
-    wait "${pids[$i]}" 2>/dev/null || true
-  done
-  bash scripts/cluster.sh down --dir "$work/cluster" >/dev/null 2>&1 || true
-  rm -rf "$work"
-  exit "$code"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-if [ -t 1 ]; then
-  say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-else
-  say() { printf '\n== %s\n' "$*"; }
-fi
-
 say "a real control plane on loopback, and 2 local nodes that run pods' commands"
-bash scripts/cluster.sh up --dir "$work/cluster" --nodes 2 >"$work/cluster.out"
-tail -n 1 "$work/cluster.out"
-export KUBECONFIG=$work/cluster/admin.kubeconfig KUBECACHEDIR=$work/kubecache
+start_cluster
 export HOME=$work/home HELM_CACHE_HOME=$work/helm/cache HELM_CONFIG_HOME=$work/helm/config \
   HELM_DATA_HOME=$work/helm/data
 mkdir -p "$HOME"
@@ -118,20 +88,9 @@ pids+=($!)
 echo "as $(KUBECONFIG=$work/operator.kubeconfig kubectl auth whoami -o jsonpath='{.status.userInfo.username}')"
 
 say "kubectl apply -n $team -f examples/local-cluster.yaml"
-manifest=examples/local-cluster.yaml
-if [ "$build" != "$root/build" ]; then
-  sed "s#build/bin/spawnpoint-example-trainer#$build/bin/spawnpoint-example-trainer#" \
-    "$manifest" >"$work/job.yaml"
-  manifest=$work/job.yaml
-fi
-job=$(kubectl apply -n "$team" -f "$manifest" -o name)
+job=$(kubectl apply -n "$team" -f "$(local_manifest examples/local-cluster.yaml)" -o name)
 job=${job##*/}
-phase=
-for _ in $(seq 1800); do
-  phase=$(kubectl get tj -n "$team" "$job" -o jsonpath='{.status.phase}' 2>/dev/null || true)
-  [ "$phase" = Succeeded ] || [ "$phase" = Failed ] && break
-  sleep 0.1
-done
+wait_phase "$team" "$job"
 kubectl get tj -n "$team" -o wide
 if [ "$phase" != Succeeded ]; then
   echo "chart-local: the job did not succeed (phase '$phase')" >&2

@@ -10,51 +10,11 @@
 # is cleaned up.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-root=$PWD
-build=${BUILD:-build}
-case "$build" in /*) ;; *) build=$root/$build ;; esac  # BUILD relative to the root, or absolute
-
-for bin in spawnpoint-operator spawnpoint-agent spawnpoint-example-trainer; do
-  if [ ! -x "$build/bin/$bin" ]; then
-    echo "demo-cluster: $build/bin/$bin is missing; build first (make build)" >&2
-    exit 1
-  fi
-done
-# The pinned kubectl scripts/install-tools.sh builds (make deps); env KUBECTL overrides it.
-kubectl_bin=${KUBECTL:-$root/.tools/bin/kubectl}
-if [ ! -x "$kubectl_bin" ]; then
-  echo "demo-cluster: no kubectl at $kubectl_bin; run make deps (scripts/install-tools.sh)" >&2
-  exit 1
-fi
-kubectl() { "$kubectl_bin" "$@"; }
-
-work=$(mktemp -d /tmp/spawnpoint-demo-cluster.XXXXXX)
-pids=()
-cleanup() {
-  local code=$?
-  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
-    kill "${pids[$i]}" 2>/dev/null || true
-    wait "${pids[$i]}" 2>/dev/null || true
-  done
-  declare -F stop_cluster >/dev/null && stop_cluster
-  rm -rf "$work"
-  exit "$code"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# Bold headings on a terminal only: piped or logged, plain text.
-if [ -t 1 ]; then
-  say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-else
-  say() { printf '\n== %s\n' "$*"; }
-fi
+demo=demo-cluster
+. operator/demo/demo_lib.sh
 
 say "a real control plane on loopback, and 2 local nodes that run pods as local processes"
-bash scripts/cluster.sh up --dir "$work/cluster" --nodes 2 >"$work/cluster.out"
-tail -n 1 "$work/cluster.out"
-stop_cluster() { bash scripts/cluster.sh down --dir "$work/cluster" >/dev/null 2>&1 || true; }
-export KUBECONFIG=$work/cluster/admin.kubeconfig KUBECACHEDIR=$work/kubecache
+start_cluster
 
 say "kubectl apply -f crds/trainingjob.yaml"
 kubectl apply -f crds/trainingjob.yaml
@@ -78,11 +38,7 @@ echo "logs: structured, one line per event (shown at the end)"
 manifest=${JOB:-examples/local-cluster.yaml}
 [ -f "$manifest" ] || { echo "demo-cluster: no manifest $manifest (JOB)" >&2; exit 2; }
 shown=$manifest
-if [ "$build" != "$root/build" ]; then
-  sed "s#build/bin/spawnpoint-example-trainer#$build/bin/spawnpoint-example-trainer#" \
-    "$manifest" >"$work/job.yaml"
-  manifest=$work/job.yaml
-fi
+manifest=$(local_manifest "$manifest")
 say "kubectl apply -f $shown"
 ref=$(kubectl apply -f "$manifest" -o name)
 echo "$ref created"
@@ -93,12 +49,7 @@ say "kubectl get tj -w"
 kubectl get tj -w &
 pids+=($!)
 watch_pid=$!
-phase=
-for _ in $(seq 1800); do
-  phase=$(kubectl get tj "$job" -o jsonpath='{.status.phase}' 2>/dev/null || true)
-  [ "$phase" = Succeeded ] || [ "$phase" = Failed ] && break
-  sleep 0.1
-done
+wait_phase "" "$job"
 sleep 0.3
 kill "$watch_pid" 2>/dev/null || true
 
