@@ -219,6 +219,34 @@ class Cluster(object):
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def example_trainer(build_dir, steps=5):
+    """The example trainer's command line for a short CPU run of `steps` steps."""
+    return [os.path.join(build_dir, "bin", "spawnpoint-example-trainer"), "--epochs", "1",
+            "--steps-per-epoch", str(steps), "--batch-size", "8", "--data", "memory"]
+
+
+def training_job(name, ns, command, nodes=2, procs=1, max_restarts=0, container=None,
+                 template_metadata=None, **spec):
+    """A TrainingJob of `nodes` pods of `procs` CPU ranks (gloo) whose trainer container runs
+    `command` (plus `container`'s fields), with no loader workers, `max_restarts`, a free
+    rendezvous port and a 64Mi /dev/shm; `spec` adds spec fields or replaces these."""
+    template = {"spec": {"terminationGracePeriodSeconds": 5, "containers": [dict(
+        {"name": "trainer", "image": "spawnpoint/example-trainer:latest", "command": command},
+        **(container or {}))]}}
+    if template_metadata:
+        template["metadata"] = template_metadata
+    return {
+        "apiVersion": "spawnpoint.dev/v1alpha1", "kind": "TrainingJob",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": dict({
+            "nodes": nodes, "gpusPerNode": 0, "procsPerNode": procs, "backend": "gloo",
+            "template": template,
+            "loader": {"workersPerRank": 0},
+            "restartPolicy": {"maxRestarts": max_restarts},
+            "rendezvous": {"port": free_port()},
+            "shmSize": "64Mi"}, **spec)}
+
+
 def kubectl_ok(cluster, *argv, stdin=None):
     """`kubectl ARGV` on `cluster` as its admin; raises with its output when it fails."""
     code, out = cluster.kubectl(*argv, stdin=stdin)

@@ -28,24 +28,12 @@ class BigJobOnRealServerTest(cluster_fixture.OperatorClusterTest):
 
     def test_a_300_kb_template_runs(self):
         seen = os.path.join(self.tmp, "seen")
-        trainer = [os.path.join(args().build_dir, "bin", "spawnpoint-example-trainer"),
-                   "--epochs", "1", "--steps-per-epoch", "3", "--batch-size", "8", "--data",
-                   "memory"]
+        trainer = cluster_fixture.example_trainer(args().build_dir, steps=3)
         # Each rank records the length of one big variable, then trains.
         script = 'printf "%s\\n" "${#BIG_29}" >> "$0"; exec "$@"'
         env = [{"name": "BIG_%d" % i, "value": "v" * 10000} for i in range(30)]
-        job = {
-            "apiVersion": "spawnpoint.dev/v1alpha1", "kind": "TrainingJob",
-            "metadata": {"name": "wide", "namespace": NS},
-            "spec": {
-                "nodes": 2, "gpusPerNode": 0, "procsPerNode": 1, "backend": "gloo",
-                "template": {"spec": {"terminationGracePeriodSeconds": 5, "containers": [{
-                    "name": "trainer", "image": "spawnpoint/example-trainer:latest",
-                    "command": ["bash", "-c", script, seen] + trainer, "env": env}]}},
-                "loader": {"workersPerRank": 0},
-                "restartPolicy": {"maxRestarts": 0},
-                "rendezvous": {"port": cluster_fixture.free_port()},
-                "shmSize": "64Mi"}}
+        job = cluster_fixture.training_job("wide", NS, ["bash", "-c", script, seen] + trainer,
+                                           container={"env": env})
         self.assertGreater(len(json.dumps(job)), 300000)
         code, out = self.cluster.kubectl("create", "-f", "-", stdin=json.dumps(job))
         self.assertEqual(code, 0, out)

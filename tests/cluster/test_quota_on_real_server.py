@@ -55,23 +55,10 @@ class QuotaOnRealServerTest(cluster_fixture.OperatorClusterTest):
 
     def test_a_gang_over_the_quota_waits_whole_and_runs_once_it_is_raised(self):
         release = os.path.join(self.tmp, "release")
-        trainer = [os.path.join(args().build_dir, "bin", "spawnpoint-example-trainer"),
-                   "--epochs", "1", "--steps-per-epoch", "5", "--batch-size", "8", "--data",
-                   "memory"]
-        self.apply({
-            "apiVersion": "spawnpoint.dev/v1alpha1", "kind": "TrainingJob",
-            "metadata": {"name": "wide", "namespace": NS},
-            "spec": {
-                "nodes": 2, "gpusPerNode": 0, "procsPerNode": 1, "backend": "gloo",
-                "template": {"spec": {"terminationGracePeriodSeconds": 5, "containers": [{
-                    "name": "trainer", "image": "spawnpoint/example-trainer:latest",
-                    "command": ["bash", "-c", 'while [ ! -e "$0" ]; do sleep 0.1; done; '
-                                'exec "$@"', release] + trainer,
-                    "resources": {"limits": {"nvidia.com/gpu": "3"}}}]}},
-                "loader": {"workersPerRank": 0},
-                "restartPolicy": {"maxRestarts": 3},
-                "rendezvous": {"port": cluster_fixture.free_port()},
-                "shmSize": "64Mi"}})
+        self.apply(cluster_fixture.training_job(
+            "wide", NS, ["bash", "-c", 'while [ ! -e "$0" ]; do sleep 0.1; done; exec "$@"',
+                         release] + cluster_fixture.example_trainer(args().build_dir),
+            max_restarts=3, container={"resources": {"limits": {"nvidia.com/gpu": "3"}}}))
         self.wait("QuotaExceeded", lambda: self.condition("QuotaExceeded").get(
             "status") == "True")
         quota = self.condition("QuotaExceeded")

@@ -57,23 +57,11 @@ class StatusAccessOnRealServerTest(cluster_fixture.OperatorClusterTest):
 
     def test_only_the_token_reads_the_log_lines(self):
         trainer = os.path.join(args().build_dir, "bin", "spawnpoint-example-trainer")
-        self.apply({
-            "apiVersion": "spawnpoint.dev/v1alpha1", "kind": "TrainingJob",
-            "metadata": {"name": "hang", "namespace": NS},
-            "spec": {
-                "nodes": 1, "gpusPerNode": 0, "procsPerNode": 2, "backend": "gloo",
-                "template": {
-                    "metadata": {"annotations": {"local-node.spawnpoint.dev/own-pod-ip": "host"}},
-                    "spec": {"terminationGracePeriodSeconds": 5, "containers": [{
-                        "name": "trainer", "image": "spawnpoint/example-trainer:latest",
-                        "command": [trainer, "--epochs", "1", "--steps-per-epoch", "400",
-                                    "--hang-at-step", "5", "--fail-rank", "1", "--data",
-                                    "memory"]}]}},
-                "loader": {"workersPerRank": 0},
-                "stallPolicy": {"timeoutSeconds": 5, "action": "Report"},
-                "restartPolicy": {"maxRestarts": 0},
-                "rendezvous": {"port": cluster_fixture.free_port()},
-                "shmSize": "64Mi"}})
+        self.apply(cluster_fixture.training_job(
+            "hang", NS, [trainer, "--epochs", "1", "--steps-per-epoch", "400", "--hang-at-step",
+                         "5", "--fail-rank", "1", "--data", "memory"], nodes=1, procs=2,
+            template_metadata={"annotations": {"local-node.spawnpoint.dev/own-pod-ip": "host"}},
+            stallPolicy={"timeoutSeconds": 5, "action": "Report"}))
 
         def condition():
             for c in (self.get("tj", "-n", NS, "hang").get("status") or {}).get("conditions", []):

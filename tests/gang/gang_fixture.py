@@ -176,23 +176,12 @@ def training_job(build_dir, name, ns, script, nodes=1, gpus=1, scheduling=None,
     """A TrainingJob of `nodes` pods of 1 CPU rank, each pod asking `gpus` nvidia.com/gpu (the
     ranks use none: there is no GPU here), handed to `scheduling`; each container runs
     `bash -c script trainer...` (the script execs "$@" to train the example trainer)."""
-    trainer = [os.path.join(build_dir, "bin", "spawnpoint-example-trainer"), "--epochs", "1",
-               "--steps-per-epoch", "5", "--batch-size", "8", "--data", "memory"]
-    return {
-        "apiVersion": "spawnpoint.dev/v1alpha1", "kind": "TrainingJob",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "nodes": nodes, "gpusPerNode": 0, "procsPerNode": 1, "backend": "gloo",
-            "scheduling": scheduling or {},
-            "template": {"spec": {"terminationGracePeriodSeconds": 5, "containers": [{
-                "name": "trainer", "image": "spawnpoint/example-trainer:latest",
-                "command": ["bash", "-c", script, "trainer"] + trainer,
-                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}},
-            "loader": {"workersPerRank": 0},
-            "restartPolicy": {"maxRestarts": max_restarts, "backoffSeconds": 1},
-            "rendezvous": {"port": cluster_fixture.free_port()},
-            "shmSize": "64Mi",
-            "runPolicy": {"cleanPodPolicy": "None"}}}
+    return cluster_fixture.training_job(
+        name, ns, ["bash", "-c", script, "trainer"] + cluster_fixture.example_trainer(build_dir),
+        nodes=nodes, container={"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}},
+        scheduling=scheduling or {},
+        restartPolicy={"maxRestarts": max_restarts, "backoffSeconds": 1},
+        runPolicy={"cleanPodPolicy": "None"})
 
 
 def wait_for(path):
