@@ -196,6 +196,8 @@ int RunOperator(const OperatorOptions& o) {
   co.reconciler.pods.gang_port = o.agent_gang_port;
   co.reconciler.gang = &gang_watcher;
   co.reconciler.pending_timeout = o.pending_timeout;
+  co.reconciler.quota_retry = {o.quota_retry, o.quota_retry_max};
+  co.watch_quotas = o.watch_quotas;
   co.reconciler.status_tokens = status_tokens ? &*status_tokens : nullptr;
   if (o.crash_after_pod_creates > 0) {
     auto created = std::make_shared<std::atomic<int>>(0);

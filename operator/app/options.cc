@@ -80,6 +80,11 @@ flags:
                                   the job's rendezvous port + 1)
   --max-concurrent-reconciles N   workers reconciling different jobs at once (default 4)
   --pending-timeout D             report pods Pending longer than D (default 5m)
+  --quota-retry D, --quota-retry-max D
+                                  a pod create the namespace's ResourceQuota refused is tried
+                                  again after D, backing off to the max (default 5s and 1m)
+  --watch-resource-quotas[=false] and whenever a ResourceQuota of the namespace changes
+                                  (default true; needs list and watch on resourcequotas)
   --utilisation-interval D        read running pods' agent status every D (default 30s; 0 off)
   --gang-status-interval D        read the agents of jobs that restart in place every D, to
                                   mirror their restarts (default 500ms; 0 off)
@@ -175,6 +180,8 @@ StatusOr<OperatorOptions> ParseOperatorArgs(const std::vector<std::string>& args
       {"--agent-gang-port", integer(&o.agent_gang_port, 1, 65535)},
       {"--max-concurrent-reconciles", integer(&o.max_concurrent_reconciles, 1, 256)},
       {"--pending-timeout", duration(&o.pending_timeout, false)},
+      {"--quota-retry", duration(&o.quota_retry, false)},
+      {"--quota-retry-max", duration(&o.quota_retry_max, false)},
       {"--utilisation-interval", duration(&o.utilisation_interval, true)},
       {"--gang-status-interval", duration(&o.gang_status_interval, true)},
       {"--resync-period", duration(&o.resync_period, true)},
@@ -213,6 +220,14 @@ StatusOr<OperatorOptions> ParseOperatorArgs(const std::vector<std::string>& args
       o.version = true;
       return o;
     }
+    if (flag == "--watch-resource-quotas") {
+      if (has_value && value != "true" && value != "false") {
+        return InvalidArgument("--watch-resource-quotas: expected true or false, got \"" + value +
+                               "\"");
+      }
+      o.watch_quotas = !has_value || value == "true";
+      continue;
+    }
     if (flag == "--leader-elect") {
       if (has_value && value != "true" && value != "false") {
         return InvalidArgument("--leader-elect: expected true or false, got \"" + value + "\"");
@@ -228,6 +243,9 @@ StatusOr<OperatorOptions> ParseOperatorArgs(const std::vector<std::string>& args
   // "off" turns an address off, as the agent's --metrics-addr says it; "0" and "" still do.
   for (std::string* addr : {&o.metrics_addr, &o.health_addr}) {
     if (*addr == "off" || *addr == "0") addr->clear();
+  }
+  if (o.quota_retry_max < o.quota_retry) {
+    return InvalidArgument("--quota-retry-max must be at least --quota-retry");
   }
   if (o.leader_elect) {
     if (!(o.lease_duration > o.renew_deadline)) {

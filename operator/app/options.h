@@ -41,6 +41,12 @@ struct OperatorOptions {
   int agent_gang_port = 0;
   int max_concurrent_reconciles = 4;
   Clock::Duration pending_timeout = std::chrono::minutes(5);
+  // A create the namespace's ResourceQuota refused: tried again after quota_retry, backing off
+  // to quota_retry_max (quota_policy.h), and on every change of a ResourceQuota there when
+  // watch_quotas.
+  Clock::Duration quota_retry = std::chrono::seconds(5);
+  Clock::Duration quota_retry_max = std::chrono::seconds(60);
+  bool watch_quotas = true;
   Clock::Duration utilisation_interval = std::chrono::seconds(30);  // 0: off
   // In-place gangs' agents are read this often (0: off; their restarts then show only when
   // the job ends).

@@ -7,6 +7,7 @@
 #include "operator/common/names.h"
 #include "operator/common/object.h"
 #include "operator/kube/errors.h"
+#include "operator/reconciler/job_status.h"
 
 namespace spawnpoint::op {
 namespace {
@@ -38,6 +39,32 @@ kube::InformerOptions ChildInformerOptions(const ControllerOptions& o) {
   io.label_selector = kJobNameLabel;  // exists: only the children of TrainingJobs
   io.transform = TrimChild;
   return io;
+}
+
+// A ResourceQuota's change is all the controller needs of it: its name and namespace.
+void TrimQuota(nlohmann::json& object) {
+  kube::StripManagedFields(object);
+  object.erase("spec");
+  object.erase("status");
+}
+
+kube::InformerOptions QuotaInformerOptions(const ControllerOptions& o) {
+  kube::InformerOptions io;
+  io.namespaces = o.namespaces;
+  io.transform = TrimQuota;
+  return io;
+}
+
+bool QuotaRefused(const nlohmann::json& job) {
+  const auto conditions = "/status/conditions"_json_pointer;
+  if (!job.contains(conditions) || !job.at(conditions).is_array()) return false;
+  for (const auto& c : job.at(conditions)) {
+    if (c.is_object() && c.value("type", "") == condition::kQuotaExceeded &&
+        c.value("status", "") == "True") {
+      return true;
+    }
+  }
+  return false;
 }
 
 kube::InformerOptions JobInformerOptions(const ControllerOptions& o) {
@@ -80,6 +107,23 @@ Controller::Controller(kube::Client* client, const WallClock* clock, ControllerO
   on_child.on_delete = [this](const kube::ObjectPtr& o, bool) { EnqueueOwner(o); };
   pods_.AddEventHandler(on_child);
   services_.AddEventHandler(on_child);
+
+  if (options_.watch_quotas) {
+    quotas_ = std::make_unique<kube::Informer>(client, kube::resources::ResourceQuotas(),
+                                               QuotaInformerOptions(options_));
+    // Every change: the quota controller rewrites status.used as pods come and go, so this also
+    // fires when another job's pods free their share. A resourceVersion-only change (a trimmed
+    // object compares equal) still counts.
+    kube::EventHandler on_quota;
+    on_quota.on_add = [this](const kube::ObjectPtr& o) { EnqueueQuotaRefused(NamespaceOf(*o)); };
+    on_quota.on_update = [this](const kube::ObjectPtr&, const kube::ObjectPtr& o) {
+      EnqueueQuotaRefused(NamespaceOf(*o));
+    };
+    on_quota.on_delete = [this](const kube::ObjectPtr& o, bool) {
+      EnqueueQuotaRefused(NamespaceOf(*o));
+    };
+    quotas_->AddEventHandler(on_quota);
+  }
 }
 
 Controller::~Controller() { Stop(); }
@@ -90,6 +134,12 @@ void Controller::EnqueueOwner(const kube::ObjectPtr& object) {
   queue_.Add(NamespaceOf(*object) + "/" + job);
 }
 
+void Controller::EnqueueQuotaRefused(const std::string& ns) {
+  for (const auto& job : jobs_.store().ByIndex(kube::kNamespaceIndex, ns)) {
+    if (QuotaRefused(*job)) queue_.Add(ns + "/" + NameOf(*job));
+  }
+}
+
 void Controller::Enqueue(const std::string& ns, const std::string& name) {
   queue_.Add(ns + "/" + name);
 }
@@ -98,6 +148,7 @@ void Controller::StartInformers() {
   jobs_.Start();
   pods_.Start();
   services_.Start();
+  if (quotas_) quotas_->Start();
 }
 
 bool Controller::HasSynced() const {
@@ -130,6 +181,7 @@ void Controller::Stop() {
   jobs_.Stop();
   pods_.Stop();
   services_.Stop();
+  if (quotas_) quotas_->Stop();
   events_.Stop();
 }
 

@@ -1,8 +1,9 @@
 // The TrainingJob controller: informers for TrainingJobs and for the pods and services
 // they own (selected by the spawnpoint.dev/job-name label), whose events enqueue the
-// owning job's "namespace/name"; a rate-limited work queue; and N workers that each take a
-// key, reconcile it and requeue it by the result: time-driven work with AddAfter, a 409 or
-// a 429/5xx with the key's exponential backoff, a terminal error (422) only logged. The
+// owning job's "namespace/name", and for ResourceQuotas, whose changes enqueue the jobs of
+// their namespace that a quota refused (QuotaExceeded); a rate-limited work queue; and N workers
+// that each take a key, reconcile it and requeue it by the result: time-driven work with AddAfter,
+// a 409 or a 429/5xx with the key's exponential backoff, a terminal error (422) only logged. The
 // queue never hands one key to two workers, so one job is never reconciled concurrently.
 // Informers may run before this replica leads (warm caches for a fast failover); workers
 // start only when it should act. Thread-safe.
@@ -36,6 +37,10 @@ struct ControllerOptions {
   // Every period each cached job is reconciled again (0: never; events suffice).
   Clock::Duration resync_period{0};
   std::string instance;  // this replica's identity (events' reportingInstance)
+  // Watch ResourceQuotas (list and watch on resourcequotas): a refused job is tried again as
+  // soon as its namespace's quota changes, not only after its retry delay. Not waited for by
+  // HasSynced: a watch the RBAC refuses costs only that.
+  bool watch_quotas = true;
 };
 
 class Controller {
@@ -67,6 +72,8 @@ class Controller {
   void Worker(int index);
   void ProcessKey(const std::string& key);
   void EnqueueOwner(const kube::ObjectPtr& object);
+  // Every job of `ns` whose condition QuotaExceeded is True.
+  void EnqueueQuotaRefused(const std::string& ns);
 
   kube::Client* const client_;
   const WallClock* const clock_;
@@ -80,6 +87,7 @@ class Controller {
   kube::Informer jobs_;
   kube::Informer pods_;
   kube::Informer services_;
+  std::unique_ptr<kube::Informer> quotas_;  // null unless options_.watch_quotas
   kube::WorkQueue queue_;
   EventRecorder events_;
   KubeCluster cluster_;

@@ -45,6 +45,7 @@ inline GroupVersionResource Namespaces() { return {"", "v1", "namespaces"}; }
 inline GroupVersionResource ConfigMaps() { return {"", "v1", "configmaps"}; }
 inline GroupVersionResource Secrets() { return {"", "v1", "secrets"}; }
 inline GroupVersionResource Events() { return {"", "v1", "events"}; }
+inline GroupVersionResource ResourceQuotas() { return {"", "v1", "resourcequotas"}; }
 inline GroupVersionResource Leases() { return {"coordination.k8s.io", "v1", "leases"}; }
 // Volcano's (spec.scheduling.gang volcano).
 inline GroupVersionResource PodGroups() {

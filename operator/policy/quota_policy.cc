@@ -1,5 +1,7 @@
 #include "operator/policy/quota_policy.h"
 
+#include <algorithm>
+
 #include "operator/common/object.h"
 #include "operator/reconciler/pod_group.h"
 
@@ -10,6 +12,10 @@ using nlohmann::json;
 bool IsQuotaDenial(const Status& s) {
   return s.code() == StatusCode::kForbidden &&
          s.message().find("exceeded quota") != std::string::npos;
+}
+
+Clock::Duration QuotaRetryDelay(Clock::Duration refused_for, const QuotaRetry& retry) {
+  return std::clamp<Clock::Duration>(refused_for / 4, retry.first, retry.max);
 }
 
 json QuotaProbe(const json& pod, int pods, const std::string& name) {

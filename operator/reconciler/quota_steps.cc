@@ -1,8 +1,9 @@
 // The reconciler's steps for a namespace's ResourceQuota (reconciler.h, quota_policy.h): before
 // a whole gang is created one dry-run create asks whether the quota holds all of it; a refusal
-// is the condition QuotaExceeded (and an event), looked at again every kQuotaRetry, never a
-// failure; and a job the quota keeps without any pod counts toward its pending timeout from
-// when the quota first refused it.
+// is the condition QuotaExceeded (and an event), looked at again after QuotaRetryDelay (and
+// whenever the controller sees a ResourceQuota of the namespace change), never a failure; and a job
+// the quota keeps without any pod counts toward its pending timeout from when the quota first
+// refused it.
 #include "operator/common/names.h"
 #include "operator/policy/quota_policy.h"
 #include "operator/reconciler/reconcile_context.h"
@@ -21,13 +22,19 @@ bool Reconciler::QuotaHolds(Context& c) {
 void Reconciler::QuotaDenied(Context& c, const std::string& api_message) {
   const std::string message = "the gang's " + std::to_string(c.job.spec.nodes) +
                               " pods do not fit the namespace's ResourceQuota (" + api_message +
-                              "); tried again every " + std::to_string(kQuotaRetry.count()) +
-                              " s, no restart counted";
+                              "); tried again when a ResourceQuota there changes, and at least "
+                              "every " +
+                              FormatDuration(options_.quota_retry.max) + "; no restart counted";
+  // Refused since the condition turned True (now, when this refusal turns it).
+  const Condition* before = c.status.Find(condition::kQuotaExceeded);
+  std::optional<WallTime> since;
+  if (before && before->status == "True") since = ParseTime(before->last_transition_time);
   if (c.SetCondition(condition::kQuotaExceeded, true, "ExceededQuota", message)) {
     c.Event(EventType::kWarning, "QuotaExceeded", message);
     c.log.Warning("quota exceeded", {{"message", api_message}});
   }
-  c.RequeueAfter(kQuotaRetry);
+  c.RequeueAfter(
+      QuotaRetryDelay(since ? c.now - *since : Clock::Duration::zero(), options_.quota_retry));
 }
 
 void Reconciler::QuotaPendingStep(Context& c) {

@@ -39,6 +39,7 @@
 #include "operator/common/status_token.h"
 #include "operator/common/wall_clock.h"
 #include "operator/policy/failure_policy.h"
+#include "operator/policy/quota_policy.h"
 #include "operator/reconciler/children.h"
 #include "operator/reconciler/cluster.h"
 
@@ -110,6 +111,8 @@ struct ReconcilerOptions {
   const StatusTokens* status_tokens = nullptr;
   // A pod Pending longer than this is reported (Running condition, reason PodPending).
   Clock::Duration pending_timeout = std::chrono::minutes(5);
+  // When a create the namespace's ResourceQuota refused is tried again (quota_policy.h).
+  QuotaRetry quota_retry;
   // Called after each pod was created (tests use it as a crash point).
   std::function<void(const std::string& pod)> after_pod_create;
 };
@@ -199,7 +202,7 @@ class Reconciler {
   // ResourceQuota cannot hold all of it (QuotaDenied then says so).
   bool QuotaHolds(Context& c);
   // A create refused for a ResourceQuota: condition QuotaExceeded, an event on the transition,
-  // a retry after kQuotaRetry.
+  // a retry after QuotaRetryDelay.
   void QuotaDenied(Context& c, const std::string& api_message);
   // PendingStep's part for a job the quota keeps without any pod: past the pending timeout
   // since QuotaExceeded turned True, it is reported as a pending pod would be.

@@ -205,6 +205,9 @@ class IsolationOnRealServerTest(unittest.TestCase):
             ("create", "leases.coordination.k8s.io") + team,
             ("create", "clusterroles.rbac.authorization.k8s.io"),
             ("create", "rolebindings.rbac.authorization.k8s.io") + team,
+            ("get", "resourcequotas") + team,
+            ("update", "resourcequotas") + team,
+            ("delete", "resourcequotas") + team,
         ]
         allowed = [
             ("list", "pods") + team, ("watch", "pods") + team, ("create", "pods") + team,
@@ -212,6 +215,7 @@ class IsolationOnRealServerTest(unittest.TestCase):
             ("list", "services") + team, ("watch", "services") + team,
             ("create", "services") + team, ("delete", "services") + team,
             ("create", "secrets") + team,
+            ("list", "resourcequotas") + team, ("watch", "resourcequotas") + team,
             ("create", "events") + team,
             ("get", "trainingjobs.spawnpoint.dev") + team,
             ("list", "trainingjobs.spawnpoint.dev") + team,

@@ -5,7 +5,8 @@ of 4 `nvidia.com/gpu`, the real agent and the example trainer. Namespace team-a 
 with the condition QuotaExceeded in the API server's words and a QuotaExceeded event; not one
 of its pods is created (a half gang would hold 3 GPUs and its agent would time out waiting for
 the other), and it stays so, with no restart. The quota raised to 6, the job is created within
-seconds, runs and succeeds with 0 restarts, QuotaExceeded False.
+seconds, runs and succeeds with 0 restarts, QuotaExceeded False. The operator's timed retry is
+set to 10 minutes here, so only its watch of ResourceQuotas can notice the raise in time.
 
     python3 test_quota_on_real_server.py --source-dir REPO --build-dir BUILD
 """
@@ -28,6 +29,8 @@ def args():
 class QuotaOnRealServerTest(cluster_fixture.OperatorClusterTest):
     GPUS = 4
     NAMESPACE = NS
+    # Out of the test's reach: the raise must be seen through the ResourceQuota watch.
+    OPERATOR_ARGS = ("--quota-retry", "10m", "--quota-retry-max", "10m")
 
     @classmethod
     def setUpCluster(cls):
@@ -82,9 +85,10 @@ class QuotaOnRealServerTest(cluster_fixture.OperatorClusterTest):
                         "-p", json.dumps({"spec": {"hard": {"requests.nvidia.com/gpu": "6"}}}))
         raised = time.monotonic()
         self.wait("the job Running", lambda: self.status().get("phase") == "Running")
-        # Seconds, not the gang-start timeout: the operator looks again every 5 s (with room
-        # for a loaded machine's pod start-up).
+        # Seconds, not the timed retry (10 minutes here) nor the gang-start timeout: the quota's
+        # change woke the job (with room for a loaded machine's pod start-up).
         self.assertLess(time.monotonic() - raised, 60)
+        self.assertIn("tried again when a ResourceQuota there changes", quota["message"])
         self.assertEqual(self.condition("QuotaExceeded").get("status"), "False")
         self.assertEqual(self.condition("Created").get("status"), "True")
         open(release, "w").close()

@@ -3,6 +3,8 @@
 // holds it. On a fake cluster with a GPU quota and simulated time.
 #include "operator/policy/quota_policy.h"
 
+#include <algorithm>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -20,6 +22,22 @@ using std::chrono::seconds;
 using testing::FakeCluster;
 using ::testing::HasSubstr;
 using testing::MakeJob;
+
+// The first retry of a refused create (quota_policy.h's default).
+const Clock::Duration kFirstRetry = QuotaRetry{}.first;
+
+// A refusal that lasts is looked at less often: a quarter of how long it has lasted, from 5 s
+// to 60 s (a ResourceQuota change wakes the job at once, controller.cc).
+TEST(QuotaPolicyTest, RetriesBackOffFromTheFirstToTheMost) {
+  const QuotaRetry retry;
+  EXPECT_EQ(QuotaRetryDelay(seconds(0), retry), seconds(5));
+  EXPECT_EQ(QuotaRetryDelay(seconds(20), retry), seconds(5));
+  EXPECT_EQ(QuotaRetryDelay(seconds(40), retry), seconds(10));
+  EXPECT_EQ(QuotaRetryDelay(std::chrono::minutes(4), retry), seconds(60));
+  EXPECT_EQ(QuotaRetryDelay(std::chrono::hours(5), retry), seconds(60));
+  EXPECT_EQ(QuotaRetryDelay(seconds(40), QuotaRetry{seconds(30), std::chrono::minutes(10)}),
+            seconds(30));
+}
 
 TEST(QuotaPolicyTest, OnlyAQuotaRefusalIsOne) {
   EXPECT_TRUE(IsQuotaDenial(Status(StatusCode::kForbidden,
@@ -87,9 +105,9 @@ TEST_F(QuotaTest, AGangTheQuotaCannotHoldIsNeverHalfMadeAndWaitsPending) {
   EXPECT_NE(Condition("Created").value("status", ""), "True");
   EXPECT_EQ(EventsWith("QuotaExceeded"), 1);
   ASSERT_TRUE(r.requeue_after);
-  EXPECT_LE(*r.requeue_after, kQuotaRetry);
+  EXPECT_LE(*r.requeue_after, kFirstRetry);
   for (int i = 0; i < 5; ++i) {
-    clock_.Advance(kQuotaRetry);
+    clock_.Advance(kFirstRetry);
     ASSERT_TRUE(Reconcile().status.ok());
   }
   EXPECT_TRUE(cluster_.PodNames().empty());
@@ -97,7 +115,7 @@ TEST_F(QuotaTest, AGangTheQuotaCannotHoldIsNeverHalfMadeAndWaitsPending) {
   EXPECT_EQ(Status()["restarts"], 0);
 
   cluster_.SetGpuQuota(4);  // raised
-  clock_.Advance(kQuotaRetry);
+  clock_.Advance(kFirstRetry);
   ASSERT_TRUE(Reconcile().status.ok());
   EXPECT_EQ(cluster_.PodNames().size(), 2u);
   EXPECT_EQ(Condition("QuotaExceeded")["status"], "False");
@@ -111,6 +129,37 @@ TEST_F(QuotaTest, AGangTheQuotaCannotHoldIsNeverHalfMadeAndWaitsPending) {
 
 // No pod exists, yet the job waits: past the operator's pending timeout (5 min) it is reported
 // as a Pending job is, with the quota's words.
+// The reconciler asks again sooner at first and less often as the refusal lasts, and says so.
+TEST_F(QuotaTest, ALastingRefusalIsLookedAtLessOften) {
+  cluster_.SetGpuQuota(3);
+  ReconcilerOptions options;
+  options.pending_timeout = std::chrono::hours(1);  // its own requeue stays out of the way
+  Reconciler reconciler(&cluster_, &wall_, options);
+  auto reconcile = [&] { return reconciler.Reconcile("default", "job", Logger()); };
+  ReconcileResult r = reconcile();
+  ASSERT_TRUE(r.status.ok());
+  ASSERT_TRUE(r.requeue_after);
+  EXPECT_EQ(*r.requeue_after, seconds(5));
+  EXPECT_THAT(Condition("QuotaExceeded")["message"].get<std::string>(),
+              HasSubstr("tried again when a ResourceQuota there changes, and at least every 1m0s; "
+                        "no restart counted"));
+  Clock::Duration waited{0};
+  std::vector<Clock::Duration> delays;
+  while (waited < std::chrono::minutes(10)) {
+    clock_.Advance(*r.requeue_after);
+    waited += *r.requeue_after;
+    r = reconcile();
+    ASSERT_TRUE(r.status.ok());
+    ASSERT_TRUE(r.requeue_after);
+    delays.push_back(*r.requeue_after);
+  }
+  EXPECT_TRUE(std::is_sorted(delays.begin(), delays.end()));
+  EXPECT_EQ(delays.back(), seconds(60));
+  EXPECT_LT(delays.size(), 30u) << "not every 5 s for ten minutes (120 reads)";
+  EXPECT_EQ(EventsWith("QuotaExceeded"), 1);
+  EXPECT_TRUE(cluster_.PodNames().empty());
+}
+
 TEST_F(QuotaTest, AJobTheQuotaKeepsWithoutPodsCountsTowardItsPendingTimeout) {
   cluster_.SetGpuQuota(3);
   ReconcileResult r = Reconcile();
@@ -140,7 +189,7 @@ TEST_F(QuotaTest, ARefusedCreateIsTheSameStateAndNotCalledCreated) {
   EXPECT_EQ(Condition("Created")["status"], "False");
   EXPECT_EQ(Condition("Created")["reason"], "QuotaExceeded");
   cluster_.SetGpuQuota(4);
-  clock_.Advance(kQuotaRetry);
+  clock_.Advance(kFirstRetry);
   ASSERT_TRUE(Reconcile().status.ok());
   EXPECT_EQ(cluster_.PodNames().size(), 2u);
   EXPECT_EQ(Condition("Created")["status"], "True");

@@ -89,6 +89,27 @@ TEST(OperatorOptionsTest, NamespaceTakesAListOfDnsLabels) {
               HasSubstr("--namespace: namespace \"a\" is listed twice in \"a,b,a\""));
 }
 
+// A create the quota refused: tried again after --quota-retry, backing off to --quota-retry-max,
+// and on a ResourceQuota's change unless --watch-resource-quotas=false (RBAC without it).
+TEST(OperatorOptionsTest, QuotaRetriesAndTheQuotaWatch) {
+  auto defaults = ParseOperatorArgs({});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->quota_retry, seconds(5));
+  EXPECT_EQ(defaults->quota_retry_max, seconds(60));
+  EXPECT_TRUE(defaults->watch_quotas);
+  auto o = ParseOperatorArgs(
+      {"--quota-retry", "10m", "--quota-retry-max=1h", "--watch-resource-quotas=false"});
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  EXPECT_EQ(o->quota_retry, std::chrono::minutes(10));
+  EXPECT_EQ(o->quota_retry_max, std::chrono::hours(1));
+  EXPECT_FALSE(o->watch_quotas);
+  EXPECT_TRUE(ParseOperatorArgs({"--watch-resource-quotas"})->watch_quotas);
+  EXPECT_THAT(ParseOperatorArgs({"--watch-resource-quotas=no"}).status().message(),
+              HasSubstr("--watch-resource-quotas: expected true or false, got \"no\""));
+  EXPECT_THAT(ParseOperatorArgs({"--quota-retry", "2m"}).status().message(),
+              HasSubstr("--quota-retry-max must be at least --quota-retry"));
+}
+
 TEST(OperatorOptionsTest, TheLeaseIsInTheOneWatchedNamespaceElseTheConfigs) {
   auto lease_ns = [](std::vector<std::string> args) {
     return LeaseNamespace(*ParseOperatorArgs(args), "from-config");
