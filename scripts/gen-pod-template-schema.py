@@ -31,6 +31,8 @@ import re
 import subprocess
 import sys
 
+import generated_files  # scripts/generated_files.py
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CRD = "crds/trainingjob.yaml"
 CHART_CRD = "charts/spawnpoint/crds/trainingjob.yaml"
@@ -255,24 +257,7 @@ def main():
         crd = splice(f.read(), crd_block(schema, version))
     wanted = {CRD: crd, CHART_CRD: crd,
               JSON_OUT: json.dumps(schema, indent=1, sort_keys=True) + "\n"}
-    stale = []
-    for name, text in wanted.items():
-        full = os.path.join(ROOT, name)
-        current = open(full).read() if os.path.exists(full) else None
-        if current == text:
-            continue
-        if a.check:
-            stale.append(name)
-        else:
-            with open(full, "w") as f:
-                f.write(text)
-            print("wrote %s" % name)
-    if stale:
-        print("out of date: %s; run scripts/gen-pod-template-schema.py" % ", ".join(stale),
-              file=sys.stderr)
-        return 1
-    return 0
-
+    return generated_files.update(ROOT, wanted, a.check, "scripts/gen-pod-template-schema.py")
 
 if __name__ == "__main__":
     sys.exit(main())
