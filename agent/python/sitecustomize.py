@@ -17,6 +17,8 @@ the hook from the package beside this file (spawnpoint_rank/) only then:
                                  training step in the rank's progress record (_progress)
     torch.nn.parallel.distributed spawnpoint_rank._collective: DDP's gradient allreduce timed,
                                  so the agent can tell a straggler from those waiting for it
+    torch.multiprocessing.spawn  spawnpoint_rank._mp_spawn: a script's own mp.spawn of its ranks
+                                 runs each as one of the agent's ranks, on its rendezvous
 and (2) chains to the sitecustomize Python would have imported without it. Nothing is imported
 ahead of time (neither multiprocessing nor torch, nor the package). It also takes out of the
 environment, so that processes the rank starts never see them:
@@ -32,6 +34,9 @@ environment, so that processes the rank starts never see them:
                                  collectors, torch's native destructors: 0.3-0.7 s that the
                                  restart would wait for), as if it had no SIGTERM handler of its
                                  own (Lightning's) that let it run on
+It reads, and leaves in place, the job's MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE, NNODES and TORCHELASTIC_RUN_ID before the script can change them (the package
+gets them as job_environment).
 A hook that fails is reported once on stderr and the trainer's import goes on without it. A hook
 that relies on a private name of torch, multiprocessing or Lightning that this version lacks
 says once which feature is off and falls back (spawnpoint_rank/_private.py lists every such name
@@ -72,7 +77,10 @@ _HOOKS = {  # module -> "hook module:function", called with the module just exec
     "pytorch_lightning.trainer.connectors.accelerator_connector": "spawnpoint_rank._lightning:patch",
     "torch.optim.optimizer": "spawnpoint_rank._optimizer:patch",
     "torch.nn.parallel.distributed": "spawnpoint_rank._collective:patch_ddp",
+    "torch.multiprocessing.spawn": "spawnpoint_rank._mp_spawn:patch",
 }
+_JOB_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                  "LOCAL_WORLD_SIZE", "NNODES", "TORCHELASTIC_RUN_ID")
 
 shim_active = False          # the hooks of this copy are installed
 chained_sitecustomize = None  # the module this one chained to, if any
@@ -89,6 +97,8 @@ progress_attach_ns = None
 stack_fd = None
 # Where the agent lists the pids it stops because the attempt failed (SPAWNPOINT_FAILED_FILE).
 failed_file = None
+# {name: value} of _JOB_VARIABLES as the agent set them (read at start-up, left in place).
+job_environment = None
 
 
 def _say(message):
@@ -117,6 +127,7 @@ def _hook_function(target):
         package.loader_service = loader_service
         package.progress_file = progress_file
         package.progress_attach_ns = progress_attach_ns
+        package.job_environment = job_environment
         package.standby = "SPAWNPOINT_STANDBY_FD" in os.environ  # hooks: an attempt will come
         sys.modules[_PACKAGE] = package
         try:
@@ -216,9 +227,10 @@ def _take_environment():
     """Takes this attempt's per-rank variables out of the environment (the module
     docstring); in a released standby, again from the attempt's environment, and tells the
     package if it was imported meanwhile."""
-    global loader_service, failed_file
+    global loader_service, failed_file, job_environment
     loader_service = os.environ.pop("SPAWNPOINT_LOADER_SERVICE", None) or None
     failed_file = os.environ.pop("SPAWNPOINT_FAILED_FILE", None) or None
+    job_environment = {name: os.environ[name] for name in _JOB_VARIABLES if name in os.environ}
     _take_progress_file()
     _register_stacks()
     package = sys.modules.get(_PACKAGE)
@@ -226,6 +238,7 @@ def _take_environment():
         package.loader_service = loader_service
         package.progress_file = progress_file
         package.progress_attach_ns = progress_attach_ns
+        package.job_environment = job_environment
         package.standby = False
         for name in ("_pool", "_distributed"):
             module = sys.modules.get(_PACKAGE + "." + name)

@@ -1,5 +1,6 @@
 """Runs the test classes of test_shim.py, test_rank_side.py, test_libuv.py, test_exit.py,
-test_batch_codec.py, test_loader_worker.py, test_pool_agent.py and test_progress.py for ctest,
+test_batch_codec.py, test_loader_worker.py, test_pool_agent.py, test_progress.py and
+test_mp_spawn.py for ctest,
 without pytest.
 
     run_shim_tests.py [--require-torch] [--source-dir DIR] [--agent BIN] TestClass...
@@ -49,6 +50,7 @@ def main():
     import test_libuv
     import test_lightning
     import test_loader_worker
+    import test_mp_spawn
     import test_pool_agent
     import test_private_names
     import test_progress
@@ -61,7 +63,7 @@ def main():
     for name in args.tests:  # a class of any of these modules, by its name
         modules = (test_rank_side, test_libuv, test_exit, test_batch_codec, test_loader_worker,
                    test_pool_agent, test_lightning, test_fork_scripts, test_quickstart,
-                   test_progress, test_torchrun_parity, test_private_names)
+                   test_progress, test_torchrun_parity, test_private_names, test_mp_spawn)
         module = next((m for m in modules if hasattr(m, name.split(".")[0])), test_shim)
         suite.addTest(unittest.defaultTestLoader.loadTestsFromName(name, module))
     started = time.monotonic()

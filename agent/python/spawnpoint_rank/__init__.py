@@ -10,6 +10,8 @@ start-up shim (sitecustomize.py beside this package), never by the trainer:
   _distributed.py hook: USE_LIBUV=0 where torch lacks libuv; registers _exit's handler
   _exit.py        at exit, the process group's threads finish before the interpreter does
   _optimizer.py   hook: each optimizer step counts as a training step (_progress.py)
+  _mp_spawn.py    hook: a script's own torch.multiprocessing.spawn of its ranks runs each as
+                  one of the agent's ranks, on the agent's rendezvous
   _progress.py    the rank's writer of its progress record; spawnpoint.step() calls it
   _report.py      one stderr line per problem; warnings at the trainer's line
   _private.py     every private name of torch, multiprocessing and Lightning the hooks rely

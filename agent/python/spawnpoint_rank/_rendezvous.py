@@ -12,12 +12,15 @@ init_process_group. After `LIMIT_S` it goes ahead anyway (torch's own timeout th
 applies). Other nodes' ranks and every other init_method are left alone.
 
 `patch_init(distmod)` wraps distmod.init_process_group once; `wait_for_listener` is the pure
-part (tables, clock and sleep injected). Thread-safe.
+part (tables, clock and sleep injected). Thread-safe. The wrapper first lets _mp_spawn put back
+the agent's rendezvous, where a script that spawns its own ranks set its own.
 """
 
 import functools
 import os
 import time
+
+from . import _mp_spawn
 
 LIMIT_S = 120.0
 POLL_S = 0.005
@@ -93,6 +96,7 @@ def patch_init(distmod):
 
     @functools.wraps(init)
     def init_process_group(*args, **kwargs):
+        _mp_spawn.before_init(args, kwargs)
         port = store_port_to_wait_for(args, kwargs, os.environ)
         if port is not None:
             wait_for_listener(port)

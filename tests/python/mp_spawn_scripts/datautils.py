@@ -1,0 +1,15 @@
+# datautils.py of the PyTorch DDP tutorial, verbatim, from
+# https://github.com/pytorch/examples/blob/f45e418444b572ee5c782b90a0c2cae2489208bc/distributed/ddp-tutorial-series/datautils.py
+import torch
+from torch.utils.data import Dataset
+
+class MyTrainDataset(Dataset):
+    def __init__(self, size):
+        self.size = size
+        self.data = [(torch.rand(20), torch.rand(1)) for _ in range(size)]
+
+    def __len__(self):
+        return self.size
+    
+    def __getitem__(self, index):
+        return self.data[index]
