@@ -25,6 +25,9 @@ done
 [ -z "$keep" ] || [ ! -e "$keep" ] || { echo "ci-cold-run: --keep $keep exists already" >&2; exit 2; }
 
 work=$(mktemp -d /var/tmp/spawnpoint-ci-cold.XXXXXX)
+# mktemp's 0700 would keep the tests that drop privileges (bundle_run_test copies the bundle
+# as the agent image's uid 65532) out of the clone, as no CI checkout does.
+chmod 755 "$work"
 cleanup() {
   set +e
   if [ -n "$keep" ]; then
