@@ -33,6 +33,8 @@ packages=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   python3-yaml
   python3-torchvision  # bench-loader: the Python rows' real-world pipeline (FakeData, transforms)
+  # tests/notebook (label notebook): notebooks executed on a real Jupyter kernel
+  python3-ipykernel python3-nbclient python3-nbformat python3-jupyter-client
   procps
   openssl  # /usr/bin/openssl: kube_transport_test and scripts/cluster.sh make TLS certificates
   # curl (above): scripts/cluster.sh asks the API server's /readyz

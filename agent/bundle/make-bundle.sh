@@ -15,7 +15,8 @@
 #   share/spawnpoint/python/spawnpoint_rank/  the rank side it loads: every *.py of the
 #                                           spawnpoint_rank package beside <shim file>,
 #                                           and __pycache__/ of both for the build's python3
-#   share/spawnpoint/python/spawnpoint/     the trainers' package beside it (spawnpoint.step())
+#   share/spawnpoint/python/spawnpoint/     the trainers' package beside it (spawnpoint.step(),
+#                                           spawnpoint.launch() from a notebook)
 #   share/spawnpoint/python-deps/           what <python deps dir> holds (cloudpickle: the
 #                                           shim appends it to sys.path where it is missing)
 #   share/spawnpoint/bundle-manifest.txt    where each file came from

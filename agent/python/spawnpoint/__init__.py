@@ -6,11 +6,18 @@ detection reads the count and the step times). Python ranks need it only when th
 step a torch optimizer, which the shim counts by itself; once step() was called, those
 automatic counts stop, so nothing is counted twice. Outside an agent-started rank it does
 nothing. Safe from any thread; a call costs a few microseconds.
+
+From a notebook (or any Python process), `spawnpoint.launch(fn, *args, nprocs=N)` runs
+fn(*args) on N ranks that spawnpoint-agent spawns on this machine and returns rank 0's
+result; a rank's exception is raised with its traceback (`spawnpoint.RankFailed` when it
+cannot be rebuilt), see launcher.py and docs/notebooks.md. Importing the package imports
+neither the launcher nor torch: launch, RankFailed and LaunchError load on first use.
 """
 
 import sys
 
-__all__ = ["step"]
+__all__ = ["step", "launch", "RankFailed", "LaunchError"]
+_LAUNCHER = ("launch", "RankFailed", "LaunchError")
 
 _step = None  # the rank side's step(), or a no-op outside an agent-started rank
 
@@ -38,3 +45,11 @@ def _resolve():
         sys.stderr.write("spawnpoint: step() is a no-op here (%s: %s)\n"
                          % (type(err).__name__, err))
         return _noop
+
+
+def __getattr__(name):  # PEP 562: the launcher only when asked for
+    if name in _LAUNCHER:
+        from . import launcher
+
+        return getattr(launcher, name)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
