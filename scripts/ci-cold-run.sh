@@ -48,25 +48,27 @@ echo "ci-cold-run: cloned $(git -C "$repo" rev-parse --short HEAD) into $work/sp
 start=$EPOCHREALTIME
 set +e
 (
-  cd "$work/spawnpoint"
+  cd "$work/spawnpoint" || exit 1
   export CCACHE_DIR=$work/cache/ccache SPAWNPOINT_ROOTS_DIR=$work/cache/roots \
     GOPATH=$work/cache/go GOMODCACHE=$work/cache/go/pkg/mod GOCACHE=$work/cache/go-build
   bash .ci/run
-  rc=$?
+  echo "$?" >"$work/exit-code"
   times >"$work/times"
-  exit $rc
 ) 2>&1 | while IFS= read -r line; do
   s=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%d", b - a }')
   printf '%3d:%02d %s\n' $((s / 60)) $((s % 60)) "$line"
 done
-code=${PIPESTATUS[0]}
 set -e
 elapsed=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%d", b - a }')
+code=$(cat "$work/exit-code" 2>/dev/null || echo "?")
 # times: the shell's own line, then its children's (user and sys, as NmS.SSSs).
-cpu=$(tail -n 1 "$work/times" | awk '{
-  total = 0
-  for (i = 1; i <= 2; i++) { split($i, p, "m"); sub("s", "", p[2]); total += p[1] * 60 + p[2] }
-  printf "%d", total }')
+cpu="?"
+if [ -s "$work/times" ]; then
+  cpu=$(tail -n 1 "$work/times" | awk '{
+    total = 0
+    for (i = 1; i <= 2; i++) { split($i, p, "m"); sub("s", "", p[2]); total += p[1] * 60 + p[2] }
+    printf "%d", total }')
+fi
 echo "ci-cold-run: .ci/run exit $code in $elapsed s ($((elapsed / 60)) min); CPU user+sys $cpu s;" \
   "$(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-exit "$code"
+[ "$code" = 0 ]
