@@ -140,7 +140,7 @@ say "checking: pip check, that torch and torchvision are Debian's, and that the 
 in_root_rw "$venv/bin/python" -m pip check >&2 || die "pip check failed (above)"
 versions=$(in_root_rw "$venv/bin/python" -c '
 import contextlib, io
-import torch, torchvision, lightning, cv2
+import torch, torchvision, lightning, cv2, ipykernel, nbclient
 with contextlib.redirect_stdout(io.StringIO()):  # its first import writes a settings file, loudly
     import ultralytics
 for m in (torch, torchvision):

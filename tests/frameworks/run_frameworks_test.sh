@@ -10,6 +10,7 @@
 # tests/foreign at /opt/spawnpoint-foreign (its foreign_common.py: run_agent, Checks),
 # tests/python/pool_trainers at /opt/spawnpoint-pool-trainers, examples/ at
 # /opt/spawnpoint-repo/examples (the examples run from /opt/spawnpoint-repo as from the root),
+# tests/notebook and tests/support at /opt/spawnpoint-repo/tests/ (the notebook tests),
 # SPAWNPOINT_FOREIGN_SUITE=trixie. Exit status: SCRIPT's; 1 when the environment cannot be
 # made or the bundle is missing (a failure, not a skip); 77 (skip) only when not run as root.
 set -uo pipefail
@@ -61,6 +62,8 @@ bash "$repo/scripts/in-root.sh" --bundle "$bundle" --ro-bind "$here:/opt/spawnpo
   --ro-bind "$repo/tests/foreign:/opt/spawnpoint-foreign" \
   --ro-bind "$repo/tests/python/pool_trainers:/opt/spawnpoint-pool-trainers" \
   --ro-bind "$repo/examples:/opt/spawnpoint-repo/examples" \
+  --ro-bind "$repo/tests/notebook:/opt/spawnpoint-repo/tests/notebook" \
+  --ro-bind "$repo/tests/support:/opt/spawnpoint-repo/tests/support" \
   --env SPAWNPOINT_FOREIGN_SUITE=trixie --env PYTHONDONTWRITEBYTECODE=1 \
   --env PYTHONUNBUFFERED=1 "$root" -- "$python" "/opt/spawnpoint-tests/$script" "$@"
 rc=$?

@@ -50,10 +50,15 @@ def main():
     sys.path.insert(0, here)
     import test_launch
     import test_notebook
+    modules = [test_launch, test_notebook]
+    if any(n.startswith("LightningNotebookTest") for n in args.tests):
+        import test_lightning_notebook  # Lightning: in the frameworks environment only
+
+        modules.append(test_lightning_notebook)
 
     suite = unittest.TestSuite()
     for name in args.tests:
-        module = next(m for m in (test_launch, test_notebook) if hasattr(m, name.split(".")[0]))
+        module = next(m for m in modules if hasattr(m, name.split(".")[0]))
         suite.addTest(unittest.defaultTestLoader.loadTestsFromName(name, module))
     started = time.monotonic()
     result = unittest.TextTestRunner(stream=sys.stdout, verbosity=2).run(suite)

@@ -53,3 +53,15 @@ def __getattr__(name):  # PEP 562: the launcher only when asked for
 
         return getattr(launcher, name)
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
+
+def load_ipython_extension(ipython):  # %load_ext spawnpoint: the notebook extension
+    from . import notebook
+
+    notebook.install()
+
+
+def unload_ipython_extension(ipython):  # %unload_ext spawnpoint
+    from . import notebook
+
+    notebook.unload()

@@ -1,0 +1,165 @@
+"""Lightning in a real Jupyter kernel with the notebook extension (issue 37), run in the
+frameworks environment (torch 2.6, Lightning 2.6.6, ipykernel and nbclient from PyPI) by
+tests/frameworks/notebook_lightning_under_frameworks.py.
+
+LightningNotebookTest.test_ddp_notebook_with_the_extension: `%load_ext spawnpoint`; the
+kernel runs a tensor op on OpenMP threads; a LightningModule and its data defined in cells;
+Trainer(strategy="ddp_notebook", devices=2, accelerator="cpu").fit on 2 agent ranks; the next
+cell uses the model: its weights' checksum equals the one rank 0 printed at the end of
+training (and differs from the kernel's before fit), trainer.state, callback_metrics and the
+checkpoint's best_model_path came back; validate and predict run the same way
+(predict returns None, as Lightning's spawn launchers do).
+
+"""
+
+import asyncio
+import os
+import re
+import unittest
+
+from notebook_support import TIMEOUT, PrivateDirs, launching_environment, new_marker
+
+from test_notebook import text_of
+
+SETUP = """\
+%s
+import hashlib, os, sys
+import torch
+torch.set_num_threads(2)
+product = (torch.randn(256, 256) @ torch.randn(256, 256)).sum().item()  # OpenMP's pool is up
+import lightning as L
+print("KERNEL", sys.executable, torch.__version__, L.__version__, os.getpid())
+"""
+
+DEFINITIONS = """\
+def checksum(module):
+    digest = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        digest.update(name.encode() + tensor.detach().cpu().numpy().tobytes())
+    return digest.hexdigest()
+
+
+class Net(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.layer(x), y)
+        self.log("train_loss", loss, sync_dist=True)
+        print("TRAIN STEP", self.global_rank, batch_idx, flush=True)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self.layer(x), y), sync_dist=True)
+
+    def predict_step(self, batch, batch_idx):
+        return self.layer(batch[0])
+
+    def on_train_end(self):
+        if self.global_rank == 0:
+            print("RANK0 CHECKSUM", checksum(self), flush=True)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+generator = torch.Generator().manual_seed(0)
+inputs = torch.randn(64, 4, generator=generator)
+data = torch.utils.data.TensorDataset(inputs, inputs.sum(1, keepdim=True) * 0.5)
+loader = lambda: torch.utils.data.DataLoader(data, batch_size=8)
+model = Net()
+print("BEFORE", checksum(model))
+"""
+
+FIT = """\
+trainer = L.Trainer(strategy="ddp_notebook", devices=2, accelerator="cpu", max_epochs=2,
+                    logger=False, enable_progress_bar=False, enable_model_summary=False,
+                    default_root_dir=os.getcwd())
+trainer.fit(model, loader())
+"""
+
+USE = """\
+print("AFTER", checksum(model))
+print("STATE", trainer.state.fn, trainer.state.status)
+print("METRIC", sorted(trainer.callback_metrics), float(trainer.callback_metrics["train_loss"]))
+print("BEST", os.path.basename(trainer.checkpoint_callback.best_model_path))
+print("OUTPUT", model.layer(torch.ones(1, 4)).item())
+"""
+
+VALIDATE = """\
+print("VALIDATE", trainer.validate(model, loader()))
+print("PREDICT", trainer.predict(model, loader()), trainer.state.fn)
+"""
+
+
+class LightningNotebookTest(unittest.TestCase):
+    def setUp(self):
+        import nbformat
+
+        self.nbformat = nbformat
+        self.dirs = PrivateDirs(self)
+        self.marker = new_marker()
+        saved = os.environ.get("JUPYTER_RUNTIME_DIR")
+        os.environ["JUPYTER_RUNTIME_DIR"] = os.path.join(self.dirs.work, "runtime")
+        self.addCleanup(lambda: os.environ.pop("JUPYTER_RUNTIME_DIR") if saved is None
+                        else os.environ.__setitem__("JUPYTER_RUNTIME_DIR", saved))
+
+    def client(self, sources):
+        from nbclient import NotebookClient
+
+        nb = self.nbformat.v4.new_notebook()
+        nb.cells = [self.nbformat.v4.new_code_cell(s) for s in sources]
+        self.nb = nb
+        return NotebookClient(nb, kernel_name="python3", timeout=TIMEOUT, startup_timeout=300,
+                              resources={"metadata": {"path": self.dirs.work}})
+
+    def environment(self):
+        env = launching_environment(self.dirs.tmp, self.marker)
+        env["IPYTHONDIR"] = os.path.join(self.dirs.work, "ipython")
+        env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+        return env
+
+    def describe(self):
+        return "\n".join("--- cell %d:\n%s" % (i, text_of(c.outputs, ("stream", "error",
+                                                                       "execute_result")))
+                         for i, c in enumerate(self.nb.cells))
+
+    def line(self, cell, prefix):
+        found = [l for l in text_of(self.nb.cells[cell].outputs).splitlines()
+                 if re.sub(r"^\[rank \d\] ", "", l).startswith(prefix)]
+        self.assertTrue(found, "no %r line in cell %d:\n%s" % (prefix, cell, self.describe()))
+        return re.sub(r"^\[rank \d\] ", "", found[0])[len(prefix):].strip()
+
+    def test_ddp_notebook_with_the_extension(self):
+        client = self.client([SETUP % "%load_ext spawnpoint", DEFINITIONS, FIT, USE, VALIDATE])
+
+        async def run():
+            async with client.async_setup_kernel(env=self.environment()):
+                for index, cell in enumerate(self.nb.cells):
+                    await client.async_execute_cell(cell, index)
+
+        asyncio.run(run())
+        self.assertIn("/srv/spawnpoint-frameworks/bin/python", self.line(0, "KERNEL"))
+        said = text_of(self.nb.cells[0].outputs) + text_of(self.nb.cells[2].outputs)
+        self.assertEqual(said.count("now run fit/validate/test/predict on ranks that "
+                                    "spawnpoint-agent spawns"), 1, self.describe())
+        fit = text_of(self.nb.cells[2].outputs)
+        self.assertIn("Lightning DDPStrategy (start method fork): fit_impl on 2 CPU ranks", fit)
+        self.assertIn("[spawnpoint] launch: main() on 2 CPU ranks", fit)
+        for rank in (0, 1):
+            self.assertIn("[rank %d] TRAIN STEP %d" % (rank, rank), fit)
+        before, rank0 = self.line(1, "BEFORE"), self.line(2, "RANK0 CHECKSUM")
+        after = self.line(3, "AFTER")
+        self.assertNotEqual(before, rank0)
+        self.assertEqual(after, rank0, self.describe())
+        self.assertEqual(self.line(3, "STATE"), "TrainerFn.FITTING TrainerStatus.FINISHED")
+        self.assertIn("['train_loss']", self.line(3, "METRIC"))
+        self.assertRegex(self.line(3, "BEST"), r"^epoch=1-step=8\.ckpt$")
+        self.assertIn("'val_loss'", self.line(4, "VALIDATE"))
+        # Lightning returns no predictions from its spawn launchers (return_predictions is
+        # not supported with _MultiProcessingLauncher); it ran on the ranks all the same.
+        self.assertEqual(self.line(4, "PREDICT"), "None TrainerFn.PREDICTING")
+        self.assertEqual(self.dirs.left_in_tmp(), [])
