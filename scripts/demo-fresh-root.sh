@@ -11,12 +11,17 @@
 # The figure in README.md was made so. Needs root, mmdebstrap and the network (the Debian
 # mirror, PyPI for cloudpickle). The root (~1.5 GB once the demo ran) is deleted at the end
 # unless --keep DIR is given, where it is then left.
-#   scripts/demo-fresh-root.sh [--keep DIR] [--mirror URL]
+# --deps-only runs scripts/install-deps.sh (the whole package list: what make test and CI
+# install) instead of make demo, and its last line is
+#   fresh-root deps: Debian's packages installed at S s (N packages in the root; ...)
+# which is apt's share of a fresh machine's CI run (scripts/ci-cold-run.sh times the rest).
+#   scripts/demo-fresh-root.sh [--keep DIR] [--mirror URL] [--deps-only]
 # --mirror (or env SPAWNPOINT_DEBIAN_MIRROR): default http://deb.debian.org/debian.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 keep=""
+deps_only=""
 mirror=${SPAWNPOINT_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -24,7 +29,8 @@ while [ $# -gt 0 ]; do
       keep=$2; shift 2 ;;
     --mirror) [ $# -ge 2 ] || { echo "demo-fresh-root: --mirror needs a URL" >&2; exit 2; }
       mirror=$2; shift 2 ;;
-    *) echo "demo-fresh-root: unknown argument $1 (usage: demo-fresh-root.sh [--keep DIR] [--mirror URL])" >&2
+    --deps-only) deps_only=1; shift ;;
+    *) echo "demo-fresh-root: unknown argument $1 (usage: demo-fresh-root.sh [--keep DIR] [--mirror URL] [--deps-only])" >&2
       exit 2 ;;
   esac
 done
@@ -63,14 +69,16 @@ if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
   cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
 fi
 git clone --quiet --no-hardlinks "$repo" "$root/root/spawnpoint"
-echo "demo-fresh-root: cloned $(git -C "$repo" rev-parse --short HEAD) into the root; running make demo"
+target="make demo"
+[ -z "$deps_only" ] || target="bash scripts/install-deps.sh"
+echo "demo-fresh-root: cloned $(git -C "$repo" rev-parse --short HEAD) into the root; running $target"
 
 # In a private mount namespace, so that the mounts go with it: /proc, /sys and /dev (with
 # /dev/shm) as a machine has them. A clean environment, as a root login's.
 inner='mount -t proc proc "$1/proc" && mount --rbind /sys "$1/sys" && mount --rbind /dev "$1/dev" &&
   exec chroot "$1" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    /bin/bash -c "cd /root/spawnpoint && CCACHE_DIR=\$(mktemp -d) make demo; rc=\$?;
+    /bin/bash -c "cd /root/spawnpoint && CCACHE_DIR=\$(mktemp -d) $2; rc=\$?;
       times >/tmp/times; echo demo-fresh-root: cpu \$(tail -n 1 /tmp/times); exit \$rc"'
 start=$EPOCHREALTIME
 first="" apt_done="" code="" cpu=""
@@ -85,10 +93,20 @@ while IFS= read -r line; do
     "demo-fresh-root: cpu "*) cpu=$(awk '{ split($3, u, /m|s/); split($4, s, /m|s/)
         printf "%.0f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' <<<"$line") ;;
   esac
-done < <(unshare --mount --propagation private bash -c "$inner" inner "$root" 2>&1
+done < <(unshare --mount --propagation private bash -c "$inner" inner "$root" "$target" 2>&1
   echo "demo-fresh-root: make demo exited $?")
 set -e
 end=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+if [ -n "$deps_only" ]; then
+  # install-deps.sh goes on to install-tools.sh, which needs Go (a prerequisite the root does
+  # not have): apt's share ends at "install-deps: done".
+  echo "fresh-root deps: Debian's packages installed at ${apt_done:-never} s" \
+    "($(chroot "$root" dpkg-query -f '.\n' -W | wc -l) packages in the root; then" \
+    "install-deps.sh exited ${code:-?}; CPU user+sys ${cpu:-?} s; $(nproc) CPUs, load" \
+    "$(cut -d' ' -f1-3 /proc/loadavg))"
+  [ -n "$apt_done" ]
+  exit
+fi
 echo "fresh-root demo: first rank line at ${first:-never} s, done at $end s, exit ${code:-?}" \
   "(make demo; apt done at ${apt_done:-?} s; CPU user+sys ${cpu:-?} s; $(nproc) CPUs," \
   "load $(cut -d' ' -f1-3 /proc/loadavg))"
