@@ -10,6 +10,12 @@ training (and differs from the kernel's before fit), trainer.state, callback_met
 checkpoint's best_model_path came back; validate and predict run the same way
 (predict returns None, as Lightning's spawn launchers do).
 
+LightningNotebookTest.test_without_the_extension: the same notebook as users run it today, no
+extension: Trainer(strategy="ddp_spawn") is refused by Lightning in a kernel (its module and
+data live in the kernel's __main__, which spawned processes cannot import), and
+strategy="ddp_notebook" forks the kernel, whose children here fail in their rendezvous
+(this torch, Debian's 2.6, was built without libuv: only the agent's shim sets USE_LIBUV=0);
+the model is not trained by either.
 """
 
 import asyncio
@@ -75,10 +81,11 @@ print("BEFORE", checksum(model))
 """
 
 FIT = """\
-trainer = L.Trainer(strategy="ddp_notebook", devices=2, accelerator="cpu", max_epochs=2,
+trainer = L.Trainer(strategy="%s", devices=2, accelerator="cpu", max_epochs=2,
                     logger=False, enable_progress_bar=False, enable_model_summary=False,
                     default_root_dir=os.getcwd())
 trainer.fit(model, loader())
+print("FITTED", checksum(model))
 """
 
 USE = """\
@@ -134,7 +141,8 @@ class LightningNotebookTest(unittest.TestCase):
         return re.sub(r"^\[rank \d\] ", "", found[0])[len(prefix):].strip()
 
     def test_ddp_notebook_with_the_extension(self):
-        client = self.client([SETUP % "%load_ext spawnpoint", DEFINITIONS, FIT, USE, VALIDATE])
+        client = self.client([SETUP % "%load_ext spawnpoint", DEFINITIONS, FIT % "ddp_notebook", USE,
+                              VALIDATE])
 
         async def run():
             async with client.async_setup_kernel(env=self.environment()):
@@ -163,3 +171,29 @@ class LightningNotebookTest(unittest.TestCase):
         # not supported with _MultiProcessingLauncher); it ran on the ranks all the same.
         self.assertEqual(self.line(4, "PREDICT"), "None TrainerFn.PREDICTING")
         self.assertEqual(self.dirs.left_in_tmp(), [])
+
+    def test_without_the_extension(self):
+        client = self.client([SETUP % "", DEFINITIONS, FIT % "ddp_spawn", FIT % "ddp_notebook",
+                              'print("AFTER", checksum(model))'])
+
+        async def run():
+            async with client.async_setup_kernel(env=self.environment()):
+                for index, cell in enumerate(self.nb.cells):
+                    await client.async_execute_cell(cell, index)
+
+        client.allow_errors = True  # the errors are what this test looks at
+        asyncio.run(run())
+        errors = [[o for o in c.outputs if o.get("output_type") == "error"] for c in self.nb.cells]
+        self.assertEqual(errors[0] + errors[1] + errors[4], [], self.describe())
+        self.assertNotIn("spawnpoint-agent spawns", self.describe(), "no extension loaded")
+        spawn = errors[2]
+        self.assertTrue(spawn, "ddp_spawn ran in a kernel without the extension:\n" +
+                        self.describe())
+        self.assertIn("is not compatible with an interactive environment",
+                      text_of(self.nb.cells[2].outputs, ("stream", "error")))
+        fork = errors[3]
+        self.assertTrue(fork, "ddp_notebook ran without the extension:\n" + self.describe())
+        self.assertIn("use_libuv was requested but PyTorch was build without libuv support",
+                      text_of(self.nb.cells[3].outputs, ("stream", "error")))
+        self.assertNotIn("FITTED", text_of(self.nb.cells[3].outputs))
+        self.assertEqual(self.line(4, "AFTER"), self.line(1, "BEFORE"), "trained after all")
