@@ -10,6 +10,10 @@ training (and differs from the kernel's before fit), trainer.state, callback_met
 checkpoint's best_model_path came back; validate and predict run the same way
 (predict returns None, as Lightning's spawn launchers do).
 
+LightningNotebookTest.test_every_multiprocessing_strategy_with_the_extension: ddp_spawn,
+ddp_fork and "auto" (which Lightning turns into ddp_fork in a kernel with 2 devices) each train
+a fresh model on the agent's 2 ranks, and each model comes back with its rank 0's weights.
+
 LightningNotebookTest.test_without_the_extension: the same notebook as users run it today, no
 extension: Trainer(strategy="ddp_spawn") is refused by Lightning in a kernel (its module and
 data live in the kernel's __main__, which spawned processes cannot import), and
@@ -197,3 +201,25 @@ class LightningNotebookTest(unittest.TestCase):
                       text_of(self.nb.cells[3].outputs, ("stream", "error")))
         self.assertNotIn("FITTED", text_of(self.nb.cells[3].outputs))
         self.assertEqual(self.line(4, "AFTER"), self.line(1, "BEFORE"), "trained after all")
+
+    def test_every_multiprocessing_strategy_with_the_extension(self):
+        strategies = ["ddp_spawn", "ddp_fork", "auto"]
+        fits = ["model = Net()\n" + FIT % strategy + 'print("AFTER", checksum(model))\n'
+                for strategy in strategies]
+        client = self.client([SETUP % "%load_ext spawnpoint", DEFINITIONS] + fits)
+
+        async def run():
+            async with client.async_setup_kernel(env=self.environment()):
+                for index, cell in enumerate(self.nb.cells):
+                    await client.async_execute_cell(cell, index)
+
+        asyncio.run(run())
+        for index, strategy in enumerate(strategies, start=2):
+            with self.subTest(strategy=strategy):
+                out = text_of(self.nb.cells[index].outputs)
+                self.assertIn("[spawnpoint] launch: main() on 2 CPU ranks", out)
+                for rank in (0, 1):
+                    self.assertIn("[rank %d] TRAIN STEP %d" % (rank, rank), out)
+                self.assertEqual(self.line(index, "AFTER"), self.line(index, "RANK0 CHECKSUM"),
+                                 self.describe())
+        self.assertEqual(self.dirs.left_in_tmp(), [])
