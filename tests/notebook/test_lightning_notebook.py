@@ -14,6 +14,10 @@ LightningNotebookTest.test_every_multiprocessing_strategy_with_the_extension: dd
 ddp_fork and "auto" (which Lightning turns into ddp_fork in a kernel with 2 devices) each train
 a fresh model on the agent's 2 ranks, and each model comes back with its rank 0's weights.
 
+LightningNotebookTest.test_interrupting_fit_leaves_nothing_running: the kernel interrupted
+while both ranks train (max_epochs far away): the cell ends with the interrupt, no process of
+the launch is left, nothing in the temporary directory, and the next cell runs.
+
 LightningNotebookTest.test_without_the_extension: the same notebook as users run it today, no
 extension: Trainer(strategy="ddp_spawn") is refused by Lightning in a kernel (its module and
 data live in the kernel's __main__, which spawned processes cannot import), and
@@ -25,9 +29,11 @@ the model is not trained by either.
 import asyncio
 import os
 import re
+import time
 import unittest
 
-from notebook_support import TIMEOUT, PrivateDirs, launching_environment, new_marker
+from notebook_support import (TIMEOUT, PrivateDirs, launching_environment, new_marker,
+                              processes_with)
 
 from test_notebook import text_of
 
@@ -223,3 +229,45 @@ class LightningNotebookTest(unittest.TestCase):
                 self.assertEqual(self.line(index, "AFTER"), self.line(index, "RANK0 CHECKSUM"),
                                  self.describe())
         self.assertEqual(self.dirs.left_in_tmp(), [])
+
+    def test_interrupting_fit_leaves_nothing_running(self):
+        from nbclient.exceptions import CellExecutionError
+
+        fit = (FIT % "ddp_notebook").replace("max_epochs=2", "max_epochs=100000")
+        client = self.client([SETUP % "%load_ext spawnpoint", DEFINITIONS, fit,
+                              'print("NEXT", 6 * 7)'])
+        seen = {}
+
+        async def run():
+            async with client.async_setup_kernel(env=self.environment()):
+                kernel_pid = client.km.provisioner.pid
+                cells = self.nb.cells
+                for index in (0, 1):
+                    await client.async_execute_cell(cells[index], index)
+                seen["tmp_before"] = self.dirs.left_in_tmp()
+                training = asyncio.ensure_future(client.async_execute_cell(cells[2], 2))
+                deadline = time.monotonic() + TIMEOUT
+                while not all("[rank %d] TRAIN STEP %d" % (r, r) in text_of(cells[2].outputs)
+                              for r in (0, 1)):
+                    if training.done() or time.monotonic() > deadline:
+                        break
+                    await asyncio.sleep(0.1)  # the cell's outputs arrive meanwhile
+                seen["running"] = processes_with(self.marker, exclude=(kernel_pid,))
+                await client.km.interrupt_kernel()
+                try:
+                    await training
+                except CellExecutionError as err:
+                    seen["error"] = err
+                seen["left"] = processes_with(self.marker, exclude=(kernel_pid,))
+                seen["tmp_after"] = self.dirs.left_in_tmp()
+                await client.async_execute_cell(cells[3], 3)
+
+        asyncio.run(run())
+        self.assertTrue(any("_launched.py" in cmd for _, cmd in seen["running"]),
+                        "no rank ran: %s\n%s" % (seen["running"], self.describe()))
+        self.assertIn("error", seen, self.describe())
+        self.assertIn("[spawnpoint] launch: interrupted: stopping the agent and its ranks",
+                      text_of(self.nb.cells[2].outputs), self.describe())
+        self.assertEqual(seen["left"], [], self.describe())
+        self.assertEqual(seen["tmp_after"], seen["tmp_before"])
+        self.assertEqual(self.line(3, "NEXT"), "42")
