@@ -2,7 +2,8 @@
 # The project's GPU check (bench/gpu/gpu_check.py says what it checks): on a machine with
 # NVIDIA GPUs, nvidia-smi and a python3 with CUDA torch, with the agent bundle of this tree
 # (make agent-bundle; the bundle runs on any distribution). Fits in 5 minutes; prints one table
-# and a last line `gpu-check device=... plan=ok ddp=ok metrics=ok first_step=A/B restart=C/D`.
+# and a last line `gpu-check device=... plan=ok ddp=ok metrics=ok notebook=ok first_step=A/B
+# restart=C/D`.
 #
 #   bench/gpu/gpu-check.sh [--bundle DIR] [--python PY] [--nvidia-smi CMD] [-- AGENT_FLAGS...]
 #

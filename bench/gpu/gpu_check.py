@@ -13,11 +13,17 @@ well under 5 minutes, ending in one table.
   4. The same script under torchrun of the same torch at its defaults: the first start's
      phases (import torch, first collective, DDP(model), first step) and the restart (the
      death -> the restarted first step), side by side.
+  5. A Lightning notebook (issue 37): tests/notebook/test_lightning_notebook.py's
+     test_ddp_notebook_with_the_extension on a real Jupyter kernel of this python, with
+     accelerator="gpu" (cpu where torch sees no GPU): the kernel makes a CUDA context, then
+     `%load_ext spawnpoint` and Trainer(strategy="ddp_notebook", devices=2).fit on the agent's
+     ranks, and the kernel's model ends with rank 0's weights. n/a, with the reason, where this
+     python lacks lightning, ipykernel or nbclient (the fakes' Debian python).
 
 Exit status 0 when every check holds, 1 when one does not (the table says which), 2 when the
 check could not run. The last line is
 
-    gpu-check device="NAME" gpus=N plan=ok|FAIL ddp=ok|FAIL metrics=ok|FAIL first_step=A/B restart=C/D
+    gpu-check device="NAME" gpus=N plan=ok|FAIL ddp=ok|FAIL metrics=ok|FAIL notebook=ok|FAIL|n/a first_step=A/B restart=C/D
 
 (A, C: the agent's seconds; B, D: torchrun's). Where there is no GPU it runs on fakes the
 same way (make test: tests/python/test_gpu_check.py, fake NVML and nvidia-smi, torch on the
@@ -149,6 +155,35 @@ class MetricsCheck:
                                  "workers %s)" % workers)
 
 
+REPO = os.path.dirname(os.path.dirname(HERE))
+NOTEBOOK_TEST = "LightningNotebookTest.test_ddp_notebook_with_the_extension"
+
+
+def check_notebook(agent, gpu):
+    """Check 5: (ok, n/a or FAIL, what to show)."""
+    runner = os.path.join(REPO, "tests", "notebook", "run_notebook_tests.py")
+    python_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(agent))),
+                              "share", "spawnpoint", "python")
+    env = dict(os.environ, SPAWNPOINT_NOTEBOOK_ACCELERATOR="gpu" if gpu else "cpu")
+    started = time.time()
+    try:
+        p = subprocess.run([sys.executable, runner, "--agent", agent, "--python-dir", python_dir,
+                            "--require", "lightning", "--require", "ipykernel", "--require",
+                            "nbclient", NOTEBOOK_TEST], env=env, timeout=600,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           universal_newlines=True)
+    except subprocess.TimeoutExpired:
+        return "FAIL", "no result within 600 s"
+    if p.returncode == 77:
+        skip = [l for l in p.stdout.splitlines() if l.startswith("SKIP:")]
+        return "n/a", (skip or ["skipped"])[0][len("SKIP: "):]
+    if p.returncode != 0:
+        print("notebook case failed:\n" + p.stdout[-6000:], flush=True)
+        return "FAIL", why(p.stdout)
+    return "ok", "%s ranks, the kernel's model has rank 0's weights (%.0f s)" % (
+        "GPU" if gpu else "CPU", time.time() - started)
+
+
 def why(failure):
     """The line of a failed run that says why: the agent's error, else the first."""
     lines = [l for l in failure.splitlines() if l.strip()]
@@ -198,6 +233,8 @@ def main():
             print("%s run failed:\n%s" % (launcher, err), flush=True)
     ddp_ok = "ours" in results
     metrics_ok = ddp_ok and metrics.done and not metrics.problems
+    notebook, notebook_text = check_notebook(args.agent, torch.cuda.is_available())
+    print("notebook: %s: %s" % (notebook, notebook_text), flush=True)
 
     def cell(launcher, key, phase=None):
         r = results.get(launcher)
@@ -213,6 +250,7 @@ def main():
     print("| /metrics vs nvidia-smi | %s |" % (
         ("ok: " if metrics_ok else "FAIL: ") +
         "; ".join(metrics.problems + metrics.rows)))
+    print("| Lightning ddp_notebook in a kernel | %s: %s |" % (notebook, notebook_text))
     print("\n| from launch, seconds | spawnpoint-agent | torchrun |\n| --- | --- | --- |")
     phases = results["ours"]["phases"] if ddp_ok else {}
     for phase in phases:
@@ -226,10 +264,11 @@ def main():
         return "%s/%s" % tuple(
             ("%.2f" % results[l][key]) if l in results else "failed" for l in ("ours", "torchrun"))
 
-    print('gpu-check device="%s" gpus=%d plan=%s ddp=%s metrics=%s first_step=%s restart=%s' % (
-        device, n, "ok" if plan_ok else "FAIL", "ok" if ddp_ok else "FAIL",
-        "ok" if metrics_ok else "FAIL", pair("start"), pair("restart")))
-    return 0 if plan_ok and ddp_ok and metrics_ok else 1
+    print('gpu-check device="%s" gpus=%d plan=%s ddp=%s metrics=%s notebook=%s first_step=%s '
+          'restart=%s' % (device, n, "ok" if plan_ok else "FAIL", "ok" if ddp_ok else "FAIL",
+                          "ok" if metrics_ok else "FAIL", notebook, pair("start"),
+                          pair("restart")))
+    return 0 if plan_ok and ddp_ok and metrics_ok and notebook != "FAIL" else 1
 
 
 if __name__ == "__main__":

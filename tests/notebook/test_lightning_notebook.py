@@ -24,6 +24,10 @@ data live in the kernel's __main__, which spawned processes cannot import), and
 strategy="ddp_notebook" forks the kernel, whose children here fail in their rendezvous
 (this torch, Debian's 2.6, was built without libuv: only the agent's shim sets USE_LIBUV=0);
 the model is not trained by either.
+
+SPAWNPOINT_NOTEBOOK_ACCELERATOR=gpu runs the notebooks with accelerator="gpu" (one GPU a rank,
+NCCL): the project's GPU check (bench/gpu/gpu_check.py) runs
+test_ddp_notebook_with_the_extension so on a machine with GPUs. Default: cpu.
 """
 
 import asyncio
@@ -37,6 +41,11 @@ from notebook_support import (TIMEOUT, PrivateDirs, launching_environment, new_m
 
 from test_notebook import text_of
 
+ACCELERATOR = os.environ.get("SPAWNPOINT_NOTEBOOK_ACCELERATOR", "cpu")
+if ACCELERATOR not in ("cpu", "gpu"):
+    raise SystemExit("SPAWNPOINT_NOTEBOOK_ACCELERATOR must be cpu or gpu, not %r" % ACCELERATOR)
+RANKS = "%s ranks" % ACCELERATOR.upper()  # as the launcher says it: "on 2 CPU ranks"
+
 SETUP = """\
 %s
 import hashlib, os, sys
@@ -44,6 +53,9 @@ import torch
 torch.set_num_threads(2)
 product = (torch.randn(256, 256) @ torch.randn(256, 256)).sum().item()  # OpenMP's pool is up
 import lightning as L
+ACCELERATOR = "%s"
+if ACCELERATOR == "gpu":  # the kernel holds a CUDA context: Lightning's fork would refuse
+    print("CUDA IN KERNEL", torch.ones(2, device="cuda").sum().item())
 print("KERNEL", sys.executable, torch.__version__, L.__version__, os.getpid())
 """
 
@@ -91,7 +103,7 @@ print("BEFORE", checksum(model))
 """
 
 FIT = """\
-trainer = L.Trainer(strategy="%s", devices=2, accelerator="cpu", max_epochs=2,
+trainer = L.Trainer(strategy="%s", devices=2, accelerator=ACCELERATOR, max_epochs=2,
                     logger=False, enable_progress_bar=False, enable_model_summary=False,
                     default_root_dir=os.getcwd())
 trainer.fit(model, loader())
@@ -151,8 +163,8 @@ class LightningNotebookTest(unittest.TestCase):
         return re.sub(r"^\[rank \d\] ", "", found[0])[len(prefix):].strip()
 
     def test_ddp_notebook_with_the_extension(self):
-        client = self.client([SETUP % "%load_ext spawnpoint", DEFINITIONS, FIT % "ddp_notebook", USE,
-                              VALIDATE])
+        client = self.client([SETUP % ("%load_ext spawnpoint", ACCELERATOR), DEFINITIONS,
+                              FIT % "ddp_notebook", USE, VALIDATE])
 
         async def run():
             async with client.async_setup_kernel(env=self.environment()):
@@ -160,13 +172,16 @@ class LightningNotebookTest(unittest.TestCase):
                     await client.async_execute_cell(cell, index)
 
         asyncio.run(run())
-        self.assertIn("/srv/spawnpoint-frameworks/bin/python", self.line(0, "KERNEL"))
+        if ACCELERATOR == "cpu":  # the frameworks environment's kernel, as ctest runs it
+            self.assertIn("/srv/spawnpoint-frameworks/bin/python", self.line(0, "KERNEL"))
+        else:  # the GPU check's: the kernel made a CUDA context before fit
+            self.assertEqual(self.line(0, "CUDA IN KERNEL"), "2.0")
         said = text_of(self.nb.cells[0].outputs) + text_of(self.nb.cells[2].outputs)
         self.assertEqual(said.count("now run fit/validate/test/predict on ranks that "
                                     "spawnpoint-agent spawns"), 1, self.describe())
         fit = text_of(self.nb.cells[2].outputs)
-        self.assertIn("Lightning DDPStrategy (start method fork): fit_impl on 2 CPU ranks", fit)
-        self.assertIn("[spawnpoint] launch: main() on 2 CPU ranks", fit)
+        self.assertIn("Lightning DDPStrategy (start method fork): fit_impl on 2 " + RANKS, fit)
+        self.assertIn("[spawnpoint] launch: main() on 2 " + RANKS, fit)
         for rank in (0, 1):
             self.assertIn("[rank %d] TRAIN STEP %d" % (rank, rank), fit)
         before, rank0 = self.line(1, "BEFORE"), self.line(2, "RANK0 CHECKSUM")
@@ -183,7 +198,8 @@ class LightningNotebookTest(unittest.TestCase):
         self.assertEqual(self.dirs.left_in_tmp(), [])
 
     def test_without_the_extension(self):
-        client = self.client([SETUP % "", DEFINITIONS, FIT % "ddp_spawn", FIT % "ddp_notebook",
+        client = self.client([SETUP % ("", ACCELERATOR), DEFINITIONS, FIT % "ddp_spawn",
+                              FIT % "ddp_notebook",
                               'print("AFTER", checksum(model))'])
 
         async def run():
@@ -212,7 +228,7 @@ class LightningNotebookTest(unittest.TestCase):
         strategies = ["ddp_spawn", "ddp_fork", "auto"]
         fits = ["model = Net()\n" + FIT % strategy + 'print("AFTER", checksum(model))\n'
                 for strategy in strategies]
-        client = self.client([SETUP % "%load_ext spawnpoint", DEFINITIONS] + fits)
+        client = self.client([SETUP % ("%load_ext spawnpoint", ACCELERATOR), DEFINITIONS] + fits)
 
         async def run():
             async with client.async_setup_kernel(env=self.environment()):
@@ -223,7 +239,7 @@ class LightningNotebookTest(unittest.TestCase):
         for index, strategy in enumerate(strategies, start=2):
             with self.subTest(strategy=strategy):
                 out = text_of(self.nb.cells[index].outputs)
-                self.assertIn("[spawnpoint] launch: main() on 2 CPU ranks", out)
+                self.assertIn("[spawnpoint] launch: main() on 2 " + RANKS, out)
                 for rank in (0, 1):
                     self.assertIn("[rank %d] TRAIN STEP %d" % (rank, rank), out)
                 self.assertEqual(self.line(index, "AFTER"), self.line(index, "RANK0 CHECKSUM"),
@@ -234,7 +250,7 @@ class LightningNotebookTest(unittest.TestCase):
         from nbclient.exceptions import CellExecutionError
 
         fit = (FIT % "ddp_notebook").replace("max_epochs=2", "max_epochs=100000")
-        client = self.client([SETUP % "%load_ext spawnpoint", DEFINITIONS, fit,
+        client = self.client([SETUP % ("%load_ext spawnpoint", ACCELERATOR), DEFINITIONS, fit,
                               'print("NEXT", 6 * 7)'])
         seen = {}
 
