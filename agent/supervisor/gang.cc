@@ -211,6 +211,11 @@ GangResult Gang::Run(std::vector<GangMember> members) {
   // Failures that may be the attempt's cause: the first, and members that failed by themselves
   // after it (not by the gang's own SIGTERM or SIGKILL); PickRootCause chooses among them.
   std::vector<RankFailure> candidates;
+  // When each member last began a Python traceback on its stderr (GangOptions::dying_wait).
+  std::vector<std::optional<Clock::TimePoint>> traceback_at(members.size());
+  // While set, the first failure is a collective one and a member is dying by itself: the
+  // others are stopped at this time at the latest.
+  std::optional<Clock::TimePoint> settle_until;
 
   bool stopping = false;
   bool killed = false;
@@ -325,9 +330,12 @@ GangResult Gang::Run(std::vector<GangMember> members) {
             std::tuple{err_pipe[0], options_.error_fd, &outputs[index].err}}) {
         fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
         streams.push_back(OutputStream{fd, sink, "[" + m.label + "] ", "", tail, index});
-        if (fd == err_pipe[0] && options_.on_stderr_line) {
-          streams.back().on_line = [&on_line = options_.on_stderr_line,
-                                    pid = *pid](const std::string& line) { on_line(pid, line); };
+        if (fd == err_pipe[0]) {
+          streams.back().on_line = [&on_line = options_.on_stderr_line, &traceback_at, clock, index,
+                                    pid = *pid](const std::string& line) {
+            if (StartsPythonTraceback(line)) traceback_at[index] = clock->Now();
+            if (on_line) on_line(pid, line);
+          };
         }
       }
     }
@@ -363,6 +371,21 @@ GangResult Gang::Run(std::vector<GangMember> members) {
   auto next_tick = clock->Now() + options_.tick_interval;
   if (options_.on_status) options_.on_status(up_count(), static_cast<int>(members.size()));
 
+  // A member failing by itself: it began a traceback lately, or is past its user code.
+  auto any_dying = [&] {
+    const Clock::TimePoint now = clock->Now();
+    return std::any_of(running.begin(), running.end(), [&](const Running& r) {
+      if (r.exited) return false;
+      const auto& traceback = traceback_at[r.index];
+      return (traceback && now - *traceback <= options_.recent_traceback) ||
+             ProcessIsExiting(r.pid);
+    });
+  };
+  auto is_collective = [](const RankFailure& f) {
+    return f.cause.reason == ExitReason::kCollectiveError ||
+           f.cause.reason == ExitReason::kCollectiveTimeout;
+  };
+
   auto reap = [&] {
     while (true) {
       int wstatus = 0;
@@ -377,10 +400,14 @@ GangResult Gang::Run(std::vector<GangMember> members) {
       }
       it->exited = true;
       it->status = ExitStatus::FromWaitStatus(wstatus);
-      if (!it->status.Success() && !stopping) {
+      if (!it->status.Success() && !stopping && !result.failure) {
         record_failure(*it, it->status);
         WriteAll(options_.error_fd, "[spawnpoint] " + result.failure->Line() + "\n");
-        stop_for_failure();
+        if (is_collective(*result.failure) && any_dying()) {
+          settle_until = clock->Now() + options_.dying_wait;
+        } else {
+          stop_for_failure();
+        }
       } else if (!it->status.Success()) {
         record_later_failure(*it, it->status);
       }
@@ -396,6 +423,7 @@ GangResult Gang::Run(std::vector<GangMember> members) {
     auto now = clock->Now();
     auto wake = next_status;
     if (stopping && !killed) wake = std::min(wake, kill_deadline);
+    if (settle_until && !stopping) wake = std::min(wake, *settle_until);
     if (options_.on_tick || options_.check_health) wake = std::min(wake, next_tick);
     int timeout = static_cast<int>(
         std::max<int64_t>(0, std::chrono::duration_cast<Ms>(wake - now).count()) + 1);
@@ -429,6 +457,10 @@ GangResult Gang::Run(std::vector<GangMember> members) {
       }
     }
     reap();
+    if (settle_until && !stopping && (clock->Now() >= *settle_until || !any_dying())) {
+      settle_until.reset();
+      stop_for_failure();
+    }
     if (overlapping() && up_count() > 0 && past_user_code()) {
       // The kernel is still releasing their memory and files; the caller's next waitpid()
       // collects them.

@@ -74,6 +74,14 @@ struct GangOptions {
   // is read, with the member's pid: the caller watches for what a line announces (a Python
   // traceback: the rank is failing by itself, agent/run/gang_stop_check.h).
   std::function<void(pid_t pid, const std::string& line)> on_stderr_line;
+  // A member's failure that is a collective error or timeout (what a rank's peers see when it
+  // dies) while another member is dying by itself (it printed a Python traceback at most
+  // recent_traceback before, or is past its user code): the others are stopped only once no
+  // member is dying so, or after dying_wait, so that the dying member's own failure is weighed
+  // (PickRootCause) rather than counted as stopped. agent/run/gang_stop_check.h does the same
+  // when the stop comes from the gang of nodes.
+  std::chrono::milliseconds dying_wait{500};
+  std::chrono::milliseconds recent_traceback{2000};
   Clock* clock = RealClock::Get();  // deadlines and intervals; must outlive Run()
   // A failed attempt's Run() returns once nothing of it can run user code again (every
   // member and every process of their groups has entered the kernel's exit, or is gone),

@@ -302,5 +302,32 @@ TEST(TracebackThenGlooTest, ARankFinalizingAfterItsTracebackIsTheCauseNotItsStop
   EXPECT_EQ(last["consequences"][0]["reason"], "CollectiveError");
 }
 
+// The same on one node (issue 37: a notebook's spawnpoint.launch runs its ranks so): rank 1
+// raises and is finalizing when rank 0, its peer on the same node, fails with gloo's error.
+// The agent, which stops the other ranks at a rank's failure, waits for the rank that printed a
+// traceback: the job's cause is the exception, not the gloo error that followed it. Stopped at
+// once, the rank would count as "stopped" and the gloo error would be the cause.
+TEST(TracebackThenGlooTest, OnOneNodeTheRankFinalizingAfterItsTracebackIsTheCause) {
+  TempDir dir;
+  WriteFile(dir.File("job.yaml"),
+            Job(1, 2, "/usr/bin/python3", {TRACEBACK_THEN_GLOO_PY, dir.path()}, 1));
+  TestProcess agent({AGENT_BIN, "run", "-f", dir.File("job.yaml"), "--master-port", "0",
+                     "--grace-period", "20", "--status-file", dir.File("status.json")});
+  ASSERT_EQ(agent.Wait(kTimeout), 1) << agent.Stderr();
+  nlohmann::json status = nlohmann::json::parse(ReadFile(dir.File("status.json")), nullptr, false);
+  ASSERT_TRUE(status.is_object());
+  EXPECT_EQ(status["phase"], "Failed");
+  const nlohmann::json& last = status["lastFailure"];
+  EXPECT_EQ(last["rank"], 1) << last.dump() << agent.Stderr();
+  EXPECT_EQ(last["reason"], "UserError");
+  EXPECT_EQ(last["exitCode"], 1);
+  EXPECT_EQ(last["exception"], "RuntimeError");
+  EXPECT_THAT(last["line"].get<std::string>(), HasSubstr("the rank's own failure"));
+  ASSERT_TRUE(last.contains("consequences")) << last.dump();
+  EXPECT_EQ(last["consequences"][0]["rank"], 0);
+  EXPECT_EQ(last["consequences"][0]["reason"], "CollectiveError");
+  EXPECT_EQ(status["restarts"], 0) << "a user error is not retried";
+}
+
 }  // namespace
 }  // namespace spawnpoint::testing
