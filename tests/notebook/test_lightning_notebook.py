@@ -34,12 +34,10 @@ import asyncio
 import os
 import re
 import time
-import unittest
 
-from notebook_support import (TIMEOUT, PrivateDirs, launching_environment, new_marker,
-                              processes_with)
+from notebook_support import TIMEOUT, processes_with
 
-from test_notebook import text_of
+from test_notebook import KernelTestCase, text_of
 
 ACCELERATOR = os.environ.get("SPAWNPOINT_NOTEBOOK_ACCELERATOR", "cpu")
 if ACCELERATOR not in ("cpu", "gpu"):
@@ -124,38 +122,7 @@ print("PREDICT", trainer.predict(model, loader()), trainer.state.fn)
 """
 
 
-class LightningNotebookTest(unittest.TestCase):
-    def setUp(self):
-        import nbformat
-
-        self.nbformat = nbformat
-        self.dirs = PrivateDirs(self)
-        self.marker = new_marker()
-        saved = os.environ.get("JUPYTER_RUNTIME_DIR")
-        os.environ["JUPYTER_RUNTIME_DIR"] = os.path.join(self.dirs.work, "runtime")
-        self.addCleanup(lambda: os.environ.pop("JUPYTER_RUNTIME_DIR") if saved is None
-                        else os.environ.__setitem__("JUPYTER_RUNTIME_DIR", saved))
-
-    def client(self, sources):
-        from nbclient import NotebookClient
-
-        nb = self.nbformat.v4.new_notebook()
-        nb.cells = [self.nbformat.v4.new_code_cell(s) for s in sources]
-        self.nb = nb
-        return NotebookClient(nb, kernel_name="python3", timeout=TIMEOUT, startup_timeout=300,
-                              resources={"metadata": {"path": self.dirs.work}})
-
-    def environment(self):
-        env = launching_environment(self.dirs.tmp, self.marker)
-        env["IPYTHONDIR"] = os.path.join(self.dirs.work, "ipython")
-        env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
-        return env
-
-    def describe(self):
-        return "\n".join("--- cell %d:\n%s" % (i, text_of(c.outputs, ("stream", "error",
-                                                                       "execute_result")))
-                         for i, c in enumerate(self.nb.cells))
-
+class LightningNotebookTest(KernelTestCase):
     def line(self, cell, prefix):
         found = [l for l in text_of(self.nb.cells[cell].outputs).splitlines()
                  if re.sub(r"^\[rank \d\] ", "", l).startswith(prefix)]
@@ -167,7 +134,7 @@ class LightningNotebookTest(unittest.TestCase):
                               FIT % "ddp_notebook", USE, VALIDATE])
 
         async def run():
-            async with client.async_setup_kernel(env=self.environment()):
+            async with client.async_setup_kernel(env=self.kernel_environment()):
                 for index, cell in enumerate(self.nb.cells):
                     await client.async_execute_cell(cell, index)
 
@@ -203,7 +170,7 @@ class LightningNotebookTest(unittest.TestCase):
                               'print("AFTER", checksum(model))'])
 
         async def run():
-            async with client.async_setup_kernel(env=self.environment()):
+            async with client.async_setup_kernel(env=self.kernel_environment()):
                 for index, cell in enumerate(self.nb.cells):
                     await client.async_execute_cell(cell, index)
 
@@ -231,7 +198,7 @@ class LightningNotebookTest(unittest.TestCase):
         client = self.client([SETUP % ("%load_ext spawnpoint", ACCELERATOR), DEFINITIONS] + fits)
 
         async def run():
-            async with client.async_setup_kernel(env=self.environment()):
+            async with client.async_setup_kernel(env=self.kernel_environment()):
                 for index, cell in enumerate(self.nb.cells):
                     await client.async_execute_cell(cell, index)
 
@@ -255,7 +222,7 @@ class LightningNotebookTest(unittest.TestCase):
         seen = {}
 
         async def run():
-            async with client.async_setup_kernel(env=self.environment()):
+            async with client.async_setup_kernel(env=self.kernel_environment()):
                 kernel_pid = client.km.provisioner.pid
                 cells = self.nb.cells
                 for index in (0, 1):
@@ -285,5 +252,12 @@ class LightningNotebookTest(unittest.TestCase):
         self.assertIn("[spawnpoint] launch: interrupted: stopping the agent and its ranks",
                       text_of(self.nb.cells[2].outputs), self.describe())
         self.assertEqual(seen["left"], [], self.describe())
-        self.assertEqual(seen["tmp_after"], seen["tmp_before"])
+        # Nothing of the launch is left. A rank stopped after `import torch.distributed.nn`
+        # cannot remove the module torch wrote for it (a tmp*/_remote_module_non_scriptable.py
+        # of tempfile's, removed at a normal exit): that is torch's, said in docs/notebooks.md.
+        new = sorted(set(seen["tmp_after"]) - set(seen["tmp_before"]))
+        torchs = [p for p in new if re.search(r"/tmp[^/]+(/_remote_module_non_scriptable\.py)?$", p)
+                  and (p.endswith(".py") or os.path.join(p, "_remote_module_non_scriptable.py")
+                       in new)]
+        self.assertEqual([p for p in new if p not in torchs], [], self.describe())
         self.assertEqual(self.line(3, "NEXT"), "42")

@@ -119,7 +119,10 @@ def text_of(outputs, kinds=("stream",)):
     return ANSI.sub("", "".join(parts))
 
 
-class NotebookTest(unittest.TestCase):
+class KernelTestCase(unittest.TestCase):
+    """A test that runs notebooks (self.nb) on a real python3 kernel with nbclient, in its
+    private directories, the spawnpoint package where the launcher's users put it."""
+
     def setUp(self):
         import nbformat
 
@@ -152,6 +155,8 @@ class NotebookTest(unittest.TestCase):
                                                                        "execute_result")))
                          for i, c in enumerate(self.nb.cells))
 
+
+class NotebookTest(KernelTestCase):
     def test_cells_on_two_ranks_and_an_exception_on_rank_1(self):
         from nbclient.exceptions import CellExecutionError
 
