@@ -40,14 +40,23 @@ DOCUMENTED = {
 LIBRARY_BASES = {"_PoolDataLoaderIter": "torch.utils.data.dataloader:_BaseDataLoaderIter"}
 
 
+# The spawnpoint package's caller side: it runs in the user's own process (a notebook's
+# kernel), never under the shim. notebook.py looks up every private name it needs there before
+# it patches Lightning and keeps Lightning's own launcher when one is missing, said once (its
+# _METHODS); launcher.py's (cloudpickle's _code_reduce, IPython's cell map) are getattr()s with
+# a fallback (tracebacks without the cells' source lines).
+CALLER_SIDE = ("launcher.py", "notebook.py")
+
+
 def rank_side_sources():
     """{path: source} of everything the shim runs: sitecustomize.py and both packages, but the
-    list itself and its audit (their names are the list)."""
+    list itself and its audit (their names are the list) and the caller side (CALLER_SIDE)."""
     files = [os.path.join(SHIM_DIR, "sitecustomize.py")]
     for package in ("spawnpoint_rank", "spawnpoint"):
         folder = os.path.join(SHIM_DIR, package)
         files += sorted(os.path.join(folder, f) for f in os.listdir(folder)
-                        if f.endswith(".py") and f not in ("_private.py", "_private_audit.py"))
+                        if f.endswith(".py") and f not in ("_private.py", "_private_audit.py")
+                        and not (package == "spawnpoint" and f in CALLER_SIDE))
     sources = {}
     for path in files:
         with open(path) as f:

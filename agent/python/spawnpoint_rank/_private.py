@@ -77,6 +77,14 @@ FEATURES = {
         "the bootstrap's cheaper import of module_from_spec",
         "sitecustomize.py takes importlib.util's, the same function (nothing is lost, so "
         "nothing is said)"),
+    "launch_fast_exit": Feature(
+        "ending a spawnpoint.launch rank whose function raised right after its exit handlers",
+        "the rank finalizes as usual (its peers may fail in a collective first, which the agent "
+        "waits for: GangOptions::dying_wait)"),
+    "notebook_lightning": Feature(
+        "running Lightning's process function on the agent's ranks (%load_ext spawnpoint)",
+        "notebook.py finds the name missing before it patches anything, says so once, and "
+        "Lightning's own launcher runs the strategy"),
     "child_detection": Feature(
         "telling torch's spawned loader workers from ranks before Python 3.10",
         "(no sys.orig_argv there) such a worker takes itself for a rank: it registers the exit "
@@ -88,7 +96,13 @@ FEATURES = {
 #     launcher is called; the name says where the audit finds that call.
 #   shim_import: sitecustomize.py falls back to the same function.
 #   child_detection: an absent mark cannot be told from a process that is no child.
-AUDIT_ONLY = frozenset(("lightning_refusal", "shim_import", "child_detection"))
+#   launch_fast_exit: spawnpoint/_launched.py looks it up itself (getattr) and finalizes
+#     as usual without it.
+#   notebook_lightning: spawnpoint/notebook.py checks these names (and the caller side's
+#     others) in the kernel before it patches Lightning (its _METHODS), and keeps Lightning's
+#     own launcher when one is missing; the ranks use only what the kernel found.
+AUDIT_ONLY = frozenset(("lightning_refusal", "shim_import", "child_detection",
+                        "launch_fast_exit", "notebook_lightning"))
 
 # path: "module:attribute.path", "()" marking an instance of the class before it
 # ("torch.utils.data.dataloader:DataLoader()._dataset_kind" is an attribute of every
@@ -166,6 +180,15 @@ NAMES = (
     Name(_AC + "()._parallel_devices", "lightning_devices"),
     Name(_AC + "()._num_nodes_flag", "lightning_devices"),
     Name(_AC + "._choose_strategy", "lightning_auto", (_AC + ".__init__", "_choose_strategy")),
+    # spawnpoint/_notebook_rank.py: Lightning's process function, run on each agent rank.
+    Name("lightning.pytorch.strategies.launchers.multiprocessing:"
+         "_MultiProcessingLauncher._wrapping_function", "notebook_lightning"),
+    Name("lightning.pytorch.strategies.launchers.multiprocessing:"
+         "_MultiProcessingLauncher()._strategy", "notebook_lightning",
+         ("lightning.pytorch.strategies.launchers.multiprocessing:"
+          "_MultiProcessingLauncher.__init__", "_strategy")),
+    # spawnpoint/_launched.py: atexit's handlers run before the rank ends without finalizing.
+    Name("atexit:_run_exitfuncs", "launch_fast_exit"),
     # sitecustomize.py (never looked up at run time: its fallback is the same function).
     Name("importlib._bootstrap:module_from_spec", "shim_import"),
     # _distributed.multiprocessing_child() before Python 3.10: spawn's _main() marks the
