@@ -1123,6 +1123,14 @@ class StarvedWorkerTest : public ::testing::Test {
   void WaitForFirstTick() {
     ASSERT_TRUE(testing::WaitUntil([&] { return Ticks() > 0; }, seconds(20)));
   }
+  // Returns once the client has read the silent worker's times once: its baseline. A tick
+  // alone is not enough: the client may connect after it, and read the baseline at a later
+  // tick, after the test changed the wait it would then read (seen 1 in 3 runs: the baseline
+  // read the new wait, none of it counted as waiting, and the worker was killed at once).
+  void WaitForTheBaseline() {
+    WaitForFirstTick();
+    ASSERT_TRUE(testing::WaitUntil([&] { return Reads() > 0; }, seconds(20)));
+  }
   // Advances the clock by `d` and returns once the I/O thread has looked at the new time.
   void Step(Clock::Duration d) {
     const int before = Ticks();
@@ -1216,7 +1224,7 @@ TEST_F(StarvedWorkerTest, ASilentWorkerWaitingForACpuIsNotKilledUntilTheRestIsOv
   PoolClient client(ClientOptions("index", "size=20,dim=2"));
   Status started = Internal("not returned");
   std::thread start([&] { started = client.Start(); });  // waits for a Hello
-  WaitForFirstTick();
+  WaitForTheBaseline();
   SetWait(seconds(150));
   Step(seconds(65));  // 65 s in, 15 s counted
   EXPECT_EQ(client.Stats().hung_kills, 0);
@@ -1246,7 +1254,7 @@ TEST_F(StarvedWorkerTest, StartWaitsOnForASilentWorkerWaitingForACpu) {
   PoolClient client(o);
   Status started = Internal("not returned");
   std::thread start([&] { started = client.Start(); });
-  WaitForFirstTick();
+  WaitForTheBaseline();
   SetWait(seconds(100) + milliseconds(1300));
   const int reads = Reads();
   Step(milliseconds(1500));  // 1.5 s in, 0.2 s counted
