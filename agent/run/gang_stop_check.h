@@ -24,21 +24,20 @@
 #include <utility>
 #include <vector>
 
+#include "agent/supervisor/failure_cause.h"
 #include "common/clock.h"
 
 namespace spawnpoint::agent {
 
 class GangStopCheck {
  public:
-  // Shorter than the coordinator's settling window (CoordinatorOptions::settle, 1 s), so
-  // that the dying rank's failure is still weighed.
-  static constexpr std::chrono::milliseconds kDyingWait{500};
-
-  // How long before the stop a traceback still marks its rank as failing by itself. A
-  // rank's finalization after its traceback takes well under a second (see
-  // agent/python/spawnpoint_rank/_exit.py for the longest part we add); twice that is left
-  // for a loaded machine.
-  static constexpr std::chrono::milliseconds kRecentTraceback{2000};
+  // The waits a Gang of one node uses too (agent/supervisor/failure_cause.h): at most
+  // kDyingWait for a dying rank, shorter than the coordinator's settling window
+  // (CoordinatorOptions::settle, 1 s); a traceback at most kRecentTraceback before the stop
+  // marks its rank as failing by itself (agent/python/spawnpoint_rank/_exit.py holds the
+  // longest part of a finalization we add).
+  static constexpr std::chrono::milliseconds kDyingWait = agent::kDyingWait;
+  static constexpr std::chrono::milliseconds kRecentTraceback = agent::kRecentTraceback;
 
   // `stop_seen`: whether the coordinator has told this attempt to stop; `is_exiting`:
   // whether a process is past its user code (agent/supervisor/process_table.h).

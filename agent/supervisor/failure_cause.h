@@ -6,6 +6,7 @@
 // Pure functions; thread-safe.
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <span>
 #include <string>
@@ -53,6 +54,15 @@ void AddPortHolders(TailMatch* match, const std::string& holders);
 // Whether `line` begins a Python traceback ("Traceback (most recent call last):" at its
 // start): what CPython prints for an uncaught exception before the interpreter finalizes.
 bool StartsPythonTraceback(const std::string& line);
+
+// A rank that began a Python traceback at most kRecentTraceback ago (CPython prints it, then
+// finalizes, closing its connections while its peers already fail) is dying by itself; a stop
+// of the other ranks waits for it at most kDyingWait, so its own failure is weighed
+// (GangOptions::dying_wait, agent/run/gang_stop_check.h). kDyingWait is shorter than the gang
+// coordinator's settling window (1 s); a finalization takes well under a second, twice that is
+// left for a loaded machine.
+inline constexpr std::chrono::milliseconds kDyingWait{500};
+inline constexpr std::chrono::milliseconds kRecentTraceback{2000};
 
 // The exit's cause refined by what the rank said: a rank that exited or crashed (UserError,
 // Crashed) by itself takes the tail's reason and quotes its line; a cause from outside the

@@ -21,6 +21,7 @@
 
 #include "agent/process/spawner.h"
 #include "agent/supervisor/exit_cause.h"
+#include "agent/supervisor/failure_cause.h"
 #include "agent/supervisor/signals.h"
 #include "common/clock.h"
 
@@ -80,8 +81,8 @@ struct GangOptions {
   // member is dying so, or after dying_wait, so that the dying member's own failure is weighed
   // (PickRootCause) rather than counted as stopped. agent/run/gang_stop_check.h does the same
   // when the stop comes from the gang of nodes.
-  std::chrono::milliseconds dying_wait{500};
-  std::chrono::milliseconds recent_traceback{2000};
+  std::chrono::milliseconds dying_wait = kDyingWait;
+  std::chrono::milliseconds recent_traceback = kRecentTraceback;
   Clock* clock = RealClock::Get();  // deadlines and intervals; must outlive Run()
   // A failed attempt's Run() returns once nothing of it can run user code again (every
   // member and every process of their groups has entered the kernel's exit, or is gone),

@@ -98,4 +98,16 @@ std::string ControllingJobName(const Json& object) {
   return "";
 }
 
+const Json* FindCondition(const Json& object, const std::string& type) {
+  const Json* status = object.contains("status") ? &object["status"] : nullptr;
+  if (status == nullptr || !status->is_object() || !status->contains("conditions") ||
+      !(*status)["conditions"].is_array()) {
+    return nullptr;
+  }
+  for (const auto& c : (*status)["conditions"]) {
+    if (c.is_object() && c.value("type", "") == type) return &c;
+  }
+  return nullptr;
+}
+
 }  // namespace spawnpoint::op

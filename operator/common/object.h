@@ -30,6 +30,8 @@ int AttemptOf(const Json& pod);
 bool OfCurrentGang(const Json& job, const Json& pod);
 // status.containerStatuses[] entry of the named container, or nullptr.
 const Json* ContainerStatus(const Json& pod, const std::string& container);
+// The object's status.conditions entry of `type` (the first), or nullptr.
+const Json* FindCondition(const Json& object, const std::string& type);
 // The controller ownerReference's name when it is a TrainingJob, else "".
 std::string ControllingJobName(const Json& object);
 

@@ -56,15 +56,8 @@ kube::InformerOptions QuotaInformerOptions(const ControllerOptions& o) {
 }
 
 bool QuotaRefused(const nlohmann::json& job) {
-  const auto conditions = "/status/conditions"_json_pointer;
-  if (!job.contains(conditions) || !job.at(conditions).is_array()) return false;
-  for (const auto& c : job.at(conditions)) {
-    if (c.is_object() && c.value("type", "") == condition::kQuotaExceeded &&
-        c.value("status", "") == "True") {
-      return true;
-    }
-  }
-  return false;
+  const nlohmann::json* c = FindCondition(job, condition::kQuotaExceeded);
+  return c != nullptr && c->value("status", "") == "True";
 }
 
 kube::InformerOptions JobInformerOptions(const ControllerOptions& o) {

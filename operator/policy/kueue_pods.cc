@@ -13,18 +13,6 @@ namespace {
 
 constexpr std::string_view kEvictedPrefix = "WorkloadEvictedDueTo";
 
-const json* FindCondition(const json& object, const std::string& type) {
-  const json* status = object.contains("status") ? &object["status"] : nullptr;
-  if (status == nullptr || !status->is_object() || !status->contains("conditions") ||
-      !(*status)["conditions"].is_array()) {
-    return nullptr;
-  }
-  for (const auto& c : (*status)["conditions"]) {
-    if (c.is_object() && c.value("type", "") == type) return &c;
-  }
-  return nullptr;
-}
-
 }  // namespace
 
 bool KueueCountsActive(const json& pod) {
