@@ -44,6 +44,8 @@ std::string OperatorUsage() {
 
 Turns TrainingJobs (spawnpoint.dev/v1alpha1) into gangs of node pods that run the
 spawnpoint agent, restarts the gang when a rank fails, and keeps their status true.
+`spawnpoint-operator status-watchdog --help`: the process that marks their status stale
+while no operator runs.
 
 flags:
   --kubeconfig PATH               kubeconfig to use (default: in-cluster, else $KUBECONFIG

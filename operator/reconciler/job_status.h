@@ -34,6 +34,9 @@ inline constexpr const char* kStalled = "Stalled";      // operator/policy/stall
 inline constexpr const char* kStraggler = "Straggler";  // operator/policy/stall_policy.h
 inline constexpr const char* kQueued = "Queued";        // operator/policy/admission_policy.h
 inline constexpr const char* kQuotaExceeded = "QuotaExceeded";  // operator/policy/quota_policy.h
+// True while no operator runs (set by operator/watchdog/status_watchdog.h, cleared by the
+// operator's first reconcile after).
+inline constexpr const char* kStatusStale = "StatusStale";
 }  // namespace condition
 
 struct Condition {

@@ -55,6 +55,13 @@ ReconcileResult Reconciler::Reconcile(const std::string& ns, const std::string& 
   c.status = JobStatus::FromJson(c.object.value("status", json::object()));
   c.old_status = c.status.ToJson();
   c.status.observed_generation = c.generation;
+  // An operator runs again: what the status watchdog marked stale is current from here on.
+  if (c.status.IsTrue(condition::kStatusStale)) {
+    c.SetCondition(condition::kStatusStale, false, "OperatorRunning",
+                   "an operator reconciles this job again; its status is current");
+    c.Event(EventType::kNormal, "StatusCurrent",
+            "an operator reconciles this job again; its status is current");
+  }
 
   // What the schema cannot express is checked here: a terminal InvalidSpec until the spec
   // changes (a new generation gets another look).

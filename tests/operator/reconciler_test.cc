@@ -94,6 +94,30 @@ TEST_F(ReconcilerTest, RepeatedReconcileChangesNothing) {
   EXPECT_THAT(cluster_.Writes(), IsEmpty());
 }
 
+// The status watchdog marked the job stale while no operator ran (status_watchdog.h): the
+// first reconcile after sets it False, says so once, and the next reconcile writes nothing.
+TEST_F(ReconcilerTest, AStatusMarkedStaleIsCurrentAgainOnTheFirstReconcile) {
+  StartRunning();
+  EXPECT_TRUE(Condition("StatusStale").is_null());  // never added to a job never marked
+  (*cluster_.Job("job"))["status"]["conditions"].push_back(
+      {{"type", "StatusStale"},
+       {"status", "True"},
+       {"reason", "OperatorNotRunning"},
+       {"message", "no spawnpoint operator is running"},
+       {"lastTransitionTime", "2024-05-01T09:00:00Z"}});
+  cluster_.ClearWrites();
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_EQ(Condition("StatusStale")["status"], "False");
+  EXPECT_EQ(Condition("StatusStale")["reason"], "OperatorRunning");
+  EXPECT_EQ(Condition("StatusStale")["lastTransitionTime"], "2024-05-01T10:00:00Z");
+  EXPECT_EQ(Phase(), "Running");
+  EXPECT_THAT(EventReasons(), ::testing::Contains("StatusCurrent"));
+  EXPECT_THAT(cluster_.Writes(), ElementsAre("update-status job"));
+  cluster_.ClearWrites();
+  ASSERT_TRUE(Reconcile().status.ok());
+  EXPECT_THAT(cluster_.Writes(), IsEmpty());
+}
+
 TEST_F(ReconcilerTest, RunningThenSucceeded) {
   StartRunning();
   EXPECT_EQ(Condition("Running")["status"], "True");
