@@ -13,6 +13,7 @@
 
 #include "metrics/registry.h"
 #include "metrics/server.h"
+#include "operator/app/process.h"
 #include "operator/common/log.h"
 #include "operator/common/object.h"
 #include "operator/common/status_token.h"
@@ -60,12 +61,6 @@ struct StopSignal {
   }
 };
 
-std::string DefaultIdentity() {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  return std::string(host) + "_" + std::to_string(getpid());
-}
-
 kube::Logger KubeLogger(const Logger& log) {
   return [log](kube::LogLevel level, const std::string& message) {
     switch (level) {
@@ -89,17 +84,8 @@ kube::Logger KubeLogger(const Logger& log) {
 
 int RunOperator(const OperatorOptions& o) {
   // Signals are taken by one thread with sigwait; block them before any thread starts.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-
-  LogLevel level = LogLevel::kInfo;
-  ParseLogLevel(o.log_level, &level);
-  SetLogLevel(level);
-  const std::string identity = o.identity.empty() ? DefaultIdentity() : o.identity;
+  sigset_t signals = BlockStopSignals();
+  const std::string identity = StartLogging(o.log_level, o.identity);
   const Logger log = Logger({{"component", "operator"}, {"identity", identity}});
 
   auto config = o.kubeconfig.empty() ? kube::LoadDefaultConfig(o.context)

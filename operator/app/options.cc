@@ -129,6 +129,23 @@ StatusOr<std::vector<std::string>> ParseNamespaceList(const std::string& text) {
   }
 }
 
+Status SetNamespaceFlag(const std::string& flag, const std::string& value,
+                        std::vector<std::string>* namespaces) {
+  auto parsed = ParseNamespaceList(value);
+  if (!parsed.ok()) return parsed.status().WithPrefix(flag);
+  *namespaces = std::move(*parsed);
+  return Status::Ok();
+}
+
+Status SetLogLevelFlag(const std::string& flag, const std::string& value, std::string* level) {
+  if (value != "debug" && value != "info" && value != "warning" && value != "error") {
+    return InvalidArgument(flag + ": expected debug, info, warning or error, got \"" + value +
+                           "\"");
+  }
+  *level = value;
+  return Status::Ok();
+}
+
 StatusOr<OperatorOptions> ParseOperatorArgs(const std::vector<std::string>& args) {
   OperatorOptions o;
   using Setter = std::function<Status(const std::string& flag, const std::string& value)>;
@@ -161,10 +178,7 @@ StatusOr<OperatorOptions> ParseOperatorArgs(const std::vector<std::string>& args
       {"--context", str(&o.context)},
       {"--namespace",
        [&](const std::string& flag, const std::string& v) {
-         auto namespaces = ParseNamespaceList(v);
-         if (!namespaces.ok()) return namespaces.status().WithPrefix(flag);
-         o.namespaces = std::move(*namespaces);
-         return Status::Ok();
+         return SetNamespaceFlag(flag, v, &o.namespaces);
        }},
       {"--leader-elect-namespace", str(&o.leader_elect_namespace)},
       {"--leader-elect-name", str(&o.leader_elect_name)},
@@ -198,15 +212,8 @@ StatusOr<OperatorOptions> ParseOperatorArgs(const std::vector<std::string>& args
          return InvalidArgument(flag + ": expected a number >= 0 (0: no limit), got \"" + v + "\"");
        }},
       {"--kube-api-burst", integer(&o.kube_api_burst, 1, 1000000)},
-      {"--log-level",
-       [&](const std::string& flag, const std::string& v) {
-         if (v != "debug" && v != "info" && v != "warning" && v != "error") {
-           return InvalidArgument(flag + ": expected debug, info, warning or error, got \"" + v +
-                                  "\"");
-         }
-         o.log_level = v;
-         return Status::Ok();
-       }},
+      {"--log-level", [&](const std::string& flag,
+                          const std::string& v) { return SetLogLevelFlag(flag, v, &o.log_level); }},
       {"--crash-after-pod-creates", integer(&o.crash_after_pod_creates, 0, 1000000)},
   };
   for (size_t i = 0; i < args.size(); ++i) {

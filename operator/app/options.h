@@ -70,6 +70,12 @@ std::string LeaseNamespace(const OperatorOptions& options, const std::string& co
 // each a DNS label (RFC 1123, at most 63 characters), none twice.
 StatusOr<std::vector<std::string>> ParseNamespaceList(const std::string& text);
 
+// Flag setters both processes use: --namespace (ParseNamespaceList) and --log-level (debug,
+// info, warning or error); errors are prefixed with `flag`.
+Status SetNamespaceFlag(const std::string& flag, const std::string& value,
+                        std::vector<std::string>* namespaces);
+Status SetLogLevelFlag(const std::string& flag, const std::string& value, std::string* level);
+
 // "500ms", "2s", "1.5m", "1h"; a bare number is seconds.
 StatusOr<Clock::Duration> ParseDuration(const std::string& text);
 

@@ -1,11 +1,8 @@
 #include "operator/app/watchdog_app.h"
 
-#include <pthread.h>
-#include <signal.h>
-#include <unistd.h>
-
 #include <thread>
 
+#include "operator/app/process.h"
 #include "operator/common/log.h"
 #include "operator/common/wall_clock.h"
 #include "operator/kube/client.h"
@@ -16,22 +13,8 @@ namespace spawnpoint::op {
 
 int RunStatusWatchdog(const WatchdogOptions& o) {
   // Signals are taken by one thread with sigwait; block them before any thread starts.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-
-  LogLevel level = LogLevel::kInfo;
-  ParseLogLevel(o.log_level, &level);
-  SetLogLevel(level);
-  std::string identity = o.identity;
-  if (identity.empty()) {
-    char host[256] = {};
-    gethostname(host, sizeof host - 1);
-    identity = std::string(host) + "_" + std::to_string(getpid());
-  }
+  sigset_t signals = BlockStopSignals();
+  const std::string identity = StartLogging(o.log_level, o.identity);
   const Logger log({{"component", kStatusWatchdogComponent}, {"identity", identity}});
 
   auto config = o.kubeconfig.empty() ? kube::LoadDefaultConfig(o.context)

@@ -64,23 +64,13 @@ StatusOr<WatchdogOptions> ParseWatchdogArgs(const std::vector<std::string>& args
       {"--lease-name", str(&o.lease_name)},
       {"--namespace",
        [&](const std::string& flag, const std::string& v) {
-         auto namespaces = ParseNamespaceList(v);
-         if (!namespaces.ok()) return namespaces.status().WithPrefix(flag);
-         o.namespaces = std::move(*namespaces);
-         return Status::Ok();
+         return SetNamespaceFlag(flag, v, &o.namespaces);
        }},
       {"--stale-after", duration(&o.stale_after)},
       {"--interval", duration(&o.interval)},
       {"--identity", str(&o.identity)},
-      {"--log-level",
-       [&](const std::string& flag, const std::string& v) {
-         if (v != "debug" && v != "info" && v != "warning" && v != "error") {
-           return InvalidArgument(flag + ": expected debug, info, warning or error, got \"" + v +
-                                  "\"");
-         }
-         o.log_level = v;
-         return Status::Ok();
-       }},
+      {"--log-level", [&](const std::string& flag,
+                          const std::string& v) { return SetLogLevelFlag(flag, v, &o.log_level); }},
   };
   for (size_t i = 0; i < args.size(); ++i) {
     const FlagArg arg = SplitFlag(args[i]);
