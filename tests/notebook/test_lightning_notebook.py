@@ -25,6 +25,19 @@ strategy="ddp_notebook" forks the kernel, whose children here fail in their rend
 (this torch, Debian's 2.6, was built without libuv: only the agent's shim sets USE_LIBUV=0);
 the model is not trained by either.
 
+LightningNotebookTest.test_library_spawn_strategy_on_pytorch_lightning: the pattern of a
+library that builds its own ddp_notebook (RF-DETR's `model.train(devices=2,
+strategy="ddp_notebook")`), written here as a stand-in: the kernel imports the standalone
+pytorch_lightning (never `lightning`), a cell subclasses its _MultiProcessingLauncher (only
+is_interactive_compatible) and its DDPStrategy (a _configure_launcher that makes that launcher,
+start method spawn), and Trainer(strategy=that strategy, devices=2).fit runs on the agent's 2
+ranks: the extension named pytorch_lightning's launcher module when it patched it, the launch
+line names the cell's strategy class, and the next cell's model has rank 0's final weights.
+
+LightningNotebookTest.test_library_spawn_strategy_without_the_extension: the same notebook
+without `%load_ext spawnpoint`: Lightning spawns 2 children, which cannot unpickle the classes
+the cells defined (they have no such __main__), and the fit cell fails with the model untrained.
+
 SPAWNPOINT_NOTEBOOK_ACCELERATOR=gpu runs the notebooks with accelerator="gpu" (one GPU a rank,
 NCCL): the project's GPU check (bench/gpu/gpu_check.py) runs
 test_ddp_notebook_with_the_extension so on a machine with GPUs. Default: cpu.
@@ -119,6 +132,46 @@ print("OUTPUT", model.layer(torch.ones(1, 4)).item())
 VALIDATE = """\
 print("VALIDATE", trainer.validate(model, loader()))
 print("PREDICT", trainer.predict(model, loader()), trainer.state.fn)
+"""
+
+# The library's pattern on the standalone package: a launcher that says it is interactive
+# compatible and a DDPStrategy that always makes it, with start method spawn.
+PL_SETUP = SETUP.replace("import lightning as L", """\
+import pytorch_lightning as L  # the standalone package; DEFINITIONS' L.LightningModule is its
+print("PACKAGE", L.__name__)
+print("LIGHTNING MODULES", sorted(m for m in sys.modules if m.split(".")[0] == "lightning"))""")
+
+PL_STRATEGY = """\
+from pytorch_lightning.strategies import DDPStrategy
+from pytorch_lightning.strategies.launchers.multiprocessing import _MultiProcessingLauncher
+
+
+class SpawnInKernelLauncher(_MultiProcessingLauncher):
+    @property
+    def is_interactive_compatible(self):
+        return True
+
+
+class NotebookSpawnStrategy(DDPStrategy):
+    def _configure_launcher(self):
+        self._launcher = SpawnInKernelLauncher(self, start_method=self._start_method)
+"""
+
+PL_FIT = """\
+trainer = L.Trainer(strategy=NotebookSpawnStrategy(start_method="spawn"), devices=2,
+                    accelerator=ACCELERATOR, max_epochs=2, logger=False,
+                    enable_progress_bar=False, enable_model_summary=False,
+                    default_root_dir=os.getcwd())
+launcher = trainer.strategy.launcher
+print("LAUNCHER", type(launcher).__name__, launcher._start_method)
+trainer.fit(model, loader())
+print("FITTED", checksum(model))
+"""
+
+PL_USE = """\
+print("AFTER", checksum(model))
+print("STATE", trainer.state.fn, trainer.state.status)
+print("LIGHTNING MODULES", sorted(m for m in sys.modules if m.split(".")[0] == "lightning"))
 """
 
 
@@ -261,3 +314,58 @@ class LightningNotebookTest(KernelTestCase):
                        in new)]
         self.assertEqual([p for p in new if p not in torchs], [], self.describe())
         self.assertEqual(self.line(3, "NEXT"), "42")
+
+    def test_library_spawn_strategy_on_pytorch_lightning(self):
+        client = self.client([PL_SETUP % ("%load_ext spawnpoint", ACCELERATOR), PL_STRATEGY,
+                              DEFINITIONS, PL_FIT, PL_USE])
+
+        async def run():
+            async with client.async_setup_kernel(env=self.kernel_environment()):
+                for index, cell in enumerate(self.nb.cells):
+                    await client.async_execute_cell(cell, index)
+
+        asyncio.run(run())
+        self.assertEqual(self.line(0, "PACKAGE"), "pytorch_lightning")
+        # Only the standalone package: lightning.pytorch's launcher is never imported or patched.
+        self.assertEqual(self.line(0, "LIGHTNING MODULES"), "[]")
+        self.assertEqual(self.line(4, "LIGHTNING MODULES"), "[]")
+        said = "".join(text_of(c.outputs) for c in self.nb.cells[:4])
+        self.assertEqual(said.count("now run fit/validate/test/predict on ranks that "
+                                    "spawnpoint-agent spawns"), 1, self.describe())
+        self.assertIn("(pytorch_lightning.strategies.launchers.multiprocessing."
+                      "_MultiProcessingLauncher.launch patched;", said, self.describe())
+        self.assertNotIn("lightning.pytorch.strategies", said)
+        fit = text_of(self.nb.cells[3].outputs)
+        self.assertEqual(self.line(3, "LAUNCHER"), "SpawnInKernelLauncher spawn")
+        self.assertIn("Lightning NotebookSpawnStrategy (start method spawn): fit_impl on 2 " +
+                      RANKS, fit, self.describe())
+        self.assertIn("[spawnpoint] launch: main() on 2 " + RANKS, fit)
+        for rank in (0, 1):
+            self.assertIn("[rank %d] TRAIN STEP %d" % (rank, rank), fit)
+        before, rank0 = self.line(2, "BEFORE"), self.line(3, "RANK0 CHECKSUM")
+        self.assertNotEqual(before, rank0)
+        self.assertEqual(self.line(4, "AFTER"), rank0, self.describe())
+        self.assertEqual(self.line(4, "STATE"), "TrainerFn.FITTING TrainerStatus.FINISHED")
+        self.assertEqual(self.dirs.left_in_tmp(), [])
+
+    def test_library_spawn_strategy_without_the_extension(self):
+        client = self.client([PL_SETUP % ("", ACCELERATOR), PL_STRATEGY, DEFINITIONS, PL_FIT,
+                              'print("AFTER", checksum(model))'])
+
+        async def run():
+            async with client.async_setup_kernel(env=self.kernel_environment()):
+                for index, cell in enumerate(self.nb.cells):
+                    await client.async_execute_cell(cell, index)
+
+        client.allow_errors = True  # the fit cell's error is what this test looks at
+        asyncio.run(run())
+        errors = [[o for o in c.outputs if o.get("output_type") == "error"] for c in self.nb.cells]
+        self.assertEqual(errors[0] + errors[1] + errors[2] + errors[4], [], self.describe())
+        self.assertNotIn("spawnpoint-agent spawns", self.describe(), "no extension loaded")
+        self.assertEqual(self.line(3, "LAUNCHER"), "SpawnInKernelLauncher spawn")
+        self.assertTrue(errors[3], "the spawn strategy trained without the extension:\n" +
+                        self.describe())
+        fit = text_of(self.nb.cells[3].outputs, ("stream", "error"))
+        self.assertIn("Can't get attribute", fit, self.describe())
+        self.assertNotIn("FITTED", text_of(self.nb.cells[3].outputs))
+        self.assertEqual(self.line(4, "AFTER"), self.line(2, "BEFORE"), "trained after all")
