@@ -2,8 +2,10 @@
 # `make chart-local` as CI sees it (stdout not a terminal): operator/demo/chart-local.sh must
 # install the chart on the local control plane, leave the Deployment's pod Pending with the
 # reason (never a ReplicaSet replacing failed pods), run the operator with the Deployment's
-# arguments as the installed ServiceAccount, and bring the example job to Succeeded (exit 0),
-# printing no terminal escape codes.
+# arguments as the installed ServiceAccount, run the status watchdog (`spawnpoint-operator
+# status-watchdog`, its own Deployment's pod also Pending) with its Deployment's arguments as
+# its own ServiceAccount, and bring the example job to Succeeded (exit 0) with the watchdog
+# still running and the job not marked StatusStale, printing no terminal escape codes.
 #
 #   chart_local_test.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
@@ -21,6 +23,10 @@ check() {  # WHAT PATTERN
 check "the operator's pod waits, Pending, with the reason" "^spawnpoint-[a-z0-9]+-[a-z0-9]+ Pending ImageNotRunnable$"
 check "the operator ran as the chart's ServiceAccount" "^as system:serviceaccount:spawnpoint-system:spawnpoint$"
 check "the example job succeeded under the chart's RBAC" "ran ml/local-cluster to Succeeded under the chart's RBAC"
+check "the watchdog's pod waits, Pending, with the reason" "^spawnpoint-status-watchdog-[a-z0-9]+-[a-z0-9]+ Pending ImageNotRunnable$"
+check "the watchdog ran as its own ServiceAccount" "^as system:serviceaccount:spawnpoint-system:spawnpoint-status-watchdog$"
+check "the watchdog's arguments are its Deployment's" "^  status-watchdog$"
+check "the watchdog kept running and marked nothing stale" "^the chart's status watchdog ran beside it, and marked nothing stale$"
 if [ "$(grep -cE '^spawnpoint-[a-z0-9]+-[a-z0-9]+ (Pending|Failed|Running)' "$out")" -ne 1 ]; then
   echo "FAIL: not exactly one operator pod (a ReplicaSet replacing failed pods makes many)"
   fail=1

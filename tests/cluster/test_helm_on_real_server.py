@@ -100,7 +100,10 @@ class HelmOnRealServerTest(unittest.TestCase):
     def deployment_args(self):
         """The installed Deployment's arguments, LOCAL_FLAGS left out, and its status-token key
         file (a mounted Secret) a file here holding the installed Secret's key."""
-        deployments = [d for d in self.manifest_docs() if d["kind"] == "Deployment"]
+        # The operator's: the status watchdog's Deployment runs the same image with its own
+        # arguments (templates/status-watchdog.yaml).
+        deployments = [d for d in self.manifest_docs() if d["kind"] == "Deployment" and
+                       d["metadata"]["labels"].get("app.kubernetes.io/component") == "operator"]
         self.assertEqual(len(deployments), 1)
         pod = deployments[0]["spec"]["template"]["spec"]
         container = pod["containers"][0]

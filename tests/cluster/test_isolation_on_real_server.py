@@ -14,6 +14,10 @@ helm (4.1 or 3.17), its objects as the real API server takes them.
   kept), and those of the edge ports (1, 2, 65534, 65535) and of helm 3's and helm 4's renderings
   are valid for the server (`kubectl apply --dry-run=server`). They are not enforced here: that
   needs a network plugin; their meaning is tests/helm/isolation_test.py.
+- The status watchdog's ServiceAccount: `kubectl auth can-i` is "yes" for exactly what it uses
+  (get the operator's Lease by name, list TrainingJobs, patch their status, create events)
+  and "no" for the rest (get, watch or update TrainingJobs, other Leases, any write to its
+  Lease, pods, secrets).
 - NOTES.txt says when no NetworkPolicy was made (every namespace watched, none listed).
 
     python3 test_isolation_on_real_server.py --source-dir REPO --helm helm4
@@ -29,6 +33,7 @@ from cluster_fixture import wait_until
 NS = "spawnpoint-system"
 RELEASE = "spawnpoint"
 SA_USER = "system:serviceaccount:%s:%s" % (NS, RELEASE)
+WATCHDOG_USER = "system:serviceaccount:%s:%s-status-watchdog" % (NS, RELEASE)
 TEAMS = ("team-a", "team-b")
 POLICY = RELEASE + "-protected-namespaces"
 # The Deployment's pods stay Pending: no node has this label (the local node runs no images).
@@ -106,10 +111,10 @@ class IsolationOnRealServerTest(unittest.TestCase):
                       "protected" % (verb, kind, namespace), out)
         return out
 
-    def can_i(self, *argv):
-        """`kubectl auth can-i --as=<the operator> ARGV`: "yes" or "no" (its last line; a
-        warning may come first, e.g. for a kind the server does not serve)."""
-        code, out = self.cluster.kubectl("auth", "can-i", "--as=" + SA_USER, *argv)
+    def can_i(self, *argv, user=SA_USER):
+        """`kubectl auth can-i --as=<the operator, or user> ARGV`: "yes" or "no" (its last
+        line; a warning may come first, e.g. for a kind the server does not serve)."""
+        code, out = self.cluster.kubectl("auth", "can-i", "--as=" + user, *argv)
         answer = out.strip().splitlines()[-1] if out.strip() else ""
         self.assertIn(answer, ("yes", "no"), out)
         self.assertEqual(code, 0 if answer == "yes" else 1, out)
@@ -230,6 +235,68 @@ class IsolationOnRealServerTest(unittest.TestCase):
         wrong = ["%s: %s" % (" ".join(a), "yes") for a in forbidden if self.can_i(*a) != "no"]
         wrong += ["%s: %s" % (" ".join(a), "no") for a in allowed if self.can_i(*a) != "yes"]
         self.assertEqual(wrong, [])
+
+    def test_auth_can_i_as_the_status_watchdog(self):
+        """The status watchdog's ServiceAccount (templates/status-watchdog.yaml): the operator's
+        Lease, read; TrainingJobs listed (never read one by one or watched), their status
+        patched; events created. Nothing else."""
+        team = ("-n", "team-a")
+        tj = "trainingjobs.spawnpoint.dev"
+        lease = "leases.coordination.k8s.io"
+        allowed = [
+            ("get", "%s/%s" % (lease, RELEASE), "-n", NS),
+            ("list", tj) + team,
+            ("list", tj, "-n", "team-b"),
+            ("list", tj, "--all-namespaces"),  # cluster scope: one list when all are watched
+            ("patch", tj, "--subresource=status") + team,
+            ("create", "events") + team,
+        ]
+        forbidden = [
+            # TrainingJobs: list only, and only the status is written, by a patch.
+            ("get", tj) + team,
+            ("watch", tj) + team,
+            ("create", tj) + team,
+            ("update", tj) + team,
+            ("patch", tj) + team,
+            ("delete", tj) + team,
+            ("update", tj, "--subresource=status") + team,
+            ("get", tj, "--subresource=status") + team,
+            # The Lease: read, that one, there.
+            ("update", "%s/%s" % (lease, RELEASE), "-n", NS),
+            ("patch", "%s/%s" % (lease, RELEASE), "-n", NS),
+            ("delete", "%s/%s" % (lease, RELEASE), "-n", NS),
+            ("create", lease, "-n", NS),
+            ("list", lease, "-n", NS),
+            ("watch", lease, "-n", NS),
+            ("get", "%s/someone-else" % lease, "-n", NS),
+            ("get", "%s/%s" % (lease, RELEASE), "-n", "team-a"),
+            ("get", "%s/%s" % (lease, RELEASE), "-n", "kube-node-lease"),
+            # Events: created only.
+            ("get", "events") + team,
+            ("list", "events") + team,
+            ("patch", "events") + team,
+            # Nothing of the operator's.
+            ("create", "pods") + team,
+            ("delete", "pods") + team,
+            ("list", "pods") + team,
+            ("get", "pods", "--subresource=log") + team,
+            ("create", "services") + team,
+            ("get", "secrets") + team,
+            ("list", "secrets") + team,
+            ("create", "secrets") + team,
+            ("get", "secrets", "-n", NS),
+            ("get", "configmaps") + team,
+            ("get", "nodes"),
+            ("list", "namespaces"),
+            ("update", tj, "--subresource=finalizers") + team,
+            ("create", "rolebindings.rbac.authorization.k8s.io") + team,
+        ]
+        wrong = ["%s: %s" % (" ".join(a), "yes") for a in forbidden
+                 if self.can_i(*a, user=WATCHDOG_USER) != "no"]
+        wrong += ["%s: %s" % (" ".join(a), "no") for a in allowed
+                  if self.can_i(*a, user=WATCHDOG_USER) != "yes"]
+        self.assertEqual(wrong, [])
+        self.assertIn("The status watchdog: Deployment %s-status-watchdog" % RELEASE, self.notes)
 
     def test_network_policies_as_the_server_stores_them(self):
         manifest = [d for d in self.manifest() if d["kind"] == "NetworkPolicy"]

@@ -95,6 +95,25 @@ json One(const Rendered& r, const std::string& kind) {
   return all.empty() ? json() : all[0];
 }
 
+// The documents of `kind` labelled app.kubernetes.io/component `component`: the operator's
+// ("operator") apart from the status watchdog's ("status-watchdog"), which has a Deployment,
+// ServiceAccount and bindings of its own (tests/helm/status_watchdog_test.py).
+std::vector<json> OfComponent(const Rendered& r, const std::string& kind,
+                              const std::string& component) {
+  std::vector<json> out;
+  for (const auto& d : OfKind(r, kind)) {
+    const json labels = d["metadata"].value("labels", json::object());
+    if (labels.value("app.kubernetes.io/component", "") == component) out.push_back(d);
+  }
+  return out;
+}
+
+json Operator(const Rendered& r, const std::string& kind) {
+  auto all = OfComponent(r, kind, "operator");
+  EXPECT_EQ(all.size(), 1u) << "expected one " << kind << " of the operator";
+  return all.empty() ? json() : all[0];
+}
+
 std::vector<std::string> Args(const json& deployment) {
   return deployment["spec"]["template"]["spec"]["containers"][0]["args"]
       .get<std::vector<std::string>>();
@@ -133,7 +152,7 @@ TEST_P(ChartTest, DefaultValuesRenderALeastPrivilegeOperator) {
   EXPECT_TRUE(OfKind(r, "PrometheusRule").empty()) << "the alerts are optional";
   EXPECT_TRUE(OfKind(r, "ConfigMap").empty()) << "the dashboard is optional";
 
-  const json deployment = One(r, "Deployment");
+  const json deployment = Operator(r, "Deployment");
   ASSERT_TRUE(deployment.is_object());
   EXPECT_EQ(deployment["metadata"]["namespace"], kNamespace);
   EXPECT_EQ(deployment["spec"]["replicas"], 1);
@@ -156,7 +175,7 @@ TEST_P(ChartTest, DefaultValuesRenderALeastPrivilegeOperator) {
   EXPECT_TRUE(HasArg(args, "--agent-image=ghcr.io/spawnpoint/agent:0.1.0") ||
               HasArg(args, "--agent-image=ghcr.io/spawnpoint/agent:v0.1.0"))
       << ::testing::PrintToString(args);
-  EXPECT_EQ(pod["serviceAccountName"], One(r, "ServiceAccount")["metadata"]["name"]);
+  EXPECT_EQ(pod["serviceAccountName"], Operator(r, "ServiceAccount")["metadata"]["name"]);
 
   // The metrics Service selects the operator's pods and exposes the metrics port.
   const json service = One(r, "Service");
@@ -184,14 +203,14 @@ TEST_P(ChartTest, DefaultValuesRenderALeastPrivilegeOperator) {
     }
   }
   EXPECT_EQ(secret_rules, 1);
-  EXPECT_EQ(OfKind(r, "ClusterRoleBinding").size(), 1u);
+  EXPECT_EQ(OfComponent(r, "ClusterRoleBinding", "operator").size(), 1u);
 }
 
 TEST_P(ChartTest, EveryOptionalPartOn) {
   Rendered r = Render({"--values", CHART_DIR "/ci/all-on-values.yaml", "--api-versions",
                        "monitoring.coreos.com/v1"});
   ASSERT_EQ(r.code, 0) << r.err;
-  const json deployment = One(r, "Deployment");
+  const json deployment = Operator(r, "Deployment");
   ASSERT_TRUE(deployment.is_object());
   EXPECT_EQ(deployment["spec"]["replicas"], 2);
   const auto args = Args(deployment);
@@ -248,14 +267,19 @@ TEST_P(ChartTest, EveryOptionalPartOn) {
 TEST_P(ChartTest, FullnameOverrideNamesEveryObject) {
   Rendered r = Render({"--set", "fullnameOverride=sp"});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(One(r, "Deployment")["metadata"]["name"], "sp");
-  EXPECT_EQ(One(r, "ServiceAccount")["metadata"]["name"], "sp");
+  EXPECT_EQ(Operator(r, "Deployment")["metadata"]["name"], "sp");
+  EXPECT_EQ(Operator(r, "ServiceAccount")["metadata"]["name"], "sp");
+  for (const char* kind : {"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"}) {
+    const auto watchdog = OfComponent(r, kind, "status-watchdog");
+    ASSERT_EQ(watchdog.size(), 1u) << kind;
+    EXPECT_EQ(watchdog[0]["metadata"]["name"], "sp-status-watchdog") << kind;
+  }
 }
 
 TEST_P(ChartTest, ADigestPinnedImageKeepsValidLabels) {
   Rendered r = Render({"--set", "image.tag=0.1.0@sha256:0123abcd"});
   ASSERT_EQ(r.code, 0) << r.err;
-  const json deployment = One(r, "Deployment");
+  const json deployment = Operator(r, "Deployment");
   EXPECT_EQ(deployment["spec"]["template"]["spec"]["containers"][0]["image"],
             "ghcr.io/spawnpoint/operator:0.1.0@sha256:0123abcd");
   EXPECT_EQ(deployment["metadata"]["labels"]["app.kubernetes.io/version"], "0.1.0")
@@ -280,8 +304,8 @@ TEST_P(ChartTest, NeverBindsTheOperatorsRulesToTheDefaultServiceAccount) {
   Rendered named =
       Render({"--set", "serviceAccount.create=false", "--set", "serviceAccount.name=ops"});
   ASSERT_EQ(named.code, 0) << named.err;
-  EXPECT_TRUE(OfKind(named, "ServiceAccount").empty());
-  EXPECT_EQ(One(named, "ClusterRoleBinding")["subjects"][0]["name"], "ops");
+  EXPECT_TRUE(OfComponent(named, "ServiceAccount", "operator").empty());
+  EXPECT_EQ(Operator(named, "ClusterRoleBinding")["subjects"][0]["name"], "ops");
 }
 
 // Volcano PodGroups (issue 40): create and delete, in a rule of their own, only when asked.
@@ -371,7 +395,7 @@ TEST_P(ChartTest, NamespaceScopeCreatesNoClusterScopedObjectsButTheCrd) {
     const std::string ns = role["metadata"]["namespace"];
     EXPECT_TRUE(ns == "ml" || ns == kNamespace) << ns;
   }
-  EXPECT_TRUE(HasArg(Args(One(r, "Deployment")), "--namespace=ml"));
+  EXPECT_TRUE(HasArg(Args(Operator(r, "Deployment")), "--namespace=ml"));
 }
 
 // The operator's rules of a Role or ClusterRole, as "group/resource verb" strings.
@@ -440,7 +464,7 @@ TEST_P(ChartTest, NamespaceScopeGivesARoleInEachWatchedNamespace) {
         json::array({{{"kind", "ServiceAccount"}, {"name", kRelease}, {"namespace", kNamespace}}}))
         << ns;
   }
-  const auto args = Args(One(r, "Deployment"));
+  const auto args = Args(Operator(r, "Deployment"));
   EXPECT_TRUE(HasArg(args, "--namespace=team-a,team-b"));
   EXPECT_TRUE(HasArg(args, std::string("--leader-elect-namespace=") + kNamespace))
       << "the Lease stays in the release namespace";
@@ -456,17 +480,17 @@ TEST_P(ChartTest, WatchNamespacesInClusterScopeAndTheShorthand) {
                        "agentMetrics.podMonitor.enabled=true", "--api-versions",
                        "monitoring.coreos.com/v1"});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(OfKind(r, "ClusterRoleBinding").size(), 1u);
-  EXPECT_TRUE(HasArg(Args(One(r, "Deployment")), "--namespace=team-a,team-b"));
+  EXPECT_EQ(OfComponent(r, "ClusterRoleBinding", "operator").size(), 1u);
+  EXPECT_TRUE(HasArg(Args(Operator(r, "Deployment")), "--namespace=team-a,team-b"));
   EXPECT_EQ(One(r, "PodMonitor")["spec"]["namespaceSelector"],
             json({{"matchNames", {"team-a", "team-b"}}}));
 
   Rendered shorthand = Render({"--set", "watchNamespace=ml"});
   ASSERT_EQ(shorthand.code, 0) << shorthand.err;
-  EXPECT_TRUE(HasArg(Args(One(shorthand, "Deployment")), "--namespace=ml"));
+  EXPECT_TRUE(HasArg(Args(Operator(shorthand, "Deployment")), "--namespace=ml"));
   Rendered all = Render({});
   ASSERT_EQ(all.code, 0) << all.err;
-  for (const auto& arg : Args(One(all, "Deployment"))) {
+  for (const auto& arg : Args(Operator(all, "Deployment"))) {
     EXPECT_NE(arg.rfind("--namespace", 0), 0u) << "every namespace: no --namespace, got " << arg;
   }
 

@@ -59,6 +59,15 @@ def one(docs, kind):
     return found[0]
 
 
+def operator_deployment(docs):
+    """The operator's Deployment (the status watchdog has one of its own)."""
+    found = [d for d in of_kind(docs, "Deployment")
+             if d["metadata"]["labels"].get("app.kubernetes.io/component") == "operator"]
+    if len(found) != 1:
+        raise AssertionError("expected one operator Deployment, got %d" % len(found))
+    return found[0]
+
+
 def agent_port_of(deployment):
     """The --agent-status-port the Deployment passes the operator: the port it gives the
     agent-status container port of every training pod (children.cc BuildPod)."""
@@ -223,7 +232,7 @@ class NetworkPolicyTest(unittest.TestCase):
     def setUpClass(cls):
         cls.docs = render("--set", "networkPolicy.namespaces={%s}" % ",".join(TEAMS))
         cls.policies = of_kind(cls.docs, "NetworkPolicy")
-        deployment = one(cls.docs, "Deployment")
+        deployment = operator_deployment(cls.docs)
         cls.port = agent_port_of(deployment)
         cls.namespace_labels = {
             ns: {"kubernetes.io/metadata.name": ns}
@@ -307,7 +316,7 @@ class NetworkPolicyTest(unittest.TestCase):
         for port in (9555, 1, 65535):
             docs = render("--set", "networkPolicy.namespaces={team-a}",
                           "--set", "operator.agentStatusPort=%d" % port)
-            self.assertEqual(agent_port_of(one(docs, "Deployment")), port)
+            self.assertEqual(agent_port_of(operator_deployment(docs)), port)
             policies = of_kind(docs, "NetworkPolicy")
             agent = self.training_pod("team-a", "resnet", port=port)
             intruder = Pod("team-b")

@@ -1,6 +1,7 @@
 """The chart's defaults name the images `make images` tags (issue 20): `helm template` of
-charts/spawnpoint with default values, and the operator Deployment's image and its
---agent-image must be exactly the names in build/images/operator.tar and agent.tar.
+charts/spawnpoint with default values, and the operator Deployment's image (also the status
+watchdog's) and its --agent-image must be exactly the names in build/images/operator.tar and
+agent.tar.
 
     chart_images_test.py --source-dir REPO --archives BUILD/images [--helm .tools/bin/helm3]
 
@@ -35,11 +36,19 @@ def main():
     if proc.returncode != 0:
         print("FAIL: helm template: exit %d\n%s" % (proc.returncode, proc.stderr))
         return 1
-    deployments = [d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "Deployment"]
-    container = deployments[0]["spec"]["template"]["spec"]["containers"][0]
+    deployments = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d
+                   for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "Deployment"}
+    container = deployments["operator"]["spec"]["template"]["spec"]["containers"][0]
     agent = [a.split("=", 1)[1] for a in container["args"] if a.startswith("--agent-image=")]
     named = {"operator": container["image"], "agent": agent[0] if agent else None}
     failed = 0
+    # The status watchdog is the operator's binary (`spawnpoint-operator status-watchdog`).
+    watchdog = deployments.get("status-watchdog")
+    watchdog_image = watchdog and watchdog["spec"]["template"]["spec"]["containers"][0]["image"]
+    ok = watchdog_image == container["image"]
+    print("%s: the status watchdog's image is %s, the operator's %s" % (
+        "ok" if ok else "FAIL", watchdog_image, container["image"]))
+    failed += not ok
     for name in ("operator", "agent"):
         archive = os.path.join(args.archives, name + ".tar")
         built = image_run.Store.image(archive).ref if os.path.exists(archive) else None

@@ -149,8 +149,10 @@ class OperatorImageTest(unittest.TestCase):
         import yaml
         code, manifest = self.cluster.run_tool("helm3", "get", "manifest", RELEASE, "-n", NS)
         self.assertEqual(code, 0, manifest)
+        # The operator's (the status watchdog's runs the same image with its own arguments).
         deployments = [d for d in yaml.safe_load_all(manifest)
-                       if d and d["kind"] == "Deployment"]
+                       if d and d["kind"] == "Deployment" and
+                       d["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"]
         self.assertEqual(len(deployments), 1)
         return deployments[0]
 

@@ -32,10 +32,12 @@ Kubernetes name fields are limited to that by the DNS label rules).
 
 {{/*
 The labels every resource carries. Call with a dict: (dict "ctx" $ "component" "operator").
+The status watchdog's objects add "selectorLabels" (include "spawnpoint.watchdogSelectorLabels"
+$): its own name label, so that no selector of the operator's picks its pods.
 */}}
 {{- define "spawnpoint.labels" -}}
 helm.sh/chart: {{ include "spawnpoint.chart" .ctx }}
-{{ include "spawnpoint.selectorLabels" .ctx }}
+{{ .selectorLabels | default (include "spawnpoint.selectorLabels" .ctx) }}
 app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 app.kubernetes.io/component: {{ .component }}
@@ -48,6 +50,25 @@ The labels the operator's Deployment selects its pods by (immutable once install
 {{- define "spawnpoint.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "spawnpoint.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+The labels the status watchdog's Deployment selects its pods by (immutable once installed).
+Not the operator's: its app.kubernetes.io/name is "<name>-status-watchdog", so the operator's
+Deployment, its metrics Service and `kubectl logs deployment/<fullname>` (which select
+name and instance) and the NetworkPolicy's operator peer never take the watchdog's pod.
+*/}}
+{{- define "spawnpoint.watchdogSelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-status-watchdog" (include "spawnpoint.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+The status watchdog's Deployment, ServiceAccount and RBAC: "<fullname>-status-watchdog", at
+most 63 characters.
+*/}}
+{{- define "spawnpoint.watchdogName" -}}
+{{- printf "%s-status-watchdog" (include "spawnpoint.fullname" . | trunc 47 | trimSuffix "-") }}
 {{- end }}
 
 {{/*
@@ -79,6 +100,51 @@ Refuses more than one replica without it.
 {{- fail (printf "replicaCount is %d but leaderElection.enabled is false: several operators would act on the same TrainingJobs at once. Set leaderElection.enabled=true (or leave it unset), or replicaCount=1." (int .Values.replicaCount)) }}
 {{- end }}
 {{- if $enabled }}true{{ end }}
+{{- end }}
+
+{{/*
+"true" when the status watchdog runs: statusWatchdog.enabled, or when it is null leader
+election. It watches the operator's Lease, so it is refused without leader election, and so
+is a staleAfter not longer than leaderElection.leaseDuration (a leader renewing on time could
+look stale).
+*/}}
+{{- define "spawnpoint.statusWatchdog" -}}
+{{- $leaderElect := include "spawnpoint.leaderElect" . }}
+{{- $enabled := .Values.statusWatchdog.enabled }}
+{{- if kindIs "invalid" $enabled }}
+{{- $enabled = $leaderElect }}
+{{- end }}
+{{- if and $enabled (not $leaderElect) }}
+{{- fail "statusWatchdog.enabled is true but leader election is off (leaderElection.enabled=false): the watchdog judges whether an operator is writing statuses by the operator's Lease, which only leader election keeps. Turn leader election on, or leave statusWatchdog.enabled unset (null) or false." }}
+{{- end }}
+{{- if $enabled }}
+{{- $stale := include "spawnpoint.durationMs" (dict "value" .Values.statusWatchdog.staleAfter "key" "statusWatchdog.staleAfter") | float64 }}
+{{- $lease := include "spawnpoint.durationMs" (dict "value" .Values.leaderElection.leaseDuration "key" "leaderElection.leaseDuration") | float64 }}
+{{- if le $stale $lease }}
+{{- fail (printf "statusWatchdog.staleAfter (%v) must be longer than leaderElection.leaseDuration (%v): a leader renews its Lease within the lease duration, so a shorter wait would mark the statuses of a working operator stale. Raise statusWatchdog.staleAfter (the default 45s is three 15s lease durations)." .Values.statusWatchdog.staleAfter .Values.leaderElection.leaseDuration) }}
+{{- end }}
+{{- $interval := include "spawnpoint.durationMs" (dict "value" .Values.statusWatchdog.interval "key" "statusWatchdog.interval") | float64 }}
+{{- if le $interval 0.0 }}
+{{- fail (printf "statusWatchdog.interval is %v: give how often the watchdog reads the Lease, e.g. 5s" .Values.statusWatchdog.interval) }}
+{{- end }}
+{{- "true" }}
+{{- end }}
+{{- end }}
+
+{{/*
+A duration as the operator parses it (operator/app/options.cc ParseDuration: a decimal
+number, then ms, s, m, h or nothing for seconds), in milliseconds, as a decimal string. Call
+with (dict "value" V "key" "the.value.name"); refuses anything else.
+*/}}
+{{- define "spawnpoint.durationMs" -}}
+{{- $text := toString .value }}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" $text }}
+{{- $unit := trimPrefix $number $text }}
+{{- $factors := dict "" 1000.0 "s" 1000.0 "ms" 1.0 "m" 60000.0 "h" 3600000.0 }}
+{{- if or (not $number) (not (hasKey $factors $unit)) }}
+{{- fail (printf "%s is %q: expected a duration such as 500ms, 10s, 5m or 1h" .key $text) }}
+{{- end }}
+{{- mulf (float64 $number) (get $factors $unit) }}
 {{- end }}
 
 {{/*
@@ -130,6 +196,7 @@ Checks that apply to the whole release; included by the Deployment.
 {{- fail (printf "metrics.port and health.port are both %d: give them different ports (they are two container ports)" (int .Values.metrics.port)) }}
 {{- end }}
 {{- $_ := include "spawnpoint.leaderElect" . }}
+{{- $_ := include "spawnpoint.statusWatchdog" . }}
 {{- $_ := include "spawnpoint.serviceAccountName" . }}
 {{- include "spawnpoint.validateIsolation" . }}
 {{- end }}
