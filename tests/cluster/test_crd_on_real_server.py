@@ -292,12 +292,16 @@ class CrdOnRealServerTest(unittest.TestCase):
         self.assertEqual(code, 0, out)
         header, row = out.splitlines()[0].split(), out.splitlines()[1].split()
         self.assertEqual(header, ["NAME", "PHASE", "NODES", "GPUS", "RESTARTS", "GPU-UTIL",
-                                  "DATA-STALL", "STALLED", "UPDATED", "AGE"])
+                                  "DATA-STALL", "STALLED", "UPDATED", "STALE", "AGE"])
         self.assertEqual(row[0:2], ["columns", "1"], out)  # no phase yet: the operator sets it
         # A running job whose operator stopped reading it: UPDATED says how long ago its
         # utilisation was read (issue 41: it read Running with live-looking numbers).
         then = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 600))
-        status = {"status": {"phase": "Running", "utilisation": {"gpu": 0.89, "updated": then}}}
+        # And the status watchdog marked it: STALE says so (the StatusStale condition).
+        status = {"status": {"phase": "Running", "utilisation": {"gpu": 0.89, "updated": then},
+                             "conditions": [{"type": "StatusStale", "status": "True",
+                                             "reason": "OperatorNotRunning", "message": "m",
+                                             "lastTransitionTime": then}]}}
         code, out = kubectl("patch", "tj", "columns", "--subresource=status", "--type=merge",
                             "-p", json.dumps(status))
         self.assertEqual(code, 0, out)
@@ -311,6 +315,7 @@ class CrdOnRealServerTest(unittest.TestCase):
         self.assertEqual(cell("PHASE"), "Running", out)
         self.assertEqual(cell("GPU-UTIL"), "0.89", out)
         self.assertRegex(cell("UPDATED"), r"^(10|11)m$", out)
+        self.assertEqual(cell("STALE"), "True", out)
         code, out = kubectl("get", "trainingjobs.spawnpoint.dev", "columns", "-o", "name")
         self.assertEqual((code, out.strip()), (0, "trainingjob.spawnpoint.dev/columns"))
 

@@ -86,7 +86,7 @@ class KubectlOnRealServerTest(unittest.TestCase):
         lines = self.ok("get", "tj", "-n", self.ns).splitlines()
         self.assertEqual(lines[0].split(), ["NAME", "PHASE", "NODES", "GPUS", "RESTARTS",
                                             "GPU-UTIL", "DATA-STALL", "STALLED", "UPDATED",
-                                            "AGE"])
+                                            "STALE", "AGE"])
         self.assertEqual(lines[1].split()[:2], ["a", "2"])
         self.ok("patch", "tj", "a", "-n", self.ns, "--type", "merge", "-p",
                 '{"metadata":{"labels":{"team":"ml"}},"spec":{"nodes":3}}')

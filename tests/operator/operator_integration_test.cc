@@ -145,7 +145,7 @@ TEST_F(OperatorTest, TwoNodeJobGetsServiceAndPodsAndKubectlShowsTheColumns) {
   ASSERT_EQ(lines.size(), 2u) << get.out;
   EXPECT_EQ(Words(lines[0]),
             (std::vector<std::string>{"NAME", "PHASE", "NODES", "GPUS", "RESTARTS", "GPU-UTIL",
-                                      "DATA-STALL", "STALLED", "UPDATED", "AGE"}));
+                                      "DATA-STALL", "STALLED", "UPDATED", "STALE", "AGE"}));
   auto row = Words(lines[1]);
   ASSERT_GE(row.size(), 6u) << get.out;
   EXPECT_EQ(row[0], "resnet");
