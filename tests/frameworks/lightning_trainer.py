@@ -2,6 +2,7 @@
 
     python lightning_trainer.py STRATEGY [DEVICES]
     python lightning_trainer.py --batches STRATEGY
+    python lightning_trainer.py --library-strategy
 
 `Trainer(accelerator="cpu", devices=DEVICES (2), strategy=STRATEGY)` fits a tiny linear model
 for 2 epochs on a DataLoader of 64 samples. With --batches it is a reproducible script as the
@@ -14,6 +15,12 @@ validation loader's are not (started anew at each iter()); neither sets num_work
 job's workersPerRank does), generator (each iterator's base seed comes from the rank's own
 torch stream, between dropout's draws) or worker_init_fn (Lightning adds
 pl_worker_init_function), and Lightning gives both a DistributedSampler.
+
+With --library-strategy it is the same fit on the standalone pytorch_lightning with the
+strategy object a library makes (RF-DETR's for strategy="ddp_notebook" is one):
+_LibrarySpawnDDPStrategy(start_method="spawn"), a DDPStrategy subclass whose
+_configure_launcher makes the library's own _MultiProcessingLauncher subclass and refuses
+start method "popen".
 
 Instrumented, not changed: every process that runs a training step says so once
 ('SPAWNPOINT-STEP {json}': pid, parent pid, RANK, Lightning's global rank), a process forked by
@@ -51,7 +58,10 @@ os.register_at_fork(after_in_child=_forked_child)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-import lightning as L  # noqa: E402
+if sys.argv[1:2] == ["--library-strategy"]:
+    import pytorch_lightning as L  # noqa: E402
+else:
+    import lightning as L  # noqa: E402
 from torch.utils.data import DataLoader, Dataset, TensorDataset  # noqa: E402
 
 _stepped = []
@@ -180,6 +190,26 @@ def fit_batches(strategy):
     return trainer, model
 
 
+if L.__name__ == "pytorch_lightning":  # --library-strategy: the library's own classes
+    from pytorch_lightning.strategies import DDPStrategy
+    from pytorch_lightning.strategies.launchers.multiprocessing import _MultiProcessingLauncher
+
+    class _LibraryLauncher(_MultiProcessingLauncher):
+        @property
+        def is_interactive_compatible(self):
+            return True  # the library runs it in notebooks too
+
+    class _LibrarySpawnDDPStrategy(DDPStrategy):
+        """A library's DDPStrategy that launches its processes itself (module level, as a
+        library's are: spawned processes find it by name)."""
+
+        def _configure_launcher(self):
+            if self._start_method == "popen":
+                raise RuntimeError("_LibrarySpawnDDPStrategy starts its processes itself: "
+                                   "start_method='popen' is not supported")
+            self._launcher = _LibraryLauncher(self, start_method=self._start_method)
+
+
 def fit_tensors(strategy, devices):
     torch.manual_seed(0)
     x = torch.randn(64, 4)
@@ -198,6 +228,8 @@ def main():
     batches = sys.argv[1] == "--batches"
     if batches:
         trainer, model = fit_batches(sys.argv[2])
+    elif sys.argv[1] == "--library-strategy":
+        trainer, model = fit_tensors(_LibrarySpawnDDPStrategy(start_method="spawn"), 2)
     else:
         trainer, model = fit_tensors(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 2)
     s = trainer.strategy

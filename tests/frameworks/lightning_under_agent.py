@@ -5,6 +5,9 @@
     lightning_under_agent.py --unhooked S    the control: S with the shim off (SPAWNPOINT_SHIM=0)
     lightning_under_agent.py --pool S        lightning_trainer.py --batches S, workersPerRank 2,
                                              on the agent's pool and with pythonPool: false
+    lightning_under_agent.py --library-strategy
+                                             a 2-rank job of lightning_trainer.py
+                                             --library-strategy (pytorch_lightning)
 
 For STRATEGY (ddp, ddp_spawn, ddp_fork, ddp_notebook, auto) the job exits 0 and: exactly the
 agent's 2 ranks ran training steps (no second set of ranks: no other process stepped), each
@@ -13,10 +16,16 @@ rank's parent is the agent (the same process for both, neither a rank), no proce
 left, Lightning used DDPStrategy with start method 'popen', the TorchElasticEnvironment and
 no launching, both ranks ended with the same parameters, each rank's 8 optimizer steps were
 counted with their wait for DDP's allreduce (issue 13), and the shim's mapping line was
-printed exactly once. With --devices N (N != 2) the job fails at Trainer creation with the
-shim's error naming the values and the trainer's line. The control (--unhooked ddp_fork)
-shows that these checks see what Lightning does without the shim: each rank forks its own 2
-DDP processes (4 'SPAWNPOINT-FORKED' lines), whatever becomes of them afterwards.
+printed exactly once. --library-strategy is checked the same way, on the standalone
+pytorch_lightning with a library's DDPStrategy subclass that makes its own
+_MultiProcessingLauncher subclass in _configure_launcher and refuses "popen" (RF-DETR's
+ddp_notebook is such a class), given as an object with start method "spawn": Lightning's
+strategy is that class with start method 'popen' and Lightning's _SubprocessScriptLauncher
+(DDPStrategy's own _configure_launcher made it), and the line says so. With --devices N (N !=
+2) the job fails at Trainer creation with the shim's error naming the values and the trainer's
+line. The control (--unhooked ddp_fork) shows that these checks see what Lightning does without
+the shim: each rank forks its own 2 DDP processes (4 'SPAWNPOINT-FORKED' lines), whatever
+becomes of them afterwards.
 
 With --pool S the same reproducible script (lightning_trainer.py --batches: seeded, shuffled,
 augmented with torch, numpy and random draws in the workers, dropout in the rank, a persistent
@@ -59,12 +68,28 @@ def lines(out, tag):
     return found
 
 
+LIBRARY = "--library-strategy"
+# lightning_trainer.py --library-strategy's object: its class, and what the line says of it.
+LIBRARY_CLASS = "_LibrarySpawnDDPStrategy"
+# A job takes 15-60 s; without the mapping a library's spawned processes may hang.
+LIBRARY_TIMEOUT_S = 300
+
+
 def run_strategy(strategy):
     checks = fc.Checks("lightning_under_agent %s" % strategy)
-    job = fc.job_yaml("lightning-" + strategy.replace("_", "-"),
-                      [sys.executable, TRAINER, strategy], procs=2, workers=0)
-    status = "/tmp/lightning-%s-status.json" % strategy
-    proc = fc.run_agent(job, args=["--status-file", status])
+    library = strategy == LIBRARY
+    label = "library-strategy" if library else strategy.replace("_", "-")
+    job = fc.job_yaml("lightning-" + label, [sys.executable, TRAINER, strategy], procs=2,
+                      workers=0)
+    status = "/tmp/lightning-%s-status.json" % label
+    try:
+        proc = fc.run_agent(job, args=["--status-file", status],
+                            timeout=LIBRARY_TIMEOUT_S if library else 600)
+    except subprocess.TimeoutExpired as err:  # a failure, with what the job said until then
+        sys.stdout.write("".join(part if isinstance(part, str) else (part or b"").decode(
+            errors="replace") for part in (err.stdout, err.stderr)))
+        checks.check(False, "the job ended within %d s" % err.timeout)
+        return checks.finish()
     out = proc.stdout + proc.stderr
     sys.stdout.write(out)
     if not checks.equal(proc.returncode, 0, "spawnpoint-agent run exit status"):
@@ -87,9 +112,14 @@ def run_strategy(strategy):
     checks.equal([f["children"] for f in finals], [[]] * len(finals), "ranks' child processes")
     for f in sorted(finals, key=lambda f: f["rank_env"]):
         checks.equal((f["strategy"], f["start_method"], f["cluster_environment"], f["world_size"]),
-                     ("DDPStrategy", "popen", "TorchElasticEnvironment", 2),
+                     (LIBRARY_CLASS if library else "DDPStrategy", "popen",
+                      "TorchElasticEnvironment", 2),
                      "rank %s: strategy, start method, cluster environment, world size"
                      % f["rank_env"])
+        if library:
+            checks.equal(f["launcher"], "_SubprocessScriptLauncher",
+                         "rank %s: the launcher (DDPStrategy's own _configure_launcher made "
+                         "it, not the library's)" % f["rank_env"])
     if len(finals) == 2:
         checks.equal(finals[0]["params"], finals[1]["params"], "both ranks' final parameters")
         print("lightning %s, torch %s" % (finals[0]["lightning"], finals[0]["torch"]))
@@ -111,7 +141,11 @@ def run_strategy(strategy):
             "ddp_fork": "Lightning strategy ddp_fork: the agent's 2 ranks run it (as ddp); "
                         "nothing is forked",
             "ddp_notebook": "Lightning strategy ddp_notebook: the agent's 2 ranks run it (as "
-                            "ddp); nothing is forked"}[strategy]
+                            "ddp); nothing is forked",
+            LIBRARY: "Lightning strategy %s(start_method='spawn'): the agent's 2 ranks run it "
+                     "as DDPStrategy(start_method='popen') with DDPStrategy's own launcher (its "
+                     "_configure_launcher is not used); nothing is spawned" % LIBRARY_CLASS,
+            }[strategy]
     checks.check(len(mapping) == 1 and mapping[0].endswith(want),
                  "the mapping line says: %s" % want)
     checks.check("all ranks succeeded" in out, "the agent reports that all ranks succeeded")
@@ -285,8 +319,8 @@ def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--devices":
         return run_devices(int(sys.argv[2]))
     if len(sys.argv) != 2:
-        raise SystemExit("usage: lightning_under_agent.py STRATEGY | --devices N | "
-                         "--unhooked S | --pool S")
+        raise SystemExit("usage: lightning_under_agent.py STRATEGY | --library-strategy | "
+                         "--devices N | --unhooked S | --pool S")
     return run_strategy(sys.argv[1])
 
 

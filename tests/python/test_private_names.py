@@ -384,7 +384,8 @@ class MissingNameTest(unittest.TestCase):
                      "unguarded_script": self.script_case, "iterator_hook": self.iterator_case,
                      "key_error_message": self.key_error_case, "lightning": self.lightning_case,
                      "lightning_devices": self.lightning_case,
-                     "lightning_auto": self.lightning_case}
+                     "lightning_auto": self.lightning_case,
+                     "lightning_launcher": self.lightning_launcher_case}
         features = set(_private.FEATURES) - _private.AUDIT_ONLY - {"pool"}
         self.assertEqual(set(scenarios), features, "a feature without a case here")
         for name in _private.NAMES:
@@ -394,7 +395,7 @@ class MissingNameTest(unittest.TestCase):
                     scenarios[name.feature](name.path)
         # The control: with every name there, nothing is said.
         for feature in ("spawn_default", "unguarded_script", "iterator_hook",
-                        "key_error_message", "lightning"):
+                        "key_error_message", "lightning", "lightning_launcher"):
             with self.subTest(control=feature):
                 self.refusal_forgotten()
                 scenarios[feature](None)
@@ -627,6 +628,53 @@ class MissingNameTest(unittest.TestCase):
         self.assertIn("spawnpoint-shim: Lightning strategy %s: the agent's 2 ranks run it; "
                       "Lightning launches nothing" % (
                           "ddp" if feature == "lightning_auto" else "auto (ddp)"), lines)
+
+    def lightning_launcher_case(self, drop):
+        """A DDPStrategy subclass that makes its own launcher (start method spawn), on a
+        Lightning whose DDPStrategy lacks `drop` (_configure_launcher, renamed)."""
+        module = self.lightning_module(None)[0]
+        launcher = "_make_launcher" if drop else "_configure_launcher"
+
+        class DDPStrategy(object):
+            def __init__(self, start_method="popen"):
+                self._start_method = start_method
+                self.launcher = None
+
+        setattr(DDPStrategy, launcher, lambda self: setattr(
+            self, "launcher", "subprocess" if self._start_method == "popen" else "mp"))
+
+        class _OwnLauncherStrategy(DDPStrategy):
+            def _configure_launcher(self):
+                self.launcher = "its own, %s" % self._start_method
+
+        ddp = types.ModuleType("lightning.pytorch.strategies.ddp")
+        ddp.DDPStrategy = DDPStrategy
+        mp = types.ModuleType("torch.multiprocessing")
+        mp.start_processes = lambda *args, **kwargs: None
+        environ = {"SPAWNPOINT_SHIM": "1", "TORCHELASTIC_RUN_ID": "default/job", "RANK": "0",
+                   "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "NNODES": "1"}
+        strategies = [_OwnLauncherStrategy("spawn"), _OwnLauncherStrategy("spawn")]
+        with said() as lines, mock.patch.dict(os.environ, environ, clear=True), \
+                modules_replaced({"torch.multiprocessing": mp,
+                                  "lightning.pytorch.strategies.ddp": ddp}):
+            _lightning.patch(module)
+            for strategy in strategies:  # two Trainers: said once
+                module._AcceleratorConnector(strategy)
+                strategy._configure_launcher()  # as the connector's _lazy_init_strategy
+        self.assertSaidOnce(lines, drop)
+        refused = getattr(mp.start_processes, "_spawnpoint_lightning", False)
+        for strategy in strategies:
+            if drop:
+                # Off: the object keeps its start method and its own launcher; Lightning's
+                # processes are refused where they would start.
+                self.assertEqual((strategy._start_method, strategy.launcher),
+                                 ("spawn", "its own, spawn"))
+            else:
+                self.assertEqual((strategy._start_method, strategy.launcher),
+                                 ("popen", "subprocess"))
+        self.assertEqual(refused, bool(drop))
+        mapped = [l for l in lines if "Lightning strategy _OwnLauncherStrategy" in l]
+        self.assertEqual(len(mapped), 0 if drop else 2, lines)
 
     def test_a_multiprocessing_child_says_nothing(self):
         # torch's spawned loader workers run the same interpreter and torch: their parent said it.

@@ -21,12 +21,22 @@ So, in an agent rank only (SPAWNPOINT_SHIM=1 and RANK, WORLD_SIZE, LOCAL_WORLD_S
 TORCHELASTIC_RUN_ID set), the hook wraps `_check_strategy_and_fallback` to
   - map a spawning or forking DDP strategy name to its external-launch form (ddp_spawn ->
     ddp, ddp_fork_find_unused_parameters_true -> ddp_find_unused_parameters_true, ...), and a
-    DDPStrategy object with such a start method to start method "popen";
+    DDPStrategy object with such a start method to start method "popen" (an object whose
+    class's name starts with "DDP", or any instance of Lightning's DDPStrategy with such a
+    start method);
+  - give such an object whose class overrides DDPStrategy's `_configure_launcher` (a library
+    that makes its own _MultiProcessingLauncher subclass there, as RF-DETR does for
+    "ddp_notebook", and may refuse "popen") DDPStrategy's own `_configure_launcher`, bound to
+    the instance: the connector's _lazy_init_strategy calls it after the hook, and with
+    "popen" it makes the _SubprocessScriptLauncher that launches nothing;
   - check `devices` x `num_nodes` against the job: devices must equal the job's ranks per
     node (LOCAL_WORLD_SIZE) and num_nodes its nodes (NNODES); otherwise a ValueError naming
     the values and the trainer's line that made the Trainer, at Trainer creation;
   - say what it did, one line per job (rank 0 only) on stderr:
-    "Lightning strategy ddp_notebook: the agent's 2 ranks run it; nothing is forked".
+    "Lightning strategy ddp_notebook: the agent's 2 ranks run it (as ddp); nothing is
+    forked", or for an object of such a class "Lightning strategy Lib(start_method='spawn'):
+    the agent's 2 ranks run it as DDPStrategy(start_method='popen') with DDPStrategy's own
+    launcher (its _configure_launcher is not used); nothing is spawned".
 Anything else (other strategies, single device) is left to Lightning.
 
 A new Lightning may rename the private names this relies on (_private.py lists them: the
@@ -38,13 +48,16 @@ starts the processes of ddp_spawn, ddp_fork and ddp_notebook, ends the rank with
 instead (refuse_own_processes): a second set of ranks under each of the agent's would take the
 same RANK, port and devices, and hang or fail in words that do not say why. Without
 _parallel_devices or _num_nodes_flag only the devices check is off; without _choose_strategy
-only the "auto (...)" of the line.
+only the "auto (...)" of the line. Without DDPStrategy._configure_launcher (looked up only for
+an object of a class that overrides it) such an object is left as it is, said once, and its
+launcher's processes are refused as above.
 """
 
 import functools
 import os
 import sys
 import traceback
+import types
 
 from . import _private
 from ._report import fatal, report_once
@@ -53,6 +66,8 @@ _MARK = "_spawnpoint_lightning"
 _MODULE = "lightning.pytorch.trainer.connectors.accelerator_connector"
 _CONNECTOR = _MODULE + ":_AcceleratorConnector()"  # _private's spelling for either package
 _DDP = "lightning.pytorch.strategies.ddp:DDPStrategy()"
+_DDP_MODULE = "lightning.pytorch.strategies.ddp"
+_LAUNCHING = ("spawn", "fork", "forkserver")  # start methods whose launcher starts processes
 _FORMS = (("ddp_spawn", "ddp", "spawned"), ("ddp_fork", "ddp", "forked"),
           ("ddp_notebook", "ddp", "forked"))
 
@@ -73,13 +88,34 @@ def external_form(name):
     return name, None
 
 
-def mapping_line(requested, used, verb, ranks):
-    """The one line per job: requested is what the Trainer was given ('auto (ddp)' for auto)."""
+def mapping_line(requested, used, verb, ranks, launcher=None):
+    """The one line per job: requested is what the Trainer was given ('auto (ddp)' for auto);
+    launcher: the name of the class whose own _configure_launcher the strategy object was
+    given instead of its class's (then `used` names that class too)."""
+    if launcher is not None:
+        return ("Lightning strategy %s: the agent's %d ranks run it as %s with %s's own "
+                "launcher (its _configure_launcher is not used); nothing is %s"
+                % (requested, ranks, used, launcher, verb))
     if verb is None:
         return ("Lightning strategy %s: the agent's %d ranks run it; Lightning launches nothing"
                 % (requested, ranks))
     return ("Lightning strategy %s: the agent's %d ranks run it (as %s); nothing is %s"
             % (requested, ranks, used, verb))
+
+
+def ddp_strategy_class(package=None):
+    """Lightning's DDPStrategy (of `package`, None: lightning.pytorch) if its module is imported
+    (it is wherever a DDPStrategy object exists), else None. Imports nothing."""
+    owner = sys.modules.get(_private.in_package(_DDP_MODULE, package))
+    cls = getattr(owner, "DDPStrategy", None)
+    return cls if isinstance(cls, type) else None
+
+
+def overrides_launcher(strategy, base):
+    """Whether `strategy`'s class makes its launcher itself: its _configure_launcher is not
+    `base`'s (Lightning's DDPStrategy)."""
+    return (getattr(type(strategy), "_configure_launcher", None)
+            is not getattr(base, "_configure_launcher", None))
 
 
 def _trainer_line():
@@ -132,19 +168,33 @@ def _wrap_check(original, module, package):
             used, verb = external_form(flag)
             self._strategy_flag = used
             requested = flag
+            launcher = None
         else:
-            if not type(flag).__name__.startswith("DDP"):
-                return
+            base = ddp_strategy_class(package)
+            subclass = base is not None and isinstance(flag, base)
+            if not type(flag).__name__.startswith("DDP") and not (
+                    subclass and getattr(flag, "_start_method", None) in _LAUNCHING):
+                return  # not a DDP strategy, or one that launches nothing: Lightning's business
             if _private.missing("lightning", {_MODULE: module, _DDP: flag}, package):
                 refuse_own_processes()
                 return
             start = flag._start_method
+            own = subclass and start in _LAUNCHING and overrides_launcher(flag, base)
+            if own:
+                # Its class makes its own launcher from the start method, and "popen" may be
+                # refused there: DDPStrategy's own makes the launcher that launches nothing.
+                owner = sys.modules.get(_private.in_package(_DDP_MODULE, package))
+                if _private.missing("lightning_launcher", {_DDP_MODULE: owner}, package):
+                    refuse_own_processes()  # said: the object stays as it is
+                    return
+                flag._configure_launcher = types.MethodType(base._configure_launcher, flag)
             verb = None
-            if start in ("spawn", "fork", "forkserver"):
+            if start in _LAUNCHING:
                 flag._start_method = "popen"
                 verb = "forked" if start == "fork" else "spawned"
             requested = "%s(start_method=%r)" % (type(flag).__name__, start)
-            used = "%s(start_method='popen')" % type(flag).__name__
+            used = "%s(start_method='popen')" % (base if own else type(flag)).__name__
+            launcher = base.__name__ if own else None
         auto = self.__dict__.get("_spawnpoint_auto")  # set only when the Trainer said auto
         if isinstance(auto, str) and auto == requested:
             requested = "auto (%s)" % auto
@@ -157,7 +207,7 @@ def _wrap_check(original, module, package):
                 raise ValueError("%s (at %s)" % (error, _trainer_line()))
         if env.get("RANK") == "0":
             sys.stderr.write("spawnpoint-shim: %s\n" % mapping_line(
-                requested, used, verb, int(env["WORLD_SIZE"])))
+                requested, used, verb, int(env["WORLD_SIZE"]), launcher))
             sys.stderr.flush()
 
     _check_strategy_and_fallback._spawnpoint_lightning = True

@@ -69,6 +69,13 @@ FEATURES = {
     "lightning_auto": Feature(
         "naming strategy='auto' in the agent's Lightning line",
         "the line names the strategy Lightning chose"),
+    "lightning_launcher": Feature(
+        "running a DDPStrategy that makes its own launcher (a class of its own overriding "
+        "_configure_launcher) on the agent's ranks",
+        "such a strategy object with start method spawn, fork or forkserver keeps its start "
+        "method and its class's launcher, and the rank ends with one line when that launcher "
+        "would start its processes; DDPStrategy objects that do not override it are mapped "
+        "as before"),
     "lightning_refusal": Feature(
         "refusing the processes of a Lightning strategy the agent cannot map",
         "a strategy that spawns or forks starts a second set of ranks under each of the "
@@ -177,6 +184,10 @@ NAMES = (
     Name("lightning.pytorch.strategies.launchers.multiprocessing:_MultiProcessingLauncher.launch",
          "lightning_refusal", ("lightning.pytorch.strategies.launchers.multiprocessing:"
                        "_MultiProcessingLauncher.launch", "start_processes")),
+    # A DDPStrategy object whose class overrides _configure_launcher (RF-DETR's ddp_notebook)
+    # is given DDPStrategy's own, which the connector calls after _check_strategy_and_fallback.
+    Name("lightning.pytorch.strategies.ddp:DDPStrategy._configure_launcher",
+         "lightning_launcher", (_AC + "._lazy_init_strategy", "_configure_launcher")),
     Name(_AC + "()._parallel_devices", "lightning_devices"),
     Name(_AC + "()._num_nodes_flag", "lightning_devices"),
     Name(_AC + "._choose_strategy", "lightning_auto", (_AC + ".__init__", "_choose_strategy")),
