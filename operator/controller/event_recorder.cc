@@ -11,7 +11,7 @@ using nlohmann::json;
 
 json MakeEvent(const json& involved, EventType type, const std::string& reason,
                const std::string& message, const std::string& name, const std::string& now,
-               const std::string& instance) {
+               const std::string& instance, const std::string& component) {
   // The API limits an event message to 1 KiB.
   std::string text = message.size() > 1024 ? message.substr(0, 1021) + "..." : message;
   return {{"apiVersion", "v1"},
@@ -30,9 +30,17 @@ json MakeEvent(const json& involved, EventType type, const std::string& reason,
           {"firstTimestamp", now},
           {"lastTimestamp", now},
           {"count", 1},
-          {"source", {{"component", kComponent}}},
-          {"reportingComponent", std::string("spawnpoint.dev/") + kComponent},
+          {"source", {{"component", component}}},
+          {"reportingComponent", "spawnpoint.dev/" + component},
           {"reportingInstance", instance}};
+}
+
+std::string EventName(const json& involved, WallTime now, uint64_t seq) {
+  char suffix[48];
+  snprintf(suffix, sizeof suffix, ".%llx%04llx",
+           static_cast<unsigned long long>(now.time_since_epoch().count()),
+           static_cast<unsigned long long>(seq & 0xffff));
+  return NameOf(involved) + suffix;
 }
 
 EventRecorder::EventRecorder(kube::Client* client, const WallClock* clock, std::string instance,
@@ -56,11 +64,7 @@ void EventRecorder::Record(const json& involved, EventType type, const std::stri
     ++dropped_;
     return;
   }
-  char suffix[48];
-  snprintf(suffix, sizeof suffix, ".%llx%04llx",
-           static_cast<unsigned long long>(now.time_since_epoch().count()),
-           static_cast<unsigned long long>(seq_++ & 0xffff));
-  pending_.push_back(MakeEvent(involved, type, reason, message, NameOf(involved) + suffix,
+  pending_.push_back(MakeEvent(involved, type, reason, message, EventName(involved, now, seq_++),
                                FormatTime(now), instance_));
   cv_.notify_one();
 }

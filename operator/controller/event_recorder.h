@@ -13,16 +13,21 @@
 #include <thread>
 
 #include "operator/common/log.h"
+#include "operator/common/names.h"
 #include "operator/common/wall_clock.h"
 #include "operator/kube/client.h"
 #include "operator/reconciler/cluster.h"
 
 namespace spawnpoint::op {
 
-// The Event object (pure; for tests).
+// The Event object (pure; for tests). `component` reports it (source.component and
+// reportingComponent spawnpoint.dev/<component>).
 nlohmann::json MakeEvent(const nlohmann::json& involved, EventType type, const std::string& reason,
                          const std::string& message, const std::string& name,
-                         const std::string& now, const std::string& instance);
+                         const std::string& now, const std::string& instance,
+                         const std::string& component = kComponent);
+// A unique Event name: <involved's name>.<hex wall nanoseconds><hex seq, 4 digits>.
+std::string EventName(const nlohmann::json& involved, WallTime now, uint64_t seq);
 
 class EventRecorder {
  public:

@@ -1,7 +1,5 @@
 #include "operator/watchdog/status_watchdog.h"
 
-#include <cstdio>
-
 #include "operator/common/object.h"
 #include "operator/controller/event_recorder.h"
 #include "operator/kube/errors.h"
@@ -15,20 +13,6 @@ std::string Seconds(Clock::Duration d) {
   return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(d).count()) + " s";
 }
 
-bool Finished(const Json& job) {
-  for (const char* type : {condition::kSucceeded, condition::kFailed}) {
-    const Json* c = FindCondition(job, type);
-    if (c != nullptr && c->value("status", "") == "True") return true;
-  }
-  const std::string phase = Str(job, "/status/phase"_json_pointer);
-  return phase == phase::kSucceeded || phase == phase::kFailed;
-}
-
-bool MarkedStale(const Json& job) {
-  const Json* c = FindCondition(job, condition::kStatusStale);
-  return c != nullptr && c->value("status", "") == "True";
-}
-
 }  // namespace
 
 StatusWatchdog::StatusWatchdog(kube::Client* client, const WallClock* wall,
@@ -37,7 +21,8 @@ StatusWatchdog::StatusWatchdog(kube::Client* client, const WallClock* wall,
       wall_(wall),
       options_(std::move(options)),
       log_(std::move(log)),
-      clock_(wall->clock()) {}
+      clock_(wall->clock()),
+      lease_(options_.lease_namespace + "/" + options_.lease_name) {}
 
 WatchdogRound StatusWatchdog::Check() {
   WatchdogRound round;
@@ -54,10 +39,9 @@ WatchdogRound StatusWatchdog::Check() {
 }
 
 void StatusWatchdog::Run() {
-  log_.Info("watching the operator's Lease",
-            {{"lease", options_.lease_namespace + "/" + options_.lease_name},
-             {"staleAfter", Seconds(options_.stale_after)},
-             {"interval", Seconds(options_.interval)}});
+  log_.Info("watching the operator's Lease", {{"lease", lease_},
+                                              {"staleAfter", Seconds(options_.stale_after)},
+                                              {"interval", Seconds(options_.interval)}});
   while (true) {
     WatchdogRound round = Check();
     if (!round.marked.empty()) {
@@ -89,13 +73,12 @@ Status StatusWatchdog::ReadLease() {
   }
   if (!lease_version_ || *lease_version_ != version) {
     if (lease_version_ && version.empty()) {
-      log_.Warning("the operator's Lease is gone",
-                   {{"lease", options_.lease_namespace + "/" + options_.lease_name}});
+      log_.Warning("the operator's Lease is gone", {{"lease", lease_}});
     } else if (!lease_version_ && version.empty()) {
       log_.Warning(
           "the operator's Lease does not exist (yet): no operator with leader election "
           "has run",
-          {{"lease", options_.lease_namespace + "/" + options_.lease_name}});
+          {{"lease", lease_}});
     }
     lease_version_ = version;
     changed_at_ = clock_->Now();
@@ -117,10 +100,13 @@ void StatusWatchdog::MarkJobs(WatchdogRound* round) {
       continue;
     }
     for (Json& job : jobs->items) {
-      if (Finished(job) || MarkedStale(job) || IsTerminating(job)) continue;
+      JobStatus status = JobStatus::FromJson(job.value("status", Json::object()));
+      if (status.Finished() || status.IsTrue(condition::kStatusStale) || IsTerminating(job)) {
+        continue;
+      }
       if (!job.contains("apiVersion")) job["apiVersion"] = "spawnpoint.dev/v1alpha1";
       if (!job.contains("kind")) job["kind"] = "TrainingJob";
-      Status s = Mark(job, Message(job, round->unchanged), round);
+      Status s = Mark(job, std::move(status), Message(job, round->unchanged), round);
       if (kube::IsConflict(s)) {
         ++round->conflicts;  // written since the list: looked at again next round
       } else if (!s.ok() && !kube::IsNotFound(s)) {
@@ -130,45 +116,30 @@ void StatusWatchdog::MarkJobs(WatchdogRound* round) {
   }
 }
 
-Status StatusWatchdog::Mark(const Json& job, const std::string& message, WatchdogRound* round) {
-  const std::string now = FormatTime(wall_->Now());
-  Json conditions = Json::array();
-  if (const Json* status = job.contains("status") ? &job["status"] : nullptr;
-      status != nullptr && status->contains("conditions") && (*status)["conditions"].is_array()) {
-    for (const Json& c : (*status)["conditions"]) {
-      if (c.value("type", "") != condition::kStatusStale) conditions.push_back(c);
-    }
-  }
-  conditions.push_back({{"type", condition::kStatusStale},
-                        {"status", "True"},
-                        {"observedGeneration", GenerationOf(job)},
-                        {"lastTransitionTime", now},
-                        {"reason", "OperatorNotRunning"},
-                        {"message", message}});
+Status StatusWatchdog::Mark(const Json& job, JobStatus status, const std::string& message,
+                            WatchdogRound* round) {
+  const WallTime now = wall_->Now();
+  const std::string now_text = FormatTime(now);
+  status.SetCondition(condition::kStatusStale, true, "OperatorNotRunning", message,
+                      GenerationOf(job), now_text);
   Json patch = {
       {"metadata", {{"resourceVersion", Str(job, "/metadata/resourceVersion"_json_pointer)}}},
-      {"status", {{"conditions", conditions}}}};
+      {"status", {{"conditions", status.ToJson()["conditions"]}}}};
   StatusOr<Json> patched = client_->Patch(kube::resources::TrainingJobs(), NamespaceOf(job),
                                           NameOf(job), patch, kube::PatchType::kMerge, "status");
   if (!patched.ok()) return patched.status();
   round->marked.push_back(NamespaceOf(job) + "/" + NameOf(job));
 
-  char suffix[48];
-  snprintf(suffix, sizeof suffix, ".%llx%04llx",
-           static_cast<unsigned long long>(wall_->Now().time_since_epoch().count()),
-           static_cast<unsigned long long>(event_seq_++ & 0xffff));
-  Json event = MakeEvent(job, EventType::kWarning, "StatusStale", message, NameOf(job) + suffix,
-                         now, options_.identity);
-  event["source"]["component"] = kStatusWatchdogComponent;
-  event["reportingComponent"] = std::string("spawnpoint.dev/") + kStatusWatchdogComponent;
-  StatusOr<Json> created = client_->Create(kube::resources::Events(), event);
+  StatusOr<Json> created = client_->Create(
+      kube::resources::Events(),
+      MakeEvent(job, EventType::kWarning, "StatusStale", message, EventName(job, now, event_seq_++),
+                now_text, options_.identity, kStatusWatchdogComponent));
   if (!created.ok()) LogOnce("cannot record an event", created.status());
   return Status::Ok();
 }
 
 std::string StatusWatchdog::Message(const Json& job, Clock::Duration unchanged) const {
-  std::string lease = options_.lease_namespace + "/" + options_.lease_name;
-  std::string text = "no spawnpoint operator is running: its Lease " + lease;
+  std::string text = "no spawnpoint operator is running: its Lease " + lease_;
   text += lease_version_->empty()
               ? " does not exist"
               : " has not been renewed for " + Seconds(unchanged) + " (holder " +

@@ -32,6 +32,7 @@
 #include "operator/common/object.h"
 #include "operator/common/wall_clock.h"
 #include "operator/kube/client.h"
+#include "operator/reconciler/job_status.h"
 
 namespace spawnpoint::op {
 
@@ -69,7 +70,8 @@ class StatusWatchdog {
  private:
   Status ReadLease();
   void MarkJobs(WatchdogRound* round);
-  Status Mark(const Json& job, const std::string& message, WatchdogRound* round);
+  // Patches `status` (the job's, as listed) with StatusStale=True, and records the event.
+  Status Mark(const Json& job, JobStatus status, const std::string& message, WatchdogRound* round);
   std::string Message(const Json& job, Clock::Duration unchanged) const;
   void LogOnce(const std::string& what, const Status& error);
 
@@ -78,6 +80,7 @@ class StatusWatchdog {
   const StatusWatchdogOptions options_;
   const Logger log_;
   Clock* const clock_;
+  const std::string lease_;  // "namespace/name", as messages and logs name it
 
   // The Lease as last seen: its resourceVersion ("" absent) and holder, and when (on clock_)
   // it last changed; nullopt before the first successful read.
