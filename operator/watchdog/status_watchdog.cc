@@ -28,7 +28,11 @@ WatchdogRound StatusWatchdog::Check() {
   WatchdogRound round;
   Status read = ReadLease();
   if (!read.ok()) {
-    LogOnce("cannot read the operator's Lease: nothing is marked while it cannot be read", read);
+    if (read.message() != lease_error_) {  // once per failure, until a read succeeds
+      log_.Warning("cannot read the operator's Lease: nothing is marked while it cannot be read",
+                   {{"error", read.message()}});
+      lease_error_ = read.message();
+    }
     return round;
   }
   round.lease_read = true;
@@ -85,7 +89,7 @@ Status StatusWatchdog::ReadLease() {
     changed_at_wall_ = wall_->Now();
   }
   holder_ = holder;
-  logged_errors_.clear();  // a later failure is news again
+  lease_error_.clear();  // a later failure is news again
   return Status::Ok();
 }
 

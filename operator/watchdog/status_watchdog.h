@@ -9,7 +9,8 @@
 // OperatorNotRunning, on every job that is not Succeeded or Failed, with one Warning event each.
 // The operator sets it False (reason OperatorRunning) on its first reconcile of the job
 // (reconciler.cc StatusStaleStep). A Lease that cannot be read is no evidence either way: nothing
-// is marked on a failed read, and the failure is logged once per distinct error.
+// is marked on a failed read, and the failure is logged once until a read succeeds; other
+// failures (listing, patching, events) once per distinct error.
 //
 // Writes are merge patches of the status subresource carrying the job's resourceVersion as a
 // precondition, so a status the operator wrote after the watchdog read it is never
@@ -88,7 +89,8 @@ class StatusWatchdog {
   std::string holder_;
   Clock::TimePoint changed_at_{};
   WallTime changed_at_wall_{};
-  std::set<std::string> logged_errors_;
+  std::string lease_error_;              // the Lease read's failure logged last; "" after a read
+  std::set<std::string> logged_errors_;  // the other failures, each logged once
   uint64_t event_seq_ = 0;
 
   std::mutex mu_;

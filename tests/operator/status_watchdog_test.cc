@@ -5,9 +5,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
+#include "operator/common/log.h"
 #include "operator/kube/log.h"
 #include "tests/kube/fake_transport.h"
 
@@ -66,6 +68,7 @@ class FakeApi {
           200, Json({{"metadata", {{"resourceVersion", "1"}}}, {"items", items}}).dump());
     }
     if (r.method == "PATCH") {
+      if (patch_error_ != 0) return StatusResponse(patch_error_, "Forbidden", "patch forbidden");
       for (auto& [key, job] : jobs_) {
         const std::string status_path = std::string(kJobs) + "namespaces/" + NamespaceOf(job) +
                                         "/trainingjobs/" + NameOf(job) + "/status";
@@ -118,6 +121,10 @@ class FakeApi {
     std::lock_guard<std::mutex> lock(mu_);
     lease_error_ = code;
   }
+  void FailPatches(int code) {
+    std::lock_guard<std::mutex> lock(mu_);
+    patch_error_ = code;
+  }
   // Runs `f` (the operator writing the job) just before the next PATCH is applied.
   void BeforeNextPatch(std::function<void()> f) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -153,6 +160,7 @@ class FakeApi {
   int64_t rv_ = 100;
   int64_t lease_rv_ = 0;  // 0: no Lease
   int lease_error_ = 0;
+  int patch_error_ = 0;
 };
 
 class StatusWatchdogTest : public ::testing::Test {
@@ -323,6 +331,39 @@ TEST_F(StatusWatchdogTest, OnlyTheListedNamespacesAreRead) {
           r, ::testing::AnyOf(HasSubstr("/namespaces/team-a/"), HasSubstr("/namespaces/team-b/")));
     }
   }
+}
+
+// Failures are logged, not repeated every round: a Lease that cannot be read once until a read
+// succeeds (then a new failure is news), a refused patch once.
+TEST_F(StatusWatchdogTest, AFailureIsLoggedOnceNotEveryRound) {
+  std::vector<std::string> lines;
+  SetLogSink([&](const std::string& line) { lines.push_back(line); });
+  auto count = [&](const std::string& text) {
+    return std::count_if(lines.begin(), lines.end(), [&](const std::string& line) {
+      return line.find(text) != std::string::npos;
+    });
+  };
+  api_.RenewLease();
+  api_.AddJob("team-a", "a", "Running");
+  StatusWatchdog watchdog = Make();
+  watchdog.Check();
+  api_.FailLeaseReads(403);
+  for (int i = 0; i < 5; ++i) watchdog.Check();
+  EXPECT_EQ(count("cannot read the operator's Lease"), 1);
+  api_.FailLeaseReads(0);
+  watchdog.Check();
+  api_.FailLeaseReads(403);
+  watchdog.Check();
+  EXPECT_EQ(count("cannot read the operator's Lease"), 2);
+  api_.FailLeaseReads(0);
+  api_.FailPatches(403);
+  clock_.Advance(seconds(45));
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_THAT(watchdog.Check().marked, IsEmpty());
+    clock_.Advance(seconds(5));
+  }
+  EXPECT_EQ(count("cannot mark a job's status stale"), 1);
+  SetLogSink([](const std::string&) {});
 }
 
 }  // namespace
