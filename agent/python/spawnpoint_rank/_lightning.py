@@ -103,11 +103,15 @@ def mapping_line(requested, used, verb, ranks, launcher=None):
             % (requested, ranks, used, verb))
 
 
+def _ddp_module(package=None):
+    """Lightning's strategies.ddp module (of `package`, None: lightning.pytorch) if imported."""
+    return sys.modules.get(_private.in_package(_DDP_MODULE, package))
+
+
 def ddp_strategy_class(package=None):
     """Lightning's DDPStrategy (of `package`, None: lightning.pytorch) if its module is imported
     (it is wherever a DDPStrategy object exists), else None. Imports nothing."""
-    owner = sys.modules.get(_private.in_package(_DDP_MODULE, package))
-    cls = getattr(owner, "DDPStrategy", None)
+    cls = getattr(_ddp_module(package), "DDPStrategy", None)
     return cls if isinstance(cls, type) else None
 
 
@@ -183,8 +187,8 @@ def _wrap_check(original, module, package):
             if own:
                 # Its class makes its own launcher from the start method, and "popen" may be
                 # refused there: DDPStrategy's own makes the launcher that launches nothing.
-                owner = sys.modules.get(_private.in_package(_DDP_MODULE, package))
-                if _private.missing("lightning_launcher", {_DDP_MODULE: owner}, package):
+                if _private.missing("lightning_launcher", {_DDP_MODULE: _ddp_module(package)},
+                                    package):
                     refuse_own_processes()  # said: the object stays as it is
                     return
                 flag._configure_launcher = types.MethodType(base._configure_launcher, flag)
