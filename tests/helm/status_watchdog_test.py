@@ -222,6 +222,19 @@ class LeaderElectionTest(unittest.TestCase):
         # Not checked when there is no watchdog.
         render("--set", "statusWatchdog.enabled=false", "--set", "statusWatchdog.staleAfter=1s")
 
+    def test_stale_after_must_be_at_least_twice_the_interval(self):
+        # As `spawnpoint-operator status-watchdog` refuses it (watchdog_options.cc): the chart
+        # says so at install, not a pod failing on its flags.
+        for stale, interval in (("45s", "30s"), ("20s", "10001ms"), ("1m", "0.6m")):
+            err = refusal("--set-string", "statusWatchdog.staleAfter=" + stale,
+                          "--set-string", "statusWatchdog.interval=" + interval)
+            self.assertIn("statusWatchdog.staleAfter (%s) must be at least twice "
+                          "statusWatchdog.interval (%s)" % (stale, interval), err)
+        for stale, interval in (("45s", "22.5s"), ("20s", "10s"), ("1m", "30")):
+            docs = render("--set-string", "statusWatchdog.staleAfter=" + stale,
+                          "--set-string", "statusWatchdog.interval=" + interval)
+            self.assertIn("--interval=" + interval, container(watchdog(docs))["args"])
+
     def test_the_schema_takes_durations_only(self):
         for key in ("staleAfter", "interval"):
             err = refusal("--set", "statusWatchdog.%s=soon" % key)

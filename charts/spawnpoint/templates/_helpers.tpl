@@ -106,7 +106,7 @@ Refuses more than one replica without it.
 "true" when the status watchdog runs: statusWatchdog.enabled, or when it is null leader
 election. It watches the operator's Lease, so it is refused without leader election, and so
 is a staleAfter not longer than leaderElection.leaseDuration (a leader renewing on time could
-look stale).
+look stale) or shorter than twice the interval (the binary's own refusal).
 */}}
 {{- define "spawnpoint.statusWatchdog" -}}
 {{- $leaderElect := include "spawnpoint.leaderElect" . }}
@@ -126,6 +126,9 @@ look stale).
 {{- $interval := include "spawnpoint.durationMs" (dict "value" .Values.statusWatchdog.interval "key" "statusWatchdog.interval") | float64 }}
 {{- if le $interval 0.0 }}
 {{- fail (printf "statusWatchdog.interval is %v: give how often the watchdog reads the Lease, e.g. 5s" .Values.statusWatchdog.interval) }}
+{{- end }}
+{{- if lt $stale (mulf 2.0 $interval) }}
+{{- fail (printf "statusWatchdog.staleAfter (%v) must be at least twice statusWatchdog.interval (%v): the watchdog reads the Lease every interval (spawnpoint-operator status-watchdog refuses it so)." .Values.statusWatchdog.staleAfter .Values.statusWatchdog.interval) }}
 {{- end }}
 {{- "true" }}
 {{- end }}
