@@ -46,9 +46,6 @@ test_ddp_notebook_with_the_extension so on a machine with GPUs. Default: cpu.
 import asyncio
 import os
 import re
-import time
-
-from notebook_support import TIMEOUT, processes_with
 
 from test_notebook import KernelTestCase, text_of
 
@@ -270,30 +267,8 @@ class LightningNotebookTest(KernelTestCase):
         fit = (FIT % "ddp_notebook").replace("max_epochs=2", "max_epochs=100000")
         client = self.client([SETUP % ("%load_ext spawnpoint", ACCELERATOR), DEFINITIONS, fit,
                               'print("NEXT", 6 * 7)'], raises=(2,))
-        seen = {}
-
-        async def run():
-            async with client.async_setup_kernel(env=self.kernel_environment()):
-                kernel_pid = client.km.provisioner.pid
-                cells = self.nb.cells
-                for index in (0, 1):
-                    await client.async_execute_cell(cells[index], index)
-                seen["tmp_before"] = self.dirs.left_in_tmp()
-                training = asyncio.ensure_future(client.async_execute_cell(cells[2], 2))
-                deadline = time.monotonic() + TIMEOUT
-                while not all("[rank %d] TRAIN STEP %d" % (r, r) in text_of(cells[2].outputs)
-                              for r in (0, 1)):
-                    if training.done() or time.monotonic() > deadline:
-                        break
-                    await asyncio.sleep(0.1)  # the cell's outputs arrive meanwhile
-                seen["running"] = processes_with(self.marker, exclude=(kernel_pid,))
-                await client.km.interrupt_kernel()
-                await training  # its KeyboardInterrupt is the tagged cell's error output
-                seen["left"] = processes_with(self.marker, exclude=(kernel_pid,))
-                seen["tmp_after"] = self.dirs.left_in_tmp()
-                await client.async_execute_cell(cells[3], 3)
-
-        asyncio.run(run())
+        seen = self.run_interrupting(client, 2, ["[rank %d] TRAIN STEP %d" % (r, r)
+                                                 for r in (0, 1)])
         self.assertTrue(any("_launched.py" in cmd for _, cmd in seen["running"]),
                         "no rank ran: %s\n%s" % (seen["running"], self.describe()))
         # Lightning's trainer takes the KeyboardInterrupt, shuts down and exits: sys.exit(1)

@@ -165,6 +165,39 @@ class KernelTestCase(unittest.TestCase):
         return NotebookClient(nb, kernel_name="python3", timeout=TIMEOUT, startup_timeout=300,
                               resources={"metadata": {"path": self.dirs.work}})
 
+    def run_interrupting(self, client, index, shown):
+        """Runs the notebook's cells in order on a new kernel; cell `index` is interrupted, as
+        the notebook's stop button does, once every string of `shown` is in its output (or it
+        ended, or TIMEOUT passed). Returns what was seen: the cell's output then ("before"),
+        the launch's processes then ("running") and after the cell ended ("left"), the kernel's
+        TMPDIR before the cell ("tmp_before") and after it ("tmp_after")."""
+        seen = {}
+
+        async def run():
+            async with client.async_setup_kernel(env=self.kernel_environment()):
+                kernel_pid = client.km.provisioner.pid
+                cells = self.nb.cells
+                for i in range(index):
+                    await client.async_execute_cell(cells[i], i)
+                seen["tmp_before"] = self.dirs.left_in_tmp()
+                running = asyncio.ensure_future(client.async_execute_cell(cells[index], index))
+                deadline = time.monotonic() + TIMEOUT
+                while not all(s in text_of(cells[index].outputs) for s in shown):
+                    if running.done() or time.monotonic() > deadline:
+                        break
+                    await asyncio.sleep(0.1)  # the cell's outputs arrive meanwhile
+                seen["before"] = text_of(cells[index].outputs)
+                seen["running"] = processes_with(self.marker, exclude=(kernel_pid,))
+                await client.km.interrupt_kernel()
+                await running  # the interrupted cell is tagged: its error is in its outputs
+                seen["left"] = processes_with(self.marker, exclude=(kernel_pid,))
+                seen["tmp_after"] = self.dirs.left_in_tmp()
+                for i in range(index + 1, len(cells)):
+                    await client.async_execute_cell(cells[i], i)
+
+        asyncio.run(run())
+        return seen
+
     def describe(self):
         return "\n".join("--- cell %d:\n%s" % (i, text_of(c.outputs, ("stream", "error",
                                                                        "execute_result")))
@@ -218,31 +251,8 @@ class NotebookTest(KernelTestCase):
 
     def test_interrupt_mid_training_leaves_nothing_running(self):
         client = self.client([SETUP % free_port(), FOREVER, AGAIN], raises=(1,))
-        seen = {}
-
-        async def run():
-            async with client.async_setup_kernel(env=self.kernel_environment()):
-                kernel_pid = client.km.provisioner.pid
-                cells = self.nb.cells
-                await client.async_execute_cell(cells[0], 0)
-                seen["tmp_before"] = self.dirs.left_in_tmp()
-                training = asyncio.ensure_future(client.async_execute_cell(cells[1], 1))
-                deadline = time.monotonic() + TIMEOUT
-                while not all("[rank %d] training step" % r in text_of(cells[1].outputs)
-                              for r in (0, 1)):
-                    if training.done() or time.monotonic() > deadline:
-                        break
-                    await asyncio.sleep(0.1)  # the cell's outputs arrive meanwhile
-                seen["output_before_interrupt"] = text_of(cells[1].outputs)
-                seen["running"] = processes_with(self.marker, exclude=(kernel_pid,))
-                await client.km.interrupt_kernel()
-                await training  # its KeyboardInterrupt is the tagged cell's error output
-                seen["left"] = processes_with(self.marker, exclude=(kernel_pid,))
-                seen["tmp_after"] = self.dirs.left_in_tmp()
-                await client.async_execute_cell(cells[2], 2)
-
-        asyncio.run(run())
-        before = seen["output_before_interrupt"]
+        seen = self.run_interrupting(client, 1, ["[rank %d] training step" % r for r in (0, 1)])
+        before = seen["before"]
         self.assertIn("[rank 0] training step", before, self.describe())
         self.assertIn("[rank 1] training step", before, self.describe())
         self.assertTrue(any("_launched.py" in cmd for _, cmd in seen["running"]), seen["running"])
