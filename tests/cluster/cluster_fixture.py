@@ -27,6 +27,11 @@ import ports  # noqa: E402  (tests/support/ports.py)
 ARGS = None
 
 
+# helm flags that keep the chart's Deployments' pods Pending (no node has this label; the local
+# node runs no images): the chart's objects are installed for real, the test runs the binaries.
+PARK_PODS = ("--set-string", "nodeSelector.spawnpoint\\.dev/no-such-node=true")
+
+
 def main(build_dir=False, required=()):
     """Parses --source-dir [--build-dir] [--tools-bin] and the options named in `required`
     (each "--name VALUE") into ARGS and runs the tests of __main__ (the rest of the command
@@ -118,6 +123,22 @@ class Cluster(object):
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               universal_newlines=True, env=base, timeout=timeout)
         return proc.returncode, proc.stdout
+
+    def helm(self, helm, *args):
+        """`helm ARGS` (helm: the tool's name, helm3 or helm4) that must succeed: its output;
+        AssertionError with that output if it fails."""
+        code, out = self.run_tool(helm, *args)
+        if code != 0:
+            raise AssertionError("%s %s:\n%s" % (helm, " ".join(args), out))
+        return out
+
+    def install_chart(self, helm, release, namespace, *values):
+        """The project's chart (charts/spawnpoint) installed as `release` in `namespace`
+        (created), its pods parked (PARK_PODS), with `values` (more helm flags): helm's output,
+        the NOTES. AssertionError with that output if helm fails."""
+        return self.helm(helm, "install", release, os.path.join(self.source_dir, "charts",
+                                                                 "spawnpoint"),
+                         "-n", namespace, "--create-namespace", *values, *PARK_PODS)
 
     def service_account_kubeconfig(self, namespace, name):
         """A kubeconfig that authenticates as ServiceAccount namespace/name with a token the

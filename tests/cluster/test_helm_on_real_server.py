@@ -31,8 +31,6 @@ NS = "spawnpoint-system"
 RELEASE = "spawnpoint"
 SA_USER = "system:serviceaccount:%s:%s" % (NS, RELEASE)
 DEADLINE_S = 300
-# The Deployment's pods stay Pending: no node has this label.
-PARK = ["--set-string", "nodeSelector.spawnpoint\\.dev/no-such-node=true"]
 # The flags of the rendered Deployment the test replaces with its own (cluster_fixture).
 LOCAL_FLAGS = ("--metrics-addr", "--health-addr", "--agent-status-port", "--utilisation-interval")
 
@@ -196,7 +194,7 @@ class HelmOnRealServerTest(unittest.TestCase):
 
         # install: two replicas, so leader election (and its Lease rules) is on.
         code, out = self.helm("install", RELEASE, self.chart, "-n", NS, "--create-namespace",
-                              "--set", "replicaCount=2", *PARK)
+                              "--set", "replicaCount=2", *cluster_fixture.PARK_PODS)
         self.assertIn("STATUS: deployed", out)
         self.assertIn("kubectl -n spawnpoint-system rollout status deployment/spawnpoint", out)
         self.cluster.wait_established("trainingjobs.spawnpoint.dev")
@@ -285,7 +283,7 @@ class HelmOnRealServerTest(unittest.TestCase):
         for namespace in teams + ("team-c",):
             self.kubectl("create", "namespace", namespace)
         self.helm("install", RELEASE, self.chart, "-n", NS, "--set", "rbac.scope=namespace",
-                  "--set", "watchNamespaces={%s}" % ",".join(teams), *PARK)
+                  "--set", "watchNamespaces={%s}" % ",".join(teams), *cluster_fixture.PARK_PODS)
         docs = self.manifest_docs()
         self.assertEqual([d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRole"], [],
                          "namespace scope makes no ClusterRole")

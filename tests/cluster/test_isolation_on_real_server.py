@@ -36,8 +36,6 @@ SA_USER = "system:serviceaccount:%s:%s" % (NS, RELEASE)
 WATCHDOG_USER = "system:serviceaccount:%s:%s-status-watchdog" % (NS, RELEASE)
 TEAMS = ("team-a", "team-b")
 POLICY = RELEASE + "-protected-namespaces"
-# The Deployment's pods stay Pending: no node has this label (the local node runs no images).
-PARK = ["--set-string", "nodeSelector.spawnpoint\\.dev/no-such-node=true"]
 
 
 def args():
@@ -76,11 +74,9 @@ class IsolationOnRealServerTest(unittest.TestCase):
         try:
             for namespace in TEAMS + ("monitoring",):
                 cls.kubectl_ok("create", "namespace", namespace)
-            code, cls.notes = cls.cluster.run_tool(
-                args().helm, "install", RELEASE, cls.chart, "-n", NS, "--create-namespace",
-                "--set", "networkPolicy.namespaces={%s}" % ",".join(TEAMS), *PARK)
-            if code != 0:
-                raise AssertionError("helm install: %s" % cls.notes)
+            cls.notes = cls.cluster.install_chart(
+                args().helm, RELEASE, NS,
+                "--set", "networkPolicy.namespaces={%s}" % ",".join(TEAMS))
             cls.sa = cls.cluster.service_account_kubeconfig(NS, RELEASE)
         except BaseException:
             cls.tearDownClass()
@@ -329,7 +325,8 @@ class IsolationOnRealServerTest(unittest.TestCase):
 
     def test_notes_say_when_no_network_policy_was_made(self):
         code, out = self.cluster.run_tool(args().helm, "install", "other", self.chart,
-                                          "-n", "monitoring", "--dry-run=server", *PARK)
+                                          "-n", "monitoring", "--dry-run=server",
+                                          *cluster_fixture.PARK_PODS)
         self.assertEqual(code, 0, out)
         self.assertIn("WARNING: no NetworkPolicy was made", out)
         self.assertIn("--set 'networkPolicy.namespaces={team-a,team-b}'", out)

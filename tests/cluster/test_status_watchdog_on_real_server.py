@@ -33,8 +33,6 @@ STALE_AFTER_S = 10
 RETRY_PERIOD_S = 1
 INTERVAL_S = 1
 DEADLINE_S = 180
-# The Deployments' pods stay Pending: no node has this label.
-PARK = ["--set-string", "nodeSelector.spawnpoint\\.dev/no-such-node=true"]
 # The operator's flags the test replaces with its own (cluster_fixture.start_operator); the
 # status-token key: the operator makes its own (the mounted Secret is not here).
 LOCAL_FLAGS = ("--metrics-addr", "--health-addr", "--agent-status-port", "--utilisation-interval",
@@ -52,23 +50,16 @@ class StatusWatchdogOnRealServerTest(unittest.TestCase):
         cls.tmp = cls.cluster.dir
         try:
             cls.kubectl_ok("create", "namespace", TEAM)
-            code, out = cls.cluster.run_tool(
-                args().helm, "install", RELEASE,
-                os.path.join(args().source_dir, "charts", "spawnpoint"),
-                "-n", NS, "--create-namespace",
+            cls.cluster.install_chart(
+                args().helm, RELEASE, NS,
                 "--set", "watchNamespaces={%s}" % TEAM,
                 "--set", "leaderElection.leaseDuration=4s",
                 "--set", "leaderElection.renewDeadline=3s",
                 "--set", "leaderElection.retryPeriod=%ds" % RETRY_PERIOD_S,
                 "--set", "statusWatchdog.staleAfter=%ds" % STALE_AFTER_S,
-                "--set", "statusWatchdog.interval=%ds" % INTERVAL_S, *PARK)
-            if code != 0:
-                raise AssertionError("helm install: %s" % out)
+                "--set", "statusWatchdog.interval=%ds" % INTERVAL_S)
             cls.cluster.wait_established("trainingjobs.spawnpoint.dev")
-            code, manifest = cls.cluster.run_tool(args().helm, "get", "manifest", RELEASE,
-                                                  "-n", NS)
-            if code != 0:
-                raise AssertionError("helm get manifest: %s" % manifest)
+            manifest = cls.cluster.helm(args().helm, "get", "manifest", RELEASE, "-n", NS)
             import yaml
             cls.deployments = {d["metadata"]["name"]: d for d in yaml.safe_load_all(manifest)
                                if d and d["kind"] == "Deployment"}
