@@ -332,6 +332,19 @@ StatusOr<GangResult> NodeAgent::RunAttempt(int restart) {
   if (gang_) {
     // Another node's rank failed (or the coordinator is gone): this node's ranks stop.
     go.tick_interval = milliseconds(50);
+    if (gang_server_) {
+      // This agent is stopping (its pod deleted): the coordinator goes now, before the ranks
+      // are stopped. Left up until the agent exits, it would weigh the other nodes' failures
+      // that this node's stopping ranks cause and could send its verdict on them (a
+      // collective error, maybe not retryable) ahead of its going; the other nodes must see
+      // it go, stop their ranks and rejoin the next one, which counts the attempt.
+      go.on_interrupt = [this](int sig) {
+        Say(node_.job.name + ": " + SignalName(sig) +
+            ": the gang's coordinator closes now; the other nodes stop their ranks and wait "
+            "for the next one");
+        gang_server_.reset();
+      };
+    }
     // A rank's failure goes to the coordinator at once, not after this node's teardown:
     // the other nodes' collective errors that follow must not be weighed without it.
     go.on_failure = [this](const RankFailure& f) {

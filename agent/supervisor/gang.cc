@@ -219,6 +219,7 @@ GangResult Gang::Run(std::vector<GangMember> members) {
 
   bool stopping = false;
   bool killed = false;
+  bool interrupt_told = false;  // options_.on_interrupt called
   Clock* const clock = options_.clock;
   Clock::TimePoint kill_deadline{};
   // Failure times are wall-clock (they are compared across nodes), read through the clock.
@@ -453,6 +454,10 @@ GangResult Gang::Run(std::vector<GangMember> members) {
         }
         WriteAll(options_.error_fd, "[spawnpoint] received " + SignalName(sig) + ", stopping " +
                                         std::to_string(up_count()) + " " + options_.what + "\n");
+        if (options_.on_interrupt && !interrupt_told) {
+          interrupt_told = true;
+          options_.on_interrupt(sig);
+        }
         begin_stop(SIGTERM);
       }
     }

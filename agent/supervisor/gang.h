@@ -71,6 +71,10 @@ struct GangOptions {
   // a Python rank so stopped ends once its exit handlers have run, without the interpreter's
   // finalization.)
   std::function<void(const std::vector<pid_t>& stopped)> before_failure_stop;
+  // Called once, with the signal, when the first termination signal reaches the gang, just
+  // before its members are stopped (node 0's agent closes the gang's coordinator then: it is
+  // going away, and the other nodes must see it go rather than a verdict it makes meanwhile).
+  std::function<void(int signal)> on_interrupt;
   // Called with each complete line a member writes on stderr (prefix_output members), as it
   // is read, with the member's pid: the caller watches for what a line announces (a Python
   // traceback: the rank is failing by itself, agent/run/gang_stop_check.h).

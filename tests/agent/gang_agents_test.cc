@@ -64,6 +64,8 @@ class GangAgentsTest : public ::testing::Test {
     argv.insert(argv.end(), extra.begin(), extra.end());
     return std::make_unique<TestProcess>(argv);
   }
+  // The coordinator's agent stopped mid-attempt and replaced, with gang_ddp.py in `mode`.
+  void CoordinatorReplaced(const std::string& mode);
   nlohmann::json Status(int n) {
     return nlohmann::json::parse(ReadFile(dir_.File("status-" + std::to_string(n) + ".json")),
                                  nullptr, false);
@@ -256,10 +258,13 @@ TEST_F(GangAgentsTest, ARankThatBlocksSigtermAfterItsPeerDiedIsStoppedAndTheGang
 
 // Node 0's agent, the coordinator, is stopped mid-attempt (its pod deleted: SIGTERM) and a
 // new one starts knowing no restart: node 1's agent stops its ranks, rejoins the new
-// coordinator, and the gang trains to the end in its next attempt, counted once.
-TEST_F(GangAgentsTest, WhenTheCoordinatorsAgentIsReplacedTheOtherNodesRejoinAndTheCountHolds) {
+// coordinator, and the gang trains to the end in its next attempt, counted once. In MODE
+// "linger" node 0's rank, on its SIGTERM, drops its connections at once and ends 3 s later,
+// so node 1's rank fails (a collective error, exit 1: not retryable) while the old
+// coordinator still runs: it must be gone by then, or its verdict fails the job.
+void GangAgentsTest::CoordinatorReplaced(const std::string& mode) {
   WriteFile(dir_.File("job.yaml"),
-            Job("[/usr/bin/python3, \"" GANG_DDP_PY "\"]", "[steady, '400']", 3, 0));
+            Job("[/usr/bin/python3, \"" GANG_DDP_PY "\"]", "[" + mode + ", '400']", 3, 0));
   auto node0 = Agent(0), node1 = Agent(1);
   const pid_t pid1 = node1->pid();
   ASSERT_TRUE(WaitUntil(
@@ -272,6 +277,7 @@ TEST_F(GangAgentsTest, WhenTheCoordinatorsAgentIsReplacedTheOtherNodesRejoinAndT
       << node1->Stderr();
   ::kill(node0->pid(), SIGTERM);
   EXPECT_EQ(node0->Wait(kTimeout), 128 + SIGTERM) << node0->Stderr();
+  EXPECT_THAT(node0->Stderr(), HasSubstr("SIGTERM: the gang's coordinator closes now"));
   auto replacement = Agent(0);  // --restart-count 0: it has not seen the first attempt end
   ASSERT_EQ(node1->Wait(kTimeout), 0) << node1->Stderr();
   ASSERT_EQ(replacement->Wait(kTimeout), 0) << replacement->Stderr();
@@ -285,6 +291,14 @@ TEST_F(GangAgentsTest, WhenTheCoordinatorsAgentIsReplacedTheOtherNodesRejoinAndT
   ASSERT_TRUE(std::regex_search(out0, a, params)) << out0;
   ASSERT_TRUE(std::regex_search(out1, b, params)) << out1;
   EXPECT_EQ(a[1], b[1]);
+}
+
+TEST_F(GangAgentsTest, WhenTheCoordinatorsAgentIsReplacedTheOtherNodesRejoinAndTheCountHolds) {
+  CoordinatorReplaced("steady");
+}
+
+TEST_F(GangAgentsTest, ACoordinatorStoppingSlowlyDecidesNothingOnTheFailuresItsStopCauses) {
+  CoordinatorReplaced("linger");
 }
 
 }  // namespace

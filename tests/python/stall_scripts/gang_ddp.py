@@ -3,18 +3,41 @@
 Usage: gang_ddp.py MODE STEPS. In the first attempt (TORCHELASTIC_RESTART_COUNT 0) rank 1
 SIGKILLs itself at step 3, except in MODE "steady". MODE "block": rank 0 then ignores SIGTERM
 and waits forever once its allreduce fails (a rank the agent must SIGKILL); MODE "plain":
-rank 0 does nothing special. Later attempts train to the end and print "rank R done
-restart=N params=P".
+rank 0 does nothing special; MODE "linger" (no rank kills itself): on SIGTERM, rank 0 shuts
+its TCP connections down at once and ends 3 s later, as a trainer that leaves its collectives
+and then saves a checkpoint (its peers' allreduce fails while it still runs). Later attempts
+train to the end and print "rank R done restart=N params=P".
 """
 
 import os
 import signal
+import socket
 import sys
 import time
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
+
+
+def linger(signum, frame):
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            s = socket.socket(fileno=os.dup(int(name)))
+        except (OSError, ValueError):
+            continue  # not a socket (or gone)
+        try:
+            # Connections only: the store's listening socket, shut, would abort the rank.
+            if s.family in (socket.AF_INET, socket.AF_INET6) and \
+                    not s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        finally:
+            s.close()  # the duplicate; the connection is down for every descriptor of it
+    print("rank 0: connections shut down; saving for 3 s", flush=True)
+    time.sleep(3)
+    os._exit(128 + signum)
 
 
 def main():
@@ -24,11 +47,13 @@ def main():
     rank = dist.get_rank()
     if mode == "block" and rank == 0 and restart == 0:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if mode == "linger" and rank == 0 and restart == 0:
+        signal.signal(signal.SIGTERM, linger)
     torch.manual_seed(0)
     model = DistributedDataParallel(torch.nn.Linear(8, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(steps):
-        if step == 3 and rank == 1 and restart == 0 and mode != "steady":
+        if step == 3 and rank == 1 and restart == 0 and mode not in ("steady", "linger"):
             os.kill(os.getpid(), signal.SIGKILL)
         loss = model(torch.randn(16, 8)).pow(2).mean()
         optimizer.zero_grad()
