@@ -369,6 +369,13 @@ void GangPeer::ReadLoop() {
   }
 }
 
+void GangPeer::Leave() {
+  closing_ = true;  // the reader ends at the shutdown, without dialling again
+  std::lock_guard<std::mutex> lock(mu_);
+  lost_ = true;
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+}
+
 bool GangPeer::Send(const json& message) {
   std::lock_guard<std::mutex> lock(mu_);
   if (fd_ < 0 || lost_) return false;

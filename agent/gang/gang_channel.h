@@ -88,6 +88,10 @@ class GangPeer {
   // Whether a "stop" or "verdict" for `attempt` arrived, or the connection dropped during
   // it (the ranks must stop): checked by the gang on its ticks without consuming messages.
   bool StopSeen(int attempt) const;
+  // This agent is going away (a termination signal): the connection is shut down now and
+  // never dialled again, so the coordinator counts this node lost at once; Send returns
+  // false from then on, and Next gives what had arrived, then "lost".
+  void Leave();
   // The attempt said in the hello after a reconnection.
   void SetAttempt(int attempt);
   // This agent's ranks run `attempt` (until Ended): a dropped connection stops them.

@@ -332,19 +332,27 @@ StatusOr<GangResult> NodeAgent::RunAttempt(int restart) {
   if (gang_) {
     // Another node's rank failed (or the coordinator is gone): this node's ranks stop.
     go.tick_interval = milliseconds(50);
-    if (gang_server_) {
-      // This agent is stopping (its pod deleted): the coordinator goes now, before the ranks
-      // are stopped. Left up until the agent exits, it would weigh the other nodes' failures
-      // that this node's stopping ranks cause and could send its verdict on them (a
-      // collective error, maybe not retryable) ahead of its going; the other nodes must see
-      // it go, stop their ranks and rejoin the next one, which counts the attempt.
-      go.on_interrupt = [this](int sig) {
-        Say(node_.job.name + ": " + SignalName(sig) +
-            ": the gang's coordinator closes now; the other nodes stop their ranks and wait "
-            "for the next one");
+    // This agent is stopping (its pod deleted): it leaves the gang now, before its ranks are
+    // stopped. Left in until the agent exits, it would have the coordinator weigh the
+    // failures its stopping ranks cause on the other nodes (collective errors, maybe not
+    // retryable) without this node's loss, their cause, and maybe decide on them first. On
+    // node 0 the coordinator goes first: the other nodes see it go, stop their ranks and
+    // rejoin the next one, which counts the attempt. Elsewhere the coordinator counts this
+    // node lost (a retryable failure): the others restart when its agent is back.
+    go.on_interrupt = [this](int sig) {
+      const std::string why = node_.job.name + ": " + SignalName(sig) + ": ";
+      if (gang_server_) {
+        Say(why +
+            "the gang's coordinator closes now; the other nodes stop their ranks and "
+            "wait for the next one");
         gang_server_.reset();
-      };
-    }
+      } else {
+        Say(why + "node " + std::to_string(node_rank_) +
+            " leaves the gang now; the other nodes stop their ranks and restart when its agent "
+            "is back");
+      }
+      gang_->Leave();
+    };
     // A rank's failure goes to the coordinator at once, not after this node's teardown:
     // the other nodes' collective errors that follow must not be weighed without it.
     go.on_failure = [this](const RankFailure& f) {

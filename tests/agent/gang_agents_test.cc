@@ -301,5 +301,32 @@ TEST_F(GangAgentsTest, ACoordinatorStoppingSlowlyDecidesNothingOnTheFailuresItsS
   CoordinatorReplaced("linger");
 }
 
+// Node 1's agent is stopped mid-attempt (its pod deleted) while its rank lingers 3 s after
+// dropping its connections: node 0's rank fails at once (a collective error, exit 1: not
+// retryable); node 1 leaves the gang at its SIGTERM, so the coordinator counts it lost (the
+// cause), restarts the gang when the new node 1's agent joins, and the job succeeds.
+TEST_F(GangAgentsTest, ANodeWhoseAgentStopsSlowlyIsLostNotJudgedOnItsPeersErrors) {
+  WriteFile(dir_.File("job.yaml"),
+            Job("[/usr/bin/python3, \"" GANG_DDP_PY "\"]", "[linger, '400']", 3, 0));
+  auto node0 = Agent(0), node1 = Agent(1);
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        nlohmann::json s = Status(1);
+        return s.is_object() && s["progress"].is_array() && !s["progress"].empty() &&
+               s["progress"][0].value("steps", 0) >= 5;
+      },
+      kTimeout))
+      << node1->Stderr();
+  ::kill(node1->pid(), SIGTERM);
+  EXPECT_EQ(node1->Wait(kTimeout), 128 + SIGTERM) << node1->Stderr();
+  EXPECT_THAT(node1->Stderr(), HasSubstr("SIGTERM: node 1 leaves the gang now"));
+  auto replacement = Agent(1);
+  ASSERT_EQ(node0->Wait(kTimeout), 0) << node0->Stderr();
+  ASSERT_EQ(replacement->Wait(kTimeout), 0) << replacement->Stderr();
+  EXPECT_THAT(node0->Stderr(), HasSubstr("all ranks succeeded, restarts 1"));
+  EXPECT_THAT(replacement->Stderr(), HasSubstr("all ranks succeeded, restarts 1"));
+  EXPECT_THAT(node0->Stderr(), Not(HasSubstr("not restarted")));
+}
+
 }  // namespace
 }  // namespace spawnpoint::testing

@@ -3,7 +3,7 @@
 Usage: gang_ddp.py MODE STEPS. In the first attempt (TORCHELASTIC_RESTART_COUNT 0) rank 1
 SIGKILLs itself at step 3, except in MODE "steady". MODE "block": rank 0 then ignores SIGTERM
 and waits forever once its allreduce fails (a rank the agent must SIGKILL); MODE "plain":
-rank 0 does nothing special; MODE "linger" (no rank kills itself): on SIGTERM, rank 0 shuts
+rank 0 does nothing special; MODE "linger" (no rank kills itself): on SIGTERM, a rank shuts
 its TCP connections down at once and ends 3 s later, as a trainer that leaves its collectives
 and then saves a checkpoint (its peers' allreduce fails while it still runs). Later attempts
 train to the end and print "rank R done restart=N params=P".
@@ -35,7 +35,7 @@ def linger(signum, frame):
             pass
         finally:
             s.close()  # the duplicate; the connection is down for every descriptor of it
-    print("rank 0: connections shut down; saving for 3 s", flush=True)
+    print("connections shut down; saving for 3 s", flush=True)
     time.sleep(3)
     os._exit(128 + signum)
 
@@ -47,7 +47,7 @@ def main():
     rank = dist.get_rank()
     if mode == "block" and rank == 0 and restart == 0:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if mode == "linger" and rank == 0 and restart == 0:
+    if mode == "linger" and restart == 0:
         signal.signal(signal.SIGTERM, linger)
     torch.manual_seed(0)
     model = DistributedDataParallel(torch.nn.Linear(8, 1))
