@@ -64,6 +64,11 @@ class GangAgentsTest : public ::testing::Test {
     argv.insert(argv.end(), extra.begin(), extra.end());
     return std::make_unique<TestProcess>(argv);
   }
+  // Writes the job (gang_ddp.py in `mode`, 400 steps), starts both nodes' agents into
+  // node0 and node1, and waits until node 1's rank has made 5 steps.
+  ::testing::AssertionResult StartTraining(const std::string& mode,
+                                           std::unique_ptr<TestProcess>* node0,
+                                           std::unique_ptr<TestProcess>* node1);
   // The coordinator's agent stopped mid-attempt and replaced, with gang_ddp.py in `mode`.
   void CoordinatorReplaced(const std::string& mode);
   nlohmann::json Status(int n) {
@@ -256,6 +261,24 @@ TEST_F(GangAgentsTest, ARankThatBlocksSigtermAfterItsPeerDiedIsStoppedAndTheGang
   EXPECT_EQ(a[1], b[1]);
 }
 
+::testing::AssertionResult GangAgentsTest::StartTraining(const std::string& mode,
+                                                         std::unique_ptr<TestProcess>* node0,
+                                                         std::unique_ptr<TestProcess>* node1) {
+  WriteFile(dir_.File("job.yaml"),
+            Job("[/usr/bin/python3, \"" GANG_DDP_PY "\"]", "[" + mode + ", '400']", 3, 0));
+  *node0 = Agent(0);
+  *node1 = Agent(1);
+  const bool training = WaitUntil(
+      [&] {
+        nlohmann::json s = Status(1);
+        return s.is_object() && s["progress"].is_array() && !s["progress"].empty() &&
+               s["progress"][0].value("steps", 0) >= 5;
+      },
+      kTimeout);
+  if (training) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "node 1's rank made no 5 steps:\n" << (*node1)->Stderr();
+}
+
 // Node 0's agent, the coordinator, is stopped mid-attempt (its pod deleted: SIGTERM) and a
 // new one starts knowing no restart: node 1's agent stops its ranks, rejoins the new
 // coordinator, and the gang trains to the end in its next attempt, counted once. In MODE
@@ -263,18 +286,9 @@ TEST_F(GangAgentsTest, ARankThatBlocksSigtermAfterItsPeerDiedIsStoppedAndTheGang
 // so node 1's rank fails (a collective error, exit 1: not retryable) while the old
 // coordinator still runs: it must be gone by then, or its verdict fails the job.
 void GangAgentsTest::CoordinatorReplaced(const std::string& mode) {
-  WriteFile(dir_.File("job.yaml"),
-            Job("[/usr/bin/python3, \"" GANG_DDP_PY "\"]", "[" + mode + ", '400']", 3, 0));
-  auto node0 = Agent(0), node1 = Agent(1);
+  std::unique_ptr<TestProcess> node0, node1;
+  ASSERT_TRUE(StartTraining(mode, &node0, &node1));
   const pid_t pid1 = node1->pid();
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        nlohmann::json s = Status(1);
-        return s.is_object() && s["progress"].is_array() && !s["progress"].empty() &&
-               s["progress"][0].value("steps", 0) >= 5;
-      },
-      kTimeout))
-      << node1->Stderr();
   ::kill(node0->pid(), SIGTERM);
   EXPECT_EQ(node0->Wait(kTimeout), 128 + SIGTERM) << node0->Stderr();
   EXPECT_THAT(node0->Stderr(), HasSubstr("SIGTERM: the gang's coordinator closes now"));
@@ -306,17 +320,8 @@ TEST_F(GangAgentsTest, ACoordinatorStoppingSlowlyDecidesNothingOnTheFailuresItsS
 // retryable); node 1 leaves the gang at its SIGTERM, so the coordinator counts it lost (the
 // cause), restarts the gang when the new node 1's agent joins, and the job succeeds.
 TEST_F(GangAgentsTest, ANodeWhoseAgentStopsSlowlyIsLostNotJudgedOnItsPeersErrors) {
-  WriteFile(dir_.File("job.yaml"),
-            Job("[/usr/bin/python3, \"" GANG_DDP_PY "\"]", "[linger, '400']", 3, 0));
-  auto node0 = Agent(0), node1 = Agent(1);
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        nlohmann::json s = Status(1);
-        return s.is_object() && s["progress"].is_array() && !s["progress"].empty() &&
-               s["progress"][0].value("steps", 0) >= 5;
-      },
-      kTimeout))
-      << node1->Stderr();
+  std::unique_ptr<TestProcess> node0, node1;
+  ASSERT_TRUE(StartTraining("linger", &node0, &node1));
   ::kill(node1->pid(), SIGTERM);
   EXPECT_EQ(node1->Wait(kTimeout), 128 + SIGTERM) << node1->Stderr();
   EXPECT_THAT(node1->Stderr(), HasSubstr("SIGTERM: node 1 leaves the gang now"));
