@@ -261,11 +261,7 @@ StatusOr<std::unique_ptr<GangPeer>> GangPeer::Connect(Options options, int attem
 }
 
 GangPeer::~GangPeer() {
-  closing_ = true;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
-  }
+  Leave();
   if (reader_.joinable()) reader_.join();
   if (fd_ >= 0) ::close(fd_);
 }
