@@ -66,11 +66,9 @@ class HelmOnRealServerTest(unittest.TestCase):
 
     # ---- helpers -------------------------------------------------------------------------
 
-    def helm(self, *argv, ok=True):
-        code, out = self.cluster.run_tool(args().helm, *argv)
-        if ok:
-            self.assertEqual(code, 0, "helm %s:\n%s" % (" ".join(argv), out))
-        return code, out
+    def helm(self, *argv):
+        """helm ARGS (the test's helm) that must succeed: its output."""
+        return self.cluster.helm(args().helm, *argv)
 
     def kubectl(self, *argv, ok=True, kubeconfig=None):
         if kubeconfig:
@@ -93,7 +91,7 @@ class HelmOnRealServerTest(unittest.TestCase):
         """The installed release's manifest, as helm keeps it."""
         import yaml
         return [d for d in yaml.safe_load_all(self.helm("get", "manifest", RELEASE,
-                                                        "-n", NS)[1]) if d]
+                                                        "-n", NS)) if d]
 
     def deployment_args(self):
         """The installed Deployment's arguments, LOCAL_FLAGS left out, and its status-token key
@@ -193,8 +191,8 @@ class HelmOnRealServerTest(unittest.TestCase):
             self.kubectl("create", "namespace", namespace)
 
         # install: two replicas, so leader election (and its Lease rules) is on.
-        code, out = self.helm("install", RELEASE, self.chart, "-n", NS, "--create-namespace",
-                              "--set", "replicaCount=2", *cluster_fixture.PARK_PODS)
+        out = self.helm("install", RELEASE, self.chart, "-n", NS, "--create-namespace",
+                        "--set", "replicaCount=2", *cluster_fixture.PARK_PODS)
         self.assertIn("STATUS: deployed", out)
         self.assertIn("kubectl -n spawnpoint-system rollout status deployment/spawnpoint", out)
         self.cluster.wait_established("trainingjobs.spawnpoint.dev")
@@ -223,19 +221,19 @@ class HelmOnRealServerTest(unittest.TestCase):
             self.cluster.kubectl("apply", "-f", "-", stdin=monitoring_crd(kind))
             self.cluster.wait_established("%ss.monitoring.coreos.com" % kind.lower())
         self.kubectl("create", "namespace", "monitoring")
-        code, rendered = self.helm("template", RELEASE, self.chart, "-n", NS, "--values",
-                                   os.path.join(values, "all-on-values.yaml"),
-                                   "--api-versions", "monitoring.coreos.com/v1")
+        rendered = self.helm("template", RELEASE, self.chart, "-n", NS, "--values",
+                             os.path.join(values, "all-on-values.yaml"),
+                             "--api-versions", "monitoring.coreos.com/v1")
         code, out = self.cluster.kubectl("apply", "--dry-run=server", "-f", "-",
                                          stdin=rendered)
         self.assertEqual(code, 0, out)
         for kind in ("servicemonitor", "podmonitor", "prometheusrule", "configmap", "deployment"):
             self.assertIn(kind, out)
 
-        releases = json.loads(self.helm("list", "-n", NS, "-o", "json")[1])
+        releases = json.loads(self.helm("list", "-n", NS, "-o", "json"))
         self.assertEqual([(r["name"], r["status"], str(r["revision"])) for r in releases],
                          [(RELEASE, "deployed", "1")])
-        self.assertIn("STATUS: deployed", self.helm("status", RELEASE, "-n", NS)[1])
+        self.assertIn("STATUS: deployed", self.helm("status", RELEASE, "-n", NS))
 
         # The operator as the installed Deployment runs it: its arguments, its token.
         operator = self.start_installed_operator("operator-cluster")
@@ -264,14 +262,14 @@ class HelmOnRealServerTest(unittest.TestCase):
                                            NS)["data"], key, "the upgrade kept the key")
         self.helm("rollback", RELEASE, "1", "-n", NS)
         self.assertIn("--log-level=info", self.deployment_args())
-        history = json.loads(self.helm("history", RELEASE, "-n", NS, "-o", "json")[1])
+        history = json.loads(self.helm("history", RELEASE, "-n", NS, "-o", "json"))
         self.assertEqual([(h["revision"], h["status"]) for h in history],
                          [(1, "superseded"), (2, "superseded"), (3, "deployed")])
         self.assertIn("Rollback to 1", history[-1]["description"])
 
         # uninstall: the release's objects go; the CRD and the jobs stay.
         self.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s")
-        self.assertEqual(json.loads(self.helm("list", "-n", NS, "-o", "json")[1]), [])
+        self.assertEqual(json.loads(self.helm("list", "-n", NS, "-o", "json")), [])
         code, out = self.kubectl("get", "deployment", RELEASE, "-n", NS, ok=False)
         self.assertNotEqual(code, 0, out)
         self.kubectl("get", "crd", "trainingjobs.spawnpoint.dev")

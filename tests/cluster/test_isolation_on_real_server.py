@@ -308,14 +308,13 @@ class IsolationOnRealServerTest(unittest.TestCase):
     def test_every_rendering_is_valid_for_the_server(self):
         for helm in ("helm3", "helm4"):
             for port in (1, 2, 9400, 65534, 65535):
-                code, rendered = self.cluster.run_tool(
+                rendered = self.cluster.helm(
                     helm, "template", RELEASE, self.chart, "-n", NS,
                     "--set", "networkPolicy.namespaces={team-a}",
                     "--set", "operator.agentStatusPort=%d" % port,
                     "--set", "rbac.protectedNamespaces={kube-system,kube-public}",
                     "--show-only", "templates/networkpolicy.yaml",
                     "--show-only", "templates/admissionpolicy.yaml")
-                self.assertEqual(code, 0, rendered)
                 code, out = self.cluster.kubectl("apply", "--dry-run=server", "-f", "-",
                                                  stdin=rendered)
                 self.assertEqual(code, 0, "%s, port %d:\n%s" % (helm, port, out))
@@ -324,17 +323,14 @@ class IsolationOnRealServerTest(unittest.TestCase):
                               out)
 
     def test_notes_say_when_no_network_policy_was_made(self):
-        code, out = self.cluster.run_tool(args().helm, "install", "other", self.chart,
-                                          "-n", "monitoring", "--dry-run=server",
-                                          *cluster_fixture.PARK_PODS)
-        self.assertEqual(code, 0, out)
+        out = self.cluster.helm(args().helm, "install", "other", self.chart, "-n", "monitoring",
+                                "--dry-run=server", *cluster_fixture.PARK_PODS)
         self.assertIn("WARNING: no NetworkPolicy was made", out)
         self.assertIn("--set 'networkPolicy.namespaces={team-a,team-b}'", out)
 
     def manifest(self):
         import yaml
-        code, out = self.cluster.run_tool(args().helm, "get", "manifest", RELEASE, "-n", NS)
-        self.assertEqual(code, 0, out)
+        out = self.cluster.helm(args().helm, "get", "manifest", RELEASE, "-n", NS)
         return [d for d in yaml.safe_load_all(out) if d]
 
 
